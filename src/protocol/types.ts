@@ -1,0 +1,87 @@
+/**
+ * Types shared by the host side of the agent protocol (docs/PROTOCOL.md) and the backends.
+ * A backend provides a byte stream to an agent; `runAgentSession` drives it with these types.
+ */
+
+export const PROTOCOL_VERSION = 1;
+
+/** What the host asks the agent to run: the `Q` frame, before encoding. */
+export interface AgentRequest {
+  timeoutMs: number;
+  maxStdoutBytes: number;
+  maxStderrBytes: number;
+  maxFileBytes: number;
+  maxTotalFileBytes: number;
+  /** uid/gid to run the code as; null keeps the agent's own uid (namespace backend). */
+  uid: number | null;
+  gid: number | null;
+  cwd: string;
+  argv: string[];
+  /** The code's whole environment, NAME → value. */
+  env: Record<string, string>;
+  files: AgentFile[];
+  returnFiles: string[];
+}
+
+export interface AgentFile {
+  path: string;
+  mode: number;
+  content: Uint8Array;
+}
+
+/** Why the user code stopped, as the agent saw it (`X` frame reason). */
+export type AgentExitReason =
+  | "exited"
+  | "signaled"
+  | "timeout"
+  | "output_limit"
+  | "killed"
+  | "spawn_failed"
+  | "setup_failed";
+
+export type ReturnFileStatus =
+  | "ok"
+  | "missing"
+  | "not_regular"
+  | "too_large"
+  | "total_limit"
+  | "error";
+
+export interface ReturnedFile {
+  path: string;
+  status: ReturnFileStatus;
+  size: number;
+  content: Uint8Array;
+}
+
+/** Everything one agent session produced. Produced by runAgentSession, never thrown. */
+export interface AgentOutcome {
+  /** null when the agent never sent `X` (died, misbehaved, or the host deadline hit). */
+  exit: {
+    reason: AgentExitReason;
+    value: number;
+    stdoutTruncated: boolean;
+    stderrTruncated: boolean;
+    durationMs: number;
+    oomKills: number;
+    message: string;
+  } | null;
+  stdout: Uint8Array;
+  stderr: Uint8Array;
+  files: ReturnedFile[];
+  /** Set when the session ended abnormally: protocol violation, EOF, host deadline, abort. */
+  failure: null | {
+    kind: "protocol" | "eof" | "host_deadline" | "aborted";
+    detail: string;
+  };
+  /** ms from sending `Q` to `S` (sandbox start overhead inside the agent). */
+  startedAfterMs: number | null;
+}
+
+/** Progress a session reports while it runs (for MCP progress notifications). */
+export type AgentEvent =
+  | { type: "started" }
+  | { type: "stdout"; chunk: Uint8Array }
+  | { type: "stderr"; chunk: Uint8Array }
+  | { type: "exited" }
+  | { type: "collecting" };
