@@ -37,7 +37,9 @@ export const execInputShape = {
     .min(LIMITS.memoryMb.min)
     .max(LIMITS.memoryMb.max)
     .default(LIMITS.memoryMb.default)
-    .describe(`Memory limit in MB (default ${LIMITS.memoryMb.default}, max ${LIMITS.memoryMb.max})`),
+    .describe(
+      `Memory limit in MB (default ${LIMITS.memoryMb.default}, max ${LIMITS.memoryMb.max})`,
+    ),
   env: z
     .record(z.string(), z.string())
     .default({})
@@ -50,7 +52,8 @@ export const execInputShape = {
         });
       for (const [name, value] of entries) {
         const err = checkEnvName(name);
-        if (err) ctx.addIssue({ code: "custom", message: `env name ${JSON.stringify(name)}: ${err}` });
+        if (err)
+          ctx.addIssue({ code: "custom", message: `env name ${JSON.stringify(name)}: ${err}` });
         if (value.includes("\0"))
           ctx.addIssue({ code: "custom", message: `env ${name}: value contains a NUL byte` });
         if (utf8Bytes(value) > LIMITS.env.maxValueBytes)

@@ -14,7 +14,8 @@ export function normaliseSandboxPath(input: string): PathCheck {
     return { ok: false, error: `path is longer than ${LIMITS.pathBytes.max} bytes` };
   if (input.includes("\0")) return { ok: false, error: "path contains a NUL byte" };
   // eslint-disable-next-line no-control-regex
-  if (/[\x00-\x1f\x7f]/.test(input)) return { ok: false, error: "path contains a control character" };
+  if (/[\x00-\x1f\x7f]/.test(input))
+    return { ok: false, error: "path contains a control character" };
   if (input.split("/").includes(".."))
     return { ok: false, error: "path contains a '..' component" };
   if (input.endsWith("/")) return { ok: false, error: "path names a directory (ends with '/')" };

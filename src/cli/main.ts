@@ -1,0 +1,47 @@
+import { runDoctor } from "./doctor.js";
+import { runMcpStdio } from "./mcp.js";
+import { runCommand } from "./run.js";
+
+const USAGE = `scratchrun — run code in a fresh sandbox per call
+
+Usage:
+  scratchrun run --runtime <python3.12|python3.11|node20|bash> [options] <file | ->
+  scratchrun mcp                 start the stdio MCP server (same as scratchrun-mcp)
+  scratchrun doctor              check what this host can do, and how to fix what is missing
+
+Run options (the same as the scratchrun_exec tool's parameters):
+  --runtime R            python3.12 | python3.11 | node20 | bash (required)
+  --code TEXT            code to run instead of a file
+  --timeout-ms N         wall-clock timeout (default 10000, max 30000)
+  --memory-mb N          memory limit (default 256, max 512)
+  --env NAME=VALUE       environment variable for the code (repeatable)
+  --file PATH=LOCAL      write LOCAL's content to PATH in the sandbox first (repeatable)
+  --return-file PATH     capture PATH after the run (repeatable)
+  --network MODE         public | none
+  --out-dir DIR          write returned files into DIR
+  --json                 print the structured result as JSON
+
+Environment: SCRATCHRUN_ISOLATION=namespace|microvm chooses the backend.
+`;
+
+export async function main(argv: string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  switch (command) {
+    case "run":
+      return runCommand(rest);
+    case "mcp":
+      await runMcpStdio();
+      return new Promise<number>(() => {});
+    case "doctor":
+      return runDoctor(rest);
+    case undefined:
+    case "help":
+    case "--help":
+    case "-h":
+      process.stdout.write(USAGE);
+      return command === undefined ? 2 : 0;
+    default:
+      process.stderr.write(`scratchrun: unknown command ${JSON.stringify(command)}\n\n${USAGE}`);
+      return 2;
+  }
+}

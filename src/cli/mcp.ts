@@ -1,0 +1,26 @@
+import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
+import { createEngineFromEnv } from "../setup/engine-factory.js";
+import { createMcpServer } from "../mcp/server.js";
+
+/**
+ * The stdio MCP server: what `npx -y @scratchrun/mcp-server` runs. Logs go to stderr only;
+ * stdout carries JSON-RPC.
+ */
+export async function runMcpStdio(): Promise<void> {
+  const engine = await createEngineFromEnv();
+  const server = createMcpServer(engine);
+  const transport = new StdioServerTransport();
+  let closing = false;
+  const shutdown = async () => {
+    if (closing) return;
+    closing = true;
+    await engine.close();
+    process.exit(0);
+  };
+  transport.onclose = () => void shutdown();
+  process.on("SIGINT", () => void shutdown());
+  process.on("SIGTERM", () => void shutdown());
+  process.stdin.on("end", () => void shutdown());
+  await server.connect(transport);
+  process.stderr.write(`scratchrun-mcp: ready (isolation ${engine.backend.isolation})\n`);
+}

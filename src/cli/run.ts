@@ -1,0 +1,125 @@
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { basename, join } from "node:path";
+import { parseArgs } from "node:util";
+import { isScratchRunError } from "../errors.js";
+import { execInputShape } from "../schema/exec.js";
+import { createEngineFromEnv } from "../setup/engine-factory.js";
+
+/**
+ * How each schema field is given on the command line. Typed against the schema's keys, so a new
+ * field without a flag fails to compile.
+ */
+export const CLI_FLAGS: Record<keyof typeof execInputShape, string> = {
+  runtime: "runtime",
+  code: "code",
+  timeout_ms: "timeout-ms",
+  memory_mb: "memory-mb",
+  env: "env",
+  files: "file",
+  return_files: "return-file",
+  network: "network",
+};
+
+function splitPair(flag: string, value: string): [string, string] {
+  const i = value.indexOf("=");
+  if (i <= 0) throw new Error(`--${flag} takes NAME=VALUE, got ${JSON.stringify(value)}`);
+  return [value.slice(0, i), value.slice(i + 1)];
+}
+
+function toInt(flag: string, value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  if (!/^-?\d+$/.test(value))
+    throw new Error(`--${flag} takes an integer, got ${JSON.stringify(value)}`);
+  return Number(value);
+}
+
+/** Parses `scratchrun run` arguments into the tool's input object (validated later, once). */
+export function parseRunArgs(argv: string[]): {
+  input: Record<string, unknown>;
+  outDir?: string;
+  json: boolean;
+} {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      runtime: { type: "string" },
+      code: { type: "string" },
+      "timeout-ms": { type: "string" },
+      "memory-mb": { type: "string" },
+      env: { type: "string", multiple: true },
+      file: { type: "string", multiple: true },
+      "return-file": { type: "string", multiple: true },
+      network: { type: "string" },
+      "out-dir": { type: "string" },
+      json: { type: "boolean", default: false },
+    },
+  });
+  let code = values.code;
+  if (code === undefined) {
+    const source = positionals[0];
+    if (source === undefined) throw new Error("give a file to run, `-` for stdin, or --code");
+    code = readFileSync(source === "-" ? 0 : source, "utf8");
+  } else if (positionals.length) {
+    throw new Error("give either --code or a file, not both");
+  }
+  const input: Record<string, unknown> = { runtime: values.runtime, code };
+  const timeout = toInt("timeout-ms", values["timeout-ms"]);
+  if (timeout !== undefined) input.timeout_ms = timeout;
+  const memory = toInt("memory-mb", values["memory-mb"]);
+  if (memory !== undefined) input.memory_mb = memory;
+  if (values.env) input.env = Object.fromEntries(values.env.map((v) => splitPair("env", v)));
+  if (values.file)
+    input.files = Object.fromEntries(
+      values.file.map((v) => {
+        const [path, local] = splitPair("file", v);
+        return [path, readFileSync(local, "utf8")];
+      }),
+    );
+  if (values["return-file"]) input.return_files = values["return-file"];
+  if (values.network !== undefined) input.network = values.network;
+  return {
+    input,
+    json: values.json ?? false,
+    ...(values["out-dir"] ? { outDir: values["out-dir"] } : {}),
+  };
+}
+
+export async function runCommand(argv: string[]): Promise<number> {
+  let parsed;
+  try {
+    parsed = parseRunArgs(argv);
+  } catch (e) {
+    process.stderr.write(`scratchrun run: ${e instanceof Error ? e.message : String(e)}\n`);
+    return 2;
+  }
+  const engine = await createEngineFromEnv();
+  const controller = new AbortController();
+  process.once("SIGINT", () => controller.abort());
+  try {
+    const outcome = await engine.executeInput(parsed.input, { signal: controller.signal });
+    const r = outcome.result;
+    if (parsed.json) {
+      process.stdout.write(`${JSON.stringify(r, null, 2)}\n`);
+    } else {
+      process.stdout.write(r.stdout);
+      process.stderr.write(r.stderr);
+      if (r.exit_reason !== "ok" && r.exit_reason !== "error")
+        process.stderr.write(`scratchrun: ${r.exit_reason}${r.message ? `: ${r.message}` : ""}\n`);
+    }
+    if (parsed.outDir) {
+      mkdirSync(parsed.outDir, { recursive: true });
+      for (const f of outcome.files)
+        writeFileSync(join(parsed.outDir, basename(f.path)), f.content);
+    }
+    if (r.exit_code !== null) return r.exit_code;
+    return r.exit_reason === "timeout" ? 124 : 125;
+  } catch (e) {
+    process.stderr.write(
+      `scratchrun run: ${isScratchRunError(e) ? `${e.code}: ` : ""}${e instanceof Error ? e.message : String(e)}\n`,
+    );
+    return 2;
+  } finally {
+    await engine.close();
+  }
+}

@@ -1,0 +1,40 @@
+import type { AgentRequest } from "../protocol/types.js";
+import type { ExecRequest } from "../schema/exec.js";
+import { CODE_DIR, LIMITS, WORKDIR } from "../schema/limits.js";
+import { normaliseSandboxPath } from "../schema/paths.js";
+import { BASE_ENV, runtimeSpec } from "./runtimes.js";
+
+const encoder = new TextEncoder();
+
+/**
+ * Turns a validated call into the agent request: the code becomes a read-only file in the code
+ * directory, the caller's env is laid over the base env, paths become absolute.
+ */
+export function toAgentRequest(req: ExecRequest, uid: number | null): AgentRequest {
+  const spec = runtimeSpec(req.runtime);
+  const codePath = `${CODE_DIR}/${spec.codeFile}`;
+  const files = Object.entries(req.files).map(([path, content]) => {
+    const p = normaliseSandboxPath(path);
+    if (!p.ok) throw new Error(`unvalidated path reached the engine: ${p.error}`);
+    return { path: p.path, mode: 0o644, content: encoder.encode(content) };
+  });
+  const returnFiles = req.return_files.map((path) => {
+    const p = normaliseSandboxPath(path);
+    if (!p.ok) throw new Error(`unvalidated path reached the engine: ${p.error}`);
+    return p.path;
+  });
+  return {
+    timeoutMs: req.timeout_ms,
+    maxStdoutBytes: LIMITS.outputBytes.default,
+    maxStderrBytes: LIMITS.outputBytes.default,
+    maxFileBytes: LIMITS.returnFiles.maxFileBytes,
+    maxTotalFileBytes: LIMITS.returnFiles.maxTotalBytes,
+    uid,
+    gid: uid,
+    cwd: WORKDIR,
+    argv: [...spec.argv, codePath],
+    env: { ...BASE_ENV, ...req.env },
+    files: [{ path: codePath, mode: 0o444, content: encoder.encode(req.code) }, ...files],
+    returnFiles,
+  };
+}

@@ -1,0 +1,29 @@
+import { IMAGE_ENV, runtimeArgv } from "../images/manifest.js";
+import type { RuntimeName } from "../schema/exec.js";
+
+export interface RuntimeSpec {
+  /** Interpreter command inside the rootfs; the code file path is appended. */
+  argv: string[];
+  /** Name of the code file, whose extension some interpreters care about. */
+  codeFile: string;
+}
+
+const CODE_FILES: Record<RuntimeName, string> = {
+  "python3.12": "main.py",
+  "python3.11": "main.py",
+  node20: "main.js",
+  bash: "main.sh",
+};
+
+export function runtimeSpec(runtime: RuntimeName): RuntimeSpec {
+  return { argv: runtimeArgv(runtime), codeFile: CODE_FILES[runtime] };
+}
+
+/** The environment every call starts from; the caller's `env` is laid over it. */
+export const BASE_ENV: Readonly<Record<string, string>> = {
+  ...IMAGE_ENV,
+  USER: "user",
+  TMPDIR: "/tmp",
+  PYTHONUNBUFFERED: "1",
+  PYTHONDONTWRITEBYTECODE: "1",
+};

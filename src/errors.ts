@@ -1,0 +1,29 @@
+/**
+ * The one error class the engine throws, with string codes documented here. What the sandboxed
+ * program does wrong is never an error: it is a result with an exit_reason.
+ *
+ * Codes:
+ * - INVALID_INPUT      the request failed validation; nothing was started
+ * - NOT_READY          the host cannot run sandboxes (missing image, bwrap, QEMU, cgroups)
+ * - BUSY               admission refused: too many calls queued
+ * - SANDBOX_FAILED     the sandbox could not be set up or its agent broke the protocol
+ * - INTERNAL           a bug in ScratchRun
+ */
+export type ErrorCode = "INVALID_INPUT" | "NOT_READY" | "BUSY" | "SANDBOX_FAILED" | "INTERNAL";
+
+export class ScratchRunError extends Error {
+  readonly code: ErrorCode;
+  /** What the user or operator can do about it. */
+  readonly fix: string | undefined;
+
+  constructor(code: ErrorCode, message: string, options: { fix?: string; cause?: unknown } = {}) {
+    super(options.fix ? `${message}. ${options.fix}` : message, { cause: options.cause });
+    this.name = "ScratchRunError";
+    this.code = code;
+    this.fix = options.fix;
+  }
+}
+
+export function isScratchRunError(e: unknown): e is ScratchRunError {
+  return e instanceof ScratchRunError;
+}

@@ -1,0 +1,86 @@
+import { z } from "zod";
+import type { Engine, Progress } from "../engine/engine.js";
+import { isScratchRunError } from "../errors.js";
+import { execInputSchema, execOutputSchema } from "../schema/exec.js";
+import { LIMITS } from "../schema/limits.js";
+import { parseExecRequest } from "../schema/validate.js";
+import { toContentBlocks } from "./content.js";
+
+export const EXEC_TOOL_NAME = "scratchrun_exec";
+
+export function execToolDefinition(isolation: string) {
+  return {
+    name: EXEC_TOOL_NAME,
+    title: "Run code in a fresh sandbox",
+    description: [
+      "Runs code in a fresh, isolated sandbox that is destroyed after the call, and returns stdout,",
+      "stderr, exit code and any files you ask for. Nothing persists between calls: each call starts",
+      "from a clean machine, so send everything the code needs in `code` and `files`.",
+      "Runtimes: python3.12 and python3.11 (python3.11 has numpy, pandas, matplotlib, pillow, scipy),",
+      "node20, bash. Working directory /home/user; /tmp and the working directory are writable and",
+      "RAM-backed. Save plots to a file (e.g. /tmp/plot.png) and list it in `return_files`: PNG, JPG",
+      "and SVG come back as images.",
+      `Limits: timeout_ms default ${LIMITS.timeoutMs.default}, max ${LIMITS.timeoutMs.max};`,
+      `memory_mb default ${LIMITS.memoryMb.default}, max ${LIMITS.memoryMb.max};`,
+      `stdout/stderr ${LIMITS.outputBytes.default / 1024} KiB each; up to ${LIMITS.returnFiles.maxCount} return files.`,
+      "Pass secrets in `env`, never inside `code`.",
+      `Isolation on this server: ${isolation}.`,
+    ].join(" "),
+    inputSchema: z.toJSONSchema(execInputSchema, { io: "input" }),
+    outputSchema: z.toJSONSchema(execOutputSchema),
+    annotations: {
+      title: "Run code in a fresh sandbox",
+      readOnlyHint: false,
+      destructiveHint: false,
+      idempotentHint: false,
+      openWorldHint: true,
+    },
+  };
+}
+
+export interface ToolCallContext {
+  signal: AbortSignal;
+  progressToken?: string | number;
+  sendProgress?: (progress: number, message: string) => Promise<void>;
+}
+
+const STAGE_MESSAGES: Record<Exclude<Progress["stage"], "output">, [number, string]> = {
+  queued: [0, "queued"],
+  starting: [1, "starting sandbox"],
+  running: [2, "running"],
+  collecting: [3, "collecting files"],
+};
+
+/** Handles one tools/call: bad input and engine failures become isError results, never throws. */
+export async function callExecTool(engine: Engine, args: unknown, ctx: ToolCallContext) {
+  let req;
+  try {
+    req = parseExecRequest(args);
+  } catch (e) {
+    return errorResult(e);
+  }
+  try {
+    const outcome = await engine.execute(req, {
+      signal: ctx.signal,
+      onProgress: (p) => {
+        if (p.stage === "output" || !ctx.sendProgress) return;
+        const [n, message] = STAGE_MESSAGES[p.stage];
+        ctx.sendProgress(n, message).catch(() => {});
+      },
+    });
+    return {
+      content: toContentBlocks(outcome),
+      structuredContent: outcome.result,
+      isError: false,
+    };
+  } catch (e) {
+    return errorResult(e);
+  }
+}
+
+function errorResult(e: unknown) {
+  const text = isScratchRunError(e)
+    ? `${e.code}: ${e.message}`
+    : `INTERNAL: ${e instanceof Error ? e.message : String(e)}`;
+  return { content: [{ type: "text" as const, text }], isError: true };
+}

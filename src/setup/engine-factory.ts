@@ -1,0 +1,69 @@
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { NamespaceBackend } from "../backends/namespace/backend.js";
+import type { Backend } from "../backends/types.js";
+import { Engine, type EngineOptions } from "../engine/engine.js";
+import { ScratchRunError } from "../errors.js";
+import { findRootfs } from "../images/locate.js";
+import { PACKAGE_ROOT } from "../images/paths.js";
+
+export type IsolationChoice = "namespace" | "microvm";
+
+/** Where `npm run build` puts the static agent binary. */
+export const AGENT_DIR = join(PACKAGE_ROOT, "build", "guest");
+
+export function isolationChoice(env: NodeJS.ProcessEnv = process.env): IsolationChoice {
+  const v = env.SCRATCHRUN_ISOLATION ?? "namespace";
+  if (v === "namespace" || v === "microvm") return v;
+  throw new ScratchRunError(
+    "NOT_READY",
+    `SCRATCHRUN_ISOLATION=${JSON.stringify(v)} is not a backend`,
+    {
+      fix: 'Set it to "namespace" or "microvm"',
+    },
+  );
+}
+
+/** Checks every precondition of the namespace backend; throws NOT_READY with the fix. */
+export function namespacePreflight(env: NodeJS.ProcessEnv = process.env): { rootfsDir: string } {
+  if (process.getuid?.() !== 0)
+    throw new ScratchRunError(
+      "NOT_READY",
+      "ScratchRun must run as root to create cgroups and jails",
+      {
+        fix: "Run it as root (e.g. in a VM or container you control); `scratchrun doctor` lists every check",
+      },
+    );
+  if (!existsSync("/usr/bin/bwrap"))
+    throw new ScratchRunError("NOT_READY", "bubblewrap is not installed", {
+      fix: "Install it: apt-get install -y bubblewrap",
+    });
+  if (!existsSync(join(AGENT_DIR, "agent")))
+    throw new ScratchRunError("NOT_READY", `the sandbox agent is not built (${AGENT_DIR}/agent)`, {
+      fix: "Run `npm run build` in the package directory",
+    });
+  const rootfs = findRootfs(env);
+  if (!rootfs.ok) throw new ScratchRunError("NOT_READY", rootfs.error);
+  return { rootfsDir: rootfs.dir };
+}
+
+export async function createBackend(
+  choice: IsolationChoice,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<Backend> {
+  if (choice === "microvm")
+    throw new ScratchRunError("NOT_READY", "the microvm backend is not available in this build", {
+      fix: "Use SCRATCHRUN_ISOLATION=namespace",
+    });
+  const { rootfsDir } = namespacePreflight(env);
+  return new NamespaceBackend({ rootfsDir, agentDir: AGENT_DIR });
+}
+
+/** Builds the engine the environment asks for; refuses to start rather than downgrade. */
+export async function createEngineFromEnv(
+  env: NodeJS.ProcessEnv = process.env,
+  options: EngineOptions = {},
+): Promise<Engine> {
+  const backend = await createBackend(isolationChoice(env), env);
+  return new Engine(backend, { forceNetworkNone: env.SCRATCHRUN_NETWORK === "none", ...options });
+}
