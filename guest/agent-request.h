@@ -1,0 +1,43 @@
+/* The Q frame: parsing into NUL-terminated strings and validation. */
+#ifndef AGENT_REQUEST_H
+#define AGENT_REQUEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KEEP_ID 0xFFFFFFFFu
+
+struct req_file {
+  char *path;
+  uint32_t mode;
+  const uint8_t *data; /* points into the request payload */
+  uint32_t len;
+};
+
+struct request {
+  uint32_t version;
+  uint32_t timeout_ms;
+  uint64_t max_stdout, max_stderr, max_file, max_total;
+  uint32_t uid, gid;
+  char *cwd;
+  uint32_t argc;
+  char **argv; /* NULL-terminated */
+  uint32_t envc;
+  char **envp; /* NULL-terminated */
+  uint32_t filec;
+  struct req_file *files;
+  uint32_t retc;
+  char **rets;
+};
+
+/* Parses and validates a Q payload. On failure returns -1 and writes a reason to err.
+ * Allocations are bounded by a small multiple of len (counts are checked against the bytes left
+ * before anything is allocated). The request keeps pointers into payload. */
+int parse_request(const uint8_t *payload, size_t len, struct request *req, char *err,
+                  size_t errlen);
+
+/* 1 when p (len bytes, no terminator needed) is absolute, at most MAX_PATH_BYTES, has no NUL,
+ * no empty, "." or ".." component, and names something below "/" (not "/" itself). */
+int valid_abs_path(const char *p, size_t len);
+
+#endif

@@ -1,0 +1,307 @@
+/* Running the user code: spawn, forward output under caps, enforce the timeout, kill the whole
+ * tree, reap it. */
+#define _GNU_SOURCE
+#include "agent-run.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent-wire.h"
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+void kill_tree(void) { (void)kill(-1, SIGKILL); }
+
+void kill_and_reap(void) {
+  for (;;) {
+    kill_tree(); /* again after each reap: catches anything forked while we were killing */
+    pid_t p = waitpid(-1, NULL, __WALL);
+    if (p < 0) {
+      if (errno == EINTR) continue;
+      if (errno == ECHILD) return;
+      return; /* cannot happen with valid arguments */
+    }
+  }
+}
+
+/* What the child reports through the exec-error pipe when it fails before execve returns. */
+struct spawn_error {
+  int stage;
+  int err;
+};
+static const char *const stage_names[] = {"setup", "chdir", "execve"};
+
+/* Marks every fd >= 3 close-on-exec: the fds are gone once execve succeeds, while the
+ * exec-error pipe keeps working until then. */
+static void cloexec_from_3(void) {
+  if (syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) == 0) return;
+  long max = sysconf(_SC_OPEN_MAX);
+  if (max < 0 || max > 1048576) max = 1048576;
+  for (int fd = 3; fd < max; fd++) {
+    int flags = fcntl(fd, F_GETFD);
+    if (flags >= 0) (void)fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+  }
+}
+
+static void child_fail(int errfd, int stage) {
+  struct spawn_error se = {stage, errno};
+  (void)write_all(errfd, &se, sizeof se);
+  _exit(127);
+}
+
+/* In the forked child: never returns. */
+static void child_exec(const struct request *req, pid_t agent, int devnull, int out_w, int err_w,
+                       int errfd) {
+  if (setsid() < 0) child_fail(errfd, 0);
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) child_fail(errfd, 0);
+  if (getppid() != agent) _exit(127); /* the agent died before PDEATHSIG was armed */
+  if (dup2(devnull, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0) child_fail(errfd, 0);
+  if (chdir(req->cwd) < 0) child_fail(errfd, 1);
+  umask(022);
+  for (int s = 1; s < NSIG; s++)
+    if (s != SIGKILL && s != SIGSTOP) (void)signal(s, SIG_DFL); /* SIGPIPE was ignored */
+  sigset_t none;
+  sigemptyset(&none);
+  if (sigprocmask(SIG_SETMASK, &none, NULL) < 0) child_fail(errfd, 0);
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) child_fail(errfd, 0);
+  cloexec_from_3();
+  execve(req->argv[0], req->argv, req->envp);
+  child_fail(errfd, 2);
+}
+
+struct stream {
+  int fd;
+  uint8_t type;
+  uint64_t cap, sent;
+  uint8_t *truncated;
+};
+
+/* Reads once from s->fd and forwards at most the cap. Returns 1 on overflow, 0 otherwise;
+ * closes and marks the stream done on EOF (or EAGAIN when draining, *idle set). */
+static int pump(int host_out, struct stream *s, uint8_t *buf, int *idle) {
+  uint64_t room = *s->truncated ? 0 : s->cap - s->sent;
+  size_t want = *s->truncated || room >= MAX_CHUNK ? MAX_CHUNK : (size_t)(room + 1);
+  ssize_t n = read(s->fd, buf, want);
+  if (n < 0) {
+    if (errno == EINTR) return 0;
+    if (errno == EAGAIN && idle) {
+      *idle = 1;
+      return 0;
+    }
+    n = 0; /* treat read errors as EOF */
+  }
+  if (n == 0) {
+    close(s->fd);
+    s->fd = -1;
+    return 0;
+  }
+  size_t send = (uint64_t)n > room ? (size_t)room : (size_t)n;
+  if (send > 0) send_frame(host_out, s->type, buf, send);
+  s->sent += send;
+  if ((uint64_t)n > room && !*s->truncated) {
+    *s->truncated = 1;
+    return 1;
+  }
+  return 0; /* past the cap: discarded */
+}
+
+/* Host frames while the code runs: only K is expected. Returns 1 when the run must stop. */
+static int host_says_stop(int host_in, uint8_t *hbuf, size_t *hlen, const char **why) {
+  ssize_t n = read(host_in, hbuf + *hlen, 64 - *hlen);
+  if (n < 0) {
+    if (errno == EINTR || errno == EAGAIN) return 0;
+    n = 0;
+  }
+  if (n == 0) { /* host gone: nobody wants the result */
+    kill_and_reap();
+    _exit(3);
+  }
+  *hlen += (size_t)n;
+  if (*hlen < 5) return 0;
+  *why = (get_u32(hbuf) == 1 && hbuf[4] == T_KILL) ? "" : "unexpected frame from host";
+  return 1;
+}
+
+static void set_reason(struct run_result *res, int *decided, enum exit_reason r) {
+  if (*decided) return; /* the first termination reason wins */
+  res->reason = r;
+  res->value = 0;
+  *decided = 1;
+}
+
+void run_code(int host_in, int host_out, const struct request *req, struct run_result *res) {
+  memset(res, 0, sizeof *res);
+  int outp[2], errp[2], ep[2];
+  int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (devnull < 0 || pipe2(outp, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 ||
+      pipe2(ep, O_CLOEXEC) < 0) {
+    res->reason = R_SPAWN_FAILED;
+    snprintf(res->message, sizeof res->message, "pipes: %s", strerror(errno));
+    return;
+  }
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &chld, NULL);
+  int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (sfd < 0) {
+    res->reason = R_SPAWN_FAILED;
+    snprintf(res->message, sizeof res->message, "signalfd: %s", strerror(errno));
+    return;
+  }
+
+  pid_t agent = getpid();
+  uint64_t t0 = now_ms();
+  pid_t child = fork();
+  if (child < 0) {
+    res->reason = R_SPAWN_FAILED;
+    snprintf(res->message, sizeof res->message, "fork: %s", strerror(errno));
+    return;
+  }
+  if (child == 0) child_exec(req, agent, devnull, outp[1], errp[1], ep[1]);
+  close(outp[1]);
+  close(errp[1]);
+  close(ep[1]);
+  close(devnull);
+
+  struct spawn_error se;
+  ssize_t got = read_full(ep[0], &se, sizeof se);
+  close(ep[0]);
+  if (got == (ssize_t)sizeof se) {
+    kill_and_reap();
+    close(outp[0]);
+    close(errp[0]);
+    close(sfd);
+    res->reason = R_SPAWN_FAILED;
+    int st = se.stage >= 0 && se.stage <= 2 ? se.stage : 0;
+    snprintf(res->message, sizeof res->message, "%s %s: %s", stage_names[st],
+             st == 1 ? req->cwd : req->argv[0], strerror(se.err));
+    return;
+  }
+
+  uint8_t started[4];
+  put_u32(started, (uint32_t)child);
+  send_frame(host_out, T_STARTED, started, sizeof started);
+
+  uint8_t *buf = malloc(MAX_CHUNK);
+  if (!buf) {
+    kill_and_reap();
+    res->reason = R_SPAWN_FAILED;
+    snprintf(res->message, sizeof res->message, "out of memory");
+    return;
+  }
+  struct stream streams[2] = {
+      {outp[0], T_STDOUT, req->max_stdout, 0, &res->stdout_truncated},
+      {errp[0], T_STDERR, req->max_stderr, 0, &res->stderr_truncated},
+  };
+  uint64_t deadline = t0 + req->timeout_ms;
+  uint8_t hbuf[64];
+  size_t hlen = 0;
+  int decided = 0, main_done = 0, main_status = 0;
+
+  while (!main_done && !decided) {
+    uint64_t now = now_ms();
+    if (now >= deadline) {
+      set_reason(res, &decided, R_TIMEOUT);
+      break;
+    }
+    uint64_t left = deadline - now;
+    struct pollfd pfd[4] = {
+        {host_in, POLLIN, 0},
+        {streams[0].fd, POLLIN, 0},
+        {streams[1].fd, POLLIN, 0},
+        {sfd, POLLIN, 0},
+    };
+    int pr = poll(pfd, 4, left > 60000 ? 60000 : (int)left);
+    if (pr < 0) {
+      if (errno == EINTR) continue;
+      set_reason(res, &decided, R_KILLED);
+      snprintf(res->message, sizeof res->message, "poll: %s", strerror(errno));
+      break;
+    }
+    if (pfd[0].revents) {
+      const char *why = "";
+      if (host_says_stop(host_in, hbuf, &hlen, &why)) {
+        set_reason(res, &decided, R_KILLED);
+        snprintf(res->message, sizeof res->message, "%s", why);
+      }
+    }
+    for (int i = 0; i < 2; i++)
+      if (pfd[i + 1].revents && streams[i].fd >= 0 && pump(host_out, &streams[i], buf, NULL))
+        set_reason(res, &decided, R_OUTPUT_LIMIT);
+    if (pfd[3].revents) {
+      struct signalfd_siginfo si;
+      while (read(sfd, &si, sizeof si) > 0) {
+      }
+      for (;;) {
+        int st;
+        pid_t p = waitpid(-1, &st, WNOHANG | __WALL);
+        if (p <= 0) break;
+        if (p == child) {
+          main_done = 1;
+          main_status = st;
+        }
+      }
+    }
+  }
+
+  /* The tree dies whatever happened: background daemons do not outlive the call. Grandchildren
+   * may hold the pipes open, so never wait for pipe EOF before this. */
+  int st;
+  for (;;) {
+    kill_tree();
+    pid_t p = waitpid(-1, &st, __WALL);
+    if (p < 0 && errno == EINTR) continue;
+    if (p < 0) break;
+    if (p == child) {
+      main_done = 1;
+      main_status = st;
+    }
+  }
+  res->duration_ms = (uint32_t)(now_ms() - t0);
+  close(sfd);
+
+  /* Everything that could write to the pipes is dead: drain what is buffered. */
+  for (int i = 0; i < 2; i++) {
+    struct stream *s = &streams[i];
+    if (s->fd < 0) continue;
+    (void)fcntl(s->fd, F_SETFL, O_NONBLOCK);
+    int idle = 0;
+    while (s->fd >= 0 && !idle)
+      if (pump(host_out, s, buf, &idle)) set_reason(res, &decided, R_OUTPUT_LIMIT);
+    if (s->fd >= 0) close(s->fd);
+  }
+  free(buf);
+
+  if (!decided) {
+    if (main_done && WIFEXITED(main_status)) {
+      res->reason = R_EXITED;
+      res->value = WEXITSTATUS(main_status);
+    } else if (main_done && WIFSIGNALED(main_status)) {
+      res->reason = R_SIGNALED;
+      res->value = WTERMSIG(main_status);
+    } else {
+      res->reason = R_KILLED; /* unreachable: the loop ends only with a reason or main exit */
+    }
+  }
+}

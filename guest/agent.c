@@ -1,0 +1,211 @@
+/*
+ * ScratchRun sandbox agent: speaks docs/PROTOCOL.md on fd 0/1 (or on --channel PATH), runs one
+ * request, reports, exits. Everything the host sends is checked; everything the code does is
+ * contained by killing the whole process tree with kill(-1, SIGKILL), which is why the agent
+ * refuses to run where that could reach processes outside the sandbox.
+ *
+ * Usage: agent [--channel PATH] [--own-kernel]
+ *   --channel PATH  open PATH read/write for the protocol instead of using fd 0/1
+ *   --own-kernel    this kernel runs only this sandbox (microVM): kill(-1) is safe without a pid
+ *                   namespace, and /proc/vmstat oom_kill counts only this sandbox's OOM kills
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent-files.h"
+#include "agent-request.h"
+#include "agent-run.h"
+#include "agent-wire.h"
+
+/* The initial pid namespace has this fixed inode (PROC_PID_INIT_INO in the kernel). */
+#define PROC_PID_INIT_INO 0xEFFFFFFCu
+
+struct agent_opts {
+  const char *channel;
+  int own_kernel;
+};
+
+static int tree_started;
+
+static void host_gone(void) {
+  if (tree_started) kill_and_reap();
+}
+
+/* kill(-1) reaches every process we may signal except ourselves and the init of our pid
+ * namespace. That is the sandbox's tree only when we are in a non-initial pid namespace, are
+ * init ourselves, or the kernel is the sandbox's own. */
+static int kill_all_is_contained(const struct agent_opts *o) {
+  if (o->own_kernel || getpid() == 1) return 1;
+  struct stat st;
+  if (stat("/proc/self/ns/pid", &st) < 0) return 0;
+  return st.st_ino != PROC_PID_INIT_INO;
+}
+
+/* fds 0-2 must be open so that pipes never land on them (dup2 onto itself keeps CLOEXEC). */
+static int ensure_std_fds(void) {
+  for (int fd = 0; fd < 3; fd++) {
+    if (fcntl(fd, F_GETFD) >= 0) continue;
+    int n = open("/dev/null", O_RDWR);
+    if (n != fd) return -1;
+  }
+  return 0;
+}
+
+static uint32_t read_oom_kills(const struct agent_opts *o) {
+  if (!o->own_kernel) return 0; /* shared kernel: the host reads its cgroup instead */
+  FILE *f = fopen("/proc/vmstat", "re");
+  if (!f) return 0;
+  char line[128];
+  unsigned long long v = 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "oom_kill %llu", &v) == 1) break;
+  fclose(f);
+  return (uint32_t)v;
+}
+
+static void send_exit(int out, const struct run_result *r, uint32_t oom_kills) {
+  size_t mlen = strnlen(r->message, sizeof r->message);
+  if (mlen > MAX_MESSAGE_BYTES) mlen = MAX_MESSAGE_BYTES;
+  uint8_t p[1 + 4 + 1 + 1 + 4 + 4 + 4 + sizeof r->message];
+  size_t n = 0;
+  p[n++] = (uint8_t)r->reason;
+  put_u32(p + n, (uint32_t)r->value);
+  n += 4;
+  p[n++] = r->stdout_truncated;
+  p[n++] = r->stderr_truncated;
+  put_u32(p + n, r->duration_ms);
+  n += 4;
+  put_u32(p + n, oom_kills);
+  n += 4;
+  put_u32(p + n, (uint32_t)mlen);
+  n += 4;
+  memcpy(p + n, r->message, mlen);
+  n += mlen;
+  send_frame(out, T_EXIT, p, n);
+}
+
+/* X setup_failed, then D: no F frames (docs/PROTOCOL.md). */
+static int setup_failed(int out, const char *msg) {
+  struct run_result r;
+  memset(&r, 0, sizeof r);
+  r.reason = R_SETUP_FAILED;
+  snprintf(r.message, sizeof r.message, "%s", msg);
+  send_exit(out, &r, 0);
+  send_frame(out, T_DONE, NULL, 0);
+  return 0;
+}
+
+static int drop_privileges(const struct request *req, char *err, size_t errlen) {
+  if (req->uid == KEEP_ID) return 0;
+  if (setgroups(0, NULL) < 0) {
+    snprintf(err, errlen, "setgroups: %s", strerror(errno));
+    return -1;
+  }
+  if (setresgid(req->gid, req->gid, req->gid) < 0) {
+    snprintf(err, errlen, "setresgid %u: %s", req->gid, strerror(errno));
+    return -1;
+  }
+  if (setresuid(req->uid, req->uid, req->uid) < 0) {
+    snprintf(err, errlen, "setresuid %u: %s", req->uid, strerror(errno));
+    return -1;
+  }
+  uid_t ru, eu, su;
+  gid_t rg, eg, sg;
+  if (getresuid(&ru, &eu, &su) < 0 || getresgid(&rg, &eg, &sg) < 0 || ru != req->uid ||
+      eu != req->uid || su != req->uid || rg != req->gid || eg != req->gid || sg != req->gid) {
+    snprintf(err, errlen, "credentials did not change as requested");
+    return -1;
+  }
+  if (req->uid != 0 && setuid(0) == 0) {
+    snprintf(err, errlen, "could regain uid 0 after dropping privileges");
+    return -1;
+  }
+  return 0;
+}
+
+/* One request, start to finish. Returns the process exit code. */
+static int agent_main(const struct agent_opts *o) {
+  signal(SIGPIPE, SIG_IGN);
+  umask(0); /* request files get exactly the mode asked for */
+  if (ensure_std_fds() < 0) return 2;
+  if (!kill_all_is_contained(o)) {
+    fprintf(stderr,
+            "agent: refusing to run: not in a pid namespace, not pid 1 and no --own-kernel; "
+            "kill(-1) would reach processes outside the sandbox\n");
+    return 2;
+  }
+  int in = 0, out = 1;
+  if (o->channel) {
+    int fd = open(o->channel, O_RDWR | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+      fprintf(stderr, "agent: open %s: %s\n", o->channel, strerror(errno));
+      return 2;
+    }
+    in = out = fd;
+  }
+  /* The code may share our uid (namespace backend): keep it from ptracing or reading us. */
+  (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0) {
+    fprintf(stderr, "agent: PR_SET_CHILD_SUBREAPER: %s\n", strerror(errno));
+    return 2;
+  }
+  on_host_lost = host_gone;
+
+  uint8_t ready[4];
+  put_u32(ready, PROTOCOL_VERSION);
+  send_frame(out, T_READY, ready, sizeof ready);
+
+  uint8_t hdr[5];
+  ssize_t n = read_full(in, hdr, sizeof hdr);
+  if (n == 0) return 0; /* host went away before asking for anything */
+  if (n != (ssize_t)sizeof hdr) return 3;
+  uint32_t len = get_u32(hdr);
+  if (hdr[4] != T_REQUEST) return setup_failed(out, "protocol: first host frame is not Q");
+  if (len < 1 || len > MAX_REQUEST_FRAME)
+    return setup_failed(out, "protocol: Q frame length out of range");
+  size_t plen = len - 1;
+  uint8_t *payload = malloc(plen ? plen : 1);
+  if (!payload) return setup_failed(out, "out of memory for the request");
+  if (read_full(in, payload, plen) != (ssize_t)plen) return 3;
+
+  struct request req;
+  char err[256];
+  if (parse_request(payload, plen, &req, err, sizeof err) < 0) return setup_failed(out, err);
+  if (drop_privileges(&req, err, sizeof err) < 0) return setup_failed(out, err);
+  if (write_request_files(&req, err, sizeof err) < 0) return setup_failed(out, err);
+
+  uint32_t oom_before = read_oom_kills(o);
+  struct run_result res;
+  tree_started = 1;
+  run_code(in, out, &req, &res);
+  tree_started = 0;
+  uint32_t oom_after = read_oom_kills(o);
+  send_exit(out, &res, oom_after >= oom_before ? oom_after - oom_before : 0);
+  if (res.reason != R_SPAWN_FAILED) send_return_files(out, &req);
+  send_frame(out, T_DONE, NULL, 0);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  struct agent_opts o = {NULL, 0};
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--channel") == 0 && i + 1 < argc) {
+      o.channel = argv[++i];
+    } else if (strcmp(argv[i], "--own-kernel") == 0) {
+      o.own_kernel = 1;
+    } else {
+      fprintf(stderr, "usage: agent [--channel PATH] [--own-kernel]\n");
+      return 2;
+    }
+  }
+  return agent_main(&o);
+}

@@ -1,0 +1,75 @@
+// Builds the sandbox agent (guest/agent.c + guest/agent-*.c) into build/guest/agent as a static
+// binary, only when a source is newer than the binary. Run by `npm run build`.
+import { spawnSync } from "node:child_process";
+import {
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const guest = join(root, "guest");
+const out = join(root, "build", "guest", "agent");
+const sources = readdirSync(guest)
+  .filter((f) => f === "agent.c" || /^agent-[a-z0-9-]+\.c$/.test(f))
+  .sort()
+  .map((f) => join(guest, f));
+const headers = readdirSync(guest)
+  .filter((f) => /^agent-[a-z0-9-]+\.h$/.test(f))
+  .map((f) => join(guest, f));
+const flags = ["-static", "-O2", "-Wall", "-Wextra", "-Werror", "-std=gnu11"];
+
+function fail(message) {
+  console.error(`build-guest: ${message}`);
+  process.exit(1);
+}
+
+if (!sources.includes(join(guest, "agent.c"))) fail(`missing ${join(guest, "agent.c")}`);
+
+const newest = Math.max(
+  ...[...sources, ...headers, fileURLToPath(import.meta.url)].map((f) => statSync(f).mtimeMs),
+);
+if (existsSync(out) && statSync(out).mtimeMs >= newest) {
+  console.log(`build-guest: ${out} is up to date`);
+  process.exit(0);
+}
+
+const cc = process.env.CC ?? "gcc";
+const probe = spawnSync(cc, ["--version"], { encoding: "utf8" });
+if (probe.error || probe.status !== 0)
+  fail(`C compiler '${cc}' not found. Install it: apt-get install gcc (or set CC).`);
+
+// A static link needs libc.a; check with a tiny program so the message says what is missing.
+const probeDir = join(tmpdir(), `scratchrun-build-guest-${process.pid}`);
+mkdirSync(probeDir, { recursive: true });
+try {
+  writeFileSync(join(probeDir, "p.c"), "int main(void) { return 0; }\n");
+  const r = spawnSync(cc, ["-static", "-o", join(probeDir, "p"), join(probeDir, "p.c")], {
+    encoding: "utf8",
+  });
+  if (r.status !== 0)
+    fail(
+      `'${cc} -static' cannot link (static glibc missing?). Install it: apt-get install libc6-dev\n${r.stderr}`,
+    );
+} finally {
+  rmSync(probeDir, { recursive: true, force: true });
+}
+
+mkdirSync(dirname(out), { recursive: true });
+const tmpOut = `${out}.tmp-${process.pid}`;
+const args = [...flags, "-o", tmpOut, ...sources];
+console.log(`build-guest: ${cc} ${args.join(" ")}`);
+const r = spawnSync(cc, args, { stdio: "inherit" });
+if (r.status !== 0) {
+  rmSync(tmpOut, { force: true });
+  fail(`compiling the agent failed (exit ${r.status ?? r.signal})`);
+}
+renameSync(tmpOut, out);
+console.log(`build-guest: built ${out}`);
