@@ -1,0 +1,219 @@
+/**
+ * Policy -> nftables ruleset, pure. One `nft -f` script per sandbox, loaded in the uplink network
+ * namespace (the host's root namespace in production), creating two tables named for the sandbox:
+ *
+ *  - `netdev <table>`: ingress hook on the sandbox's host-side link, before any routing. Only IPv4
+ *    from the sandbox's own address, IPv6 from its own address (plus neighbour discovery) and ARP
+ *    for its own address pass; every other frame (spoofed source, non-IP, VLAN) is dropped.
+ *  - `inet <table>`: forward hook: from the sandbox, every blocked destination and every host
+ *    address is dropped for every protocol, the rest accepted (masqueraded out); to the sandbox,
+ *    only replies. Input hook: nothing from the sandbox reaches the host itself (except neighbour
+ *    discovery). Every rule block ends in a counted catch-all drop.
+ *
+ * Per-sandbox tables (rather than one shared table) make apply and teardown one atomic transaction
+ * each, and one sandbox's rules can never shadow another's. Base chains use policy accept and match
+ * only their own link, because an accept in one base chain does not stop another table's chain on
+ * the same hook from dropping: sandboxes compose, the host's own firewall still applies.
+ */
+import { classifyAddress, cidrText, parseStrict, type Cidr } from "./addresses.js";
+import { formatIpv4, formatIpv6 } from "./parse-address.js";
+
+export interface EgressPolicy {
+  /** nft table name (both families), unique per sandbox, e.g. "sr-abc123". */
+  table: string;
+  /** The sandbox's link as seen in the uplink namespace (host end of the veth). */
+  hostIfname: string;
+  /** The only IPv4 source the sandbox may use. */
+  sandboxV4: string;
+  /** Host end of the link: the sandbox's gateway (ARP is allowed for it only). */
+  gatewayV4: string;
+  /** The only global IPv6 source the sandbox may use; null: no IPv6 leaves the sandbox at all. */
+  sandboxV6: string | null;
+  /** Addresses of the host itself, dropped in forward too (input is dropped wholesale anyway). */
+  hostAddresses: readonly string[];
+  /** DNS resolvers the sandbox is given. One inside a blocked range gets a port-53-only exception. */
+  dnsResolvers: readonly string[];
+  /** Blocked destination ranges; normally BLOCKED_CIDRS. */
+  blocked: readonly Cidr[];
+}
+
+/** Names of the named counters the ruleset creates (sum with parseCounters). */
+export const COUNTER_BLOCKED = "blocked";
+export const COUNTER_LINK = "link_dropped";
+
+const IFNAME = /^[A-Za-z0-9_.-]{1,15}$/;
+const TABLE = /^[A-Za-z][A-Za-z0-9_-]{0,62}$/;
+
+function canonical(addr: string, family: 4 | 6 | null, what: string): string {
+  const p = parseStrict(addr);
+  if (!p || (family !== null && p.family !== family)) {
+    throw new TypeError(`${what}: not a literal IPv${family ?? "4/6"} address: ${addr}`);
+  }
+  return p.family === 4 ? formatIpv4(p.value) : formatIpv6(p.value);
+}
+
+function setBlock(name: string, type: string, elements: string[]): string[] {
+  return [
+    `\tset ${name} {`,
+    `\t\ttype ${type}`,
+    `\t\tflags interval`,
+    `\t\tauto-merge`,
+    `\t\telements = { ${elements.join(", ")} }`,
+    `\t}`,
+  ];
+}
+
+const DROP = `counter name "${COUNTER_BLOCKED}" drop`;
+
+/** Renders the complete `nft -f` script for one sandbox. Throws TypeError on malformed input. */
+export function renderEgressRuleset(policy: EgressPolicy): string {
+  if (!TABLE.test(policy.table)) throw new TypeError(`bad table name: ${policy.table}`);
+  if (!IFNAME.test(policy.hostIfname)) throw new TypeError(`bad ifname: ${policy.hostIfname}`);
+  const t = policy.table;
+  const dev = policy.hostIfname;
+  const s4 = canonical(policy.sandboxV4, 4, "sandboxV4");
+  const gw4 = canonical(policy.gatewayV4, 4, "gatewayV4");
+  const s6 = policy.sandboxV6 === null ? null : canonical(policy.sandboxV6, 6, "sandboxV6");
+  const host = policy.hostAddresses.map((a) => canonical(a, null, "hostAddresses"));
+  const host4 = host.filter((a) => !a.includes(":"));
+  const host6 = host.filter((a) => a.includes(":"));
+  const resolvers = policy.dnsResolvers.map((a) => canonical(a, null, "dnsResolvers"));
+  for (const r of resolvers) {
+    const c = classifyAddress(r);
+    if (c.valid && (c.range === "loopback" || c.range === "unspecified" || host.includes(r))) {
+      throw new TypeError(`dnsResolvers: ${r} is the host or loopback; the sandbox cannot use it`);
+    }
+  }
+  const blocked4 = policy.blocked.filter((c) => c.family === 4).map(cidrText);
+  const blocked6 = policy.blocked.filter((c) => c.family === 6).map(cidrText);
+  if (blocked4.length === 0 || blocked6.length === 0) {
+    throw new TypeError("blocked: both families need at least one range");
+  }
+  const ind = (rules: string[]): string[] => rules.map((r) => `\t\t${r}`);
+
+  const ingress: string[] = [
+    `type filter hook ingress device "${dev}" priority -500; policy drop;`,
+    `ether type arp arp htype 1 arp ptype ip arp hlen 6 arp plen 4 arp saddr ip ${s4} arp daddr ip ${gw4} accept`,
+    `ether type ip ip saddr ${s4} accept`,
+  ];
+  if (s6 !== null) {
+    ingress.push(`ether type ip6 ip6 saddr ${s6} accept`);
+    ingress.push(
+      `ether type ip6 ip6 saddr { ::, fe80::/10 } icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } ip6 hoplimit 255 accept`,
+    );
+  }
+  ingress.push(`counter name "${COUNTER_LINK}" drop`);
+
+  const fromSandbox: string[] = [`meta nfproto ipv4 ip saddr != ${s4} ${DROP}`];
+  fromSandbox.push(
+    s6 === null ? `meta nfproto ipv6 ${DROP}` : `meta nfproto ipv6 ip6 saddr != ${s6} ${DROP}`,
+  );
+  for (const r of resolvers) {
+    if (!classifyAddress(r).blocked) continue; // a public resolver needs no exception
+    const ipf = r.includes(":") ? "ip6" : "ip";
+    fromSandbox.push(`${ipf} daddr ${r} udp dport 53 accept`);
+    fromSandbox.push(`${ipf} daddr ${r} tcp dport 53 accept`);
+  }
+  fromSandbox.push(`ip daddr @blocked4 ${DROP}`, `ip6 daddr @blocked6 ${DROP}`);
+  if (host4.length > 0) fromSandbox.push(`ip daddr { ${host4.join(", ")} } ${DROP}`);
+  if (host6.length > 0) fromSandbox.push(`ip6 daddr { ${host6.join(", ")} } ${DROP}`);
+  fromSandbox.push(`ip saddr ${s4} accept`);
+  if (s6 !== null) fromSandbox.push(`ip6 saddr ${s6} accept`);
+  fromSandbox.push(DROP);
+
+  const toHost: string[] = [];
+  if (s6 !== null) {
+    toHost.push(`icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } ip6 hoplimit 255 accept`);
+  }
+  toHost.push(DROP);
+
+  const nat = [`type nat hook postrouting priority srcnat; policy accept;`];
+  nat.push(`iifname "${dev}" oifname != "${dev}" ip saddr ${s4} masquerade`);
+  if (s6 !== null) nat.push(`iifname "${dev}" oifname != "${dev}" ip6 saddr ${s6} masquerade`);
+
+  const lines = [
+    `# ScratchRun egress policy for ${t} (src/net/nftables.ts). Loaded atomically.`,
+    `table netdev ${t}`,
+    `delete table netdev ${t}`,
+    `table inet ${t}`,
+    `delete table inet ${t}`,
+    `table netdev ${t} {`,
+    `\tcounter ${COUNTER_LINK} {`,
+    `\t}`,
+    `\tchain ingress {`,
+    ...ind(ingress),
+    `\t}`,
+    `}`,
+    `table inet ${t} {`,
+    `\tcounter ${COUNTER_BLOCKED} {`,
+    `\t}`,
+    ...setBlock("blocked4", "ipv4_addr", blocked4),
+    ...setBlock("blocked6", "ipv6_addr", blocked6),
+    `\tchain forward {`,
+    ...ind([
+      `type filter hook forward priority -10; policy accept;`,
+      `iifname "${dev}" jump from_sandbox`,
+      `oifname "${dev}" jump to_sandbox`,
+    ]),
+    `\t}`,
+    `\tchain from_sandbox {`,
+    ...ind(fromSandbox),
+    `\t}`,
+    `\tchain to_sandbox {`,
+    ...ind([`ct state established,related accept`, DROP]),
+    `\t}`,
+    `\tchain input {`,
+    ...ind([
+      `type filter hook input priority -10; policy accept;`,
+      `iifname "${dev}" jump sandbox_to_host`,
+    ]),
+    `\t}`,
+    `\tchain sandbox_to_host {`,
+    ...ind(toHost),
+    `\t}`,
+    `\tchain postrouting {`,
+    ...ind(nat),
+    `\t}`,
+    `}`,
+  ];
+  return lines.join("\n") + "\n";
+}
+
+/** Script that removes one sandbox's tables; safe when they are already gone. */
+export function renderEgressTeardown(table: string): string {
+  if (!TABLE.test(table)) throw new TypeError(`bad table name: ${table}`);
+  return [
+    `table netdev ${table}`,
+    `delete table netdev ${table}`,
+    `table inet ${table}`,
+    `delete table inet ${table}`,
+    ``,
+  ].join("\n");
+}
+
+export interface EgressCounters {
+  /** Packets dropped for destination (blocked range, host, inbound, catch-all). */
+  blocked: number;
+  /** Frames dropped at the link: spoofed source, non-IP, stray neighbour traffic. */
+  linkDropped: number;
+}
+
+/** Reads the two counters of `table` from `nft -j list counters` output. Missing: zero. */
+export function parseCounters(json: string, table: string): EgressCounters {
+  const out: EgressCounters = { blocked: 0, linkDropped: 0 };
+  let doc: unknown;
+  try {
+    doc = JSON.parse(json);
+  } catch {
+    return out;
+  }
+  const items = (doc as { nftables?: unknown }).nftables;
+  if (!Array.isArray(items)) return out;
+  for (const item of items) {
+    const c = (item as { counter?: Record<string, unknown> }).counter;
+    if (!c || c.table !== table || typeof c.packets !== "number") continue;
+    if (c.family === "inet" && c.name === COUNTER_BLOCKED) out.blocked += c.packets;
+    if (c.family === "netdev" && c.name === COUNTER_LINK) out.linkDropped += c.packets;
+  }
+  return out;
+}
