@@ -1,0 +1,179 @@
+/**
+ * Builds what a microVM boots: the guest kernel (ELF vmlinux extracted from the host's Debian
+ * cloud kernel), the initramfs (busybox, modules, init, agent, reseed helper) and the read-only
+ * erofs disk made from a runtime rootfs directory. Everything is cached by content hash.
+ */
+import { createHash } from "node:crypto";
+import { execFileSync } from "node:child_process";
+import {
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+} from "node:fs";
+import { writeFileSync } from "node:fs";
+import { homedir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { writeCpioNewc, type CpioEntry } from "./cpio.js";
+import { extractVmlinux } from "./kernel.js";
+import { resolveModuleOrder } from "./modules.js";
+
+/** The repository (or installed package) root: this file is dist/src/backends/microvm/build.js. */
+export const PACKAGE_ROOT = fileURLToPath(new URL("../../../../", import.meta.url));
+
+export interface VmArtifacts {
+  /** ELF vmlinux, booted through its PVH entry. */
+  kernel: string;
+  /** Uncompressed newc cpio. */
+  initramfs: string;
+}
+
+export interface BuildOptions {
+  /** Compressed kernel to extract; default: the newest /boot/vmlinuz-*-cloud-amd64. */
+  vmlinuz?: string;
+  /** Default: /lib/modules/<release of vmlinuz>. */
+  modulesDir?: string;
+  /** Static guest agent; default: <package>/build/guest/agent. */
+  agent?: string;
+  /** Static busybox; default: /bin/busybox (Debian's busybox-static). */
+  busybox?: string;
+  cacheRoot?: string;
+}
+
+export function defaultCacheRoot(): string {
+  const base = process.env.XDG_CACHE_HOME || join(homedir(), ".cache");
+  return join(base, "scratchrun");
+}
+
+/** Newest Debian cloud kernel in /boot, or null. */
+export function findHostKernel(bootDir = "/boot"): { vmlinuz: string; release: string } | null {
+  let names: string[];
+  try {
+    names = readdirSync(bootDir).filter((n) => /^vmlinuz-.*-cloud-amd64$/.test(n));
+  } catch {
+    return null;
+  }
+  names.sort((a, b) => a.localeCompare(b, undefined, { numeric: true }));
+  const last = names.at(-1);
+  return last ? { vmlinuz: join(bootDir, last), release: last.slice("vmlinuz-".length) } : null;
+}
+
+function writeAtomic(path: string, data: Uint8Array): void {
+  const tmp = `${path}.tmp-${process.pid}`;
+  writeFileSync(tmp, data, { mode: 0o644 });
+  renameSync(tmp, path);
+}
+
+function sha256(...parts: (string | Uint8Array)[]): string {
+  const h = createHash("sha256");
+  for (const p of parts) h.update(p).update("\0");
+  return h.digest("hex").slice(0, 16);
+}
+
+function compileReseed(out: string): void {
+  const src = join(PACKAGE_ROOT, "guest", "reseed-rng.c");
+  execFileSync(process.env.CC || "cc", ["-static", "-Os", "-Wall", "-o", out, src], {
+    stdio: ["ignore", "ignore", "inherit"],
+  });
+}
+
+/** Builds (or finds in the cache) the kernel and initramfs for the given inputs. */
+export function buildVmArtifacts(opts: BuildOptions = {}): VmArtifacts {
+  const host = findHostKernel();
+  const vmlinuz = opts.vmlinuz ?? host?.vmlinuz;
+  if (!vmlinuz)
+    throw new Error("no guest kernel: install linux-image-cloud-amd64 or pass a vmlinuz path");
+  const release = /vmlinuz-(.+)$/.exec(vmlinuz)?.[1] ?? host?.release ?? "";
+  const modulesDir = opts.modulesDir ?? join("/lib/modules", release);
+  const agent = opts.agent ?? join(PACKAGE_ROOT, "build", "guest", "agent");
+  const busybox = opts.busybox ?? "/bin/busybox";
+  for (const [what, path] of [
+    ["modules", join(modulesDir, "modules.dep")],
+    ["guest agent (run: node scripts/build-guest.mjs)", agent],
+    ["busybox (apt-get install busybox-static)", busybox],
+  ] as const)
+    if (!existsSync(path)) throw new Error(`missing ${what}: ${path}`);
+
+  const init = readFileSync(join(PACKAGE_ROOT, "guest", "init"));
+  const reseedSrc = readFileSync(join(PACKAGE_ROOT, "guest", "reseed-rng.c"));
+  const wanted = readFileSync(join(PACKAGE_ROOT, "images", "vm", "modules.txt"), "utf8")
+    .split("\n")
+    .map((l) => l.trim())
+    .filter((l) => l !== "" && !l.startsWith("#"));
+  const order = resolveModuleOrder(readFileSync(join(modulesDir, "modules.dep"), "utf8"), wanted);
+  const kst = statSync(vmlinuz);
+  const key = sha256(
+    vmlinuz,
+    String(kst.size),
+    String(kst.mtimeMs),
+    init,
+    reseedSrc,
+    readFileSync(agent),
+    readFileSync(busybox),
+    order.join(","),
+  );
+  const dir = join(opts.cacheRoot ?? defaultCacheRoot(), "vm", key);
+  const out: VmArtifacts = { kernel: join(dir, "vmlinux"), initramfs: join(dir, "initramfs.cpio") };
+  if (existsSync(out.kernel) && existsSync(out.initramfs)) return out;
+  mkdirSync(dir, { recursive: true });
+
+  const reseed = join(dir, "reseed-rng");
+  compileReseed(reseed);
+  const entries: CpioEntry[] = [
+    ...["bin", "dev", "proc", "sys", "etc", "lib", "lib/modules", "tmp"].map((path): CpioEntry => ({
+      kind: "dir",
+      path,
+      mode: 0o755,
+    })),
+    { kind: "chardev", path: "dev/console", mode: 0o600, major: 5, minor: 1 },
+    { kind: "chardev", path: "dev/null", mode: 0o666, major: 1, minor: 3 },
+    { kind: "file", path: "bin/busybox", mode: 0o755, content: readFileSync(busybox) },
+    { kind: "symlink", path: "bin/sh", target: "busybox" },
+    { kind: "file", path: "init", mode: 0o755, content: init },
+    { kind: "file", path: "agent", mode: 0o755, content: readFileSync(agent) },
+    { kind: "file", path: "reseed-rng", mode: 0o755, content: readFileSync(reseed) },
+    {
+      kind: "file",
+      path: "etc/modules.order",
+      mode: 0o644,
+      content: Buffer.from(order.map((p) => p.slice(p.lastIndexOf("/") + 1)).join("\n") + "\n"),
+    },
+    ...order.map((p): CpioEntry => ({
+      kind: "file",
+      path: `lib/modules/${p.slice(p.lastIndexOf("/") + 1)}`,
+      mode: 0o644,
+      content: readFileSync(join(modulesDir, p)),
+    })),
+  ];
+  writeAtomic(out.initramfs, writeCpioNewc(entries));
+  writeAtomic(out.kernel, extractVmlinux(readFileSync(vmlinuz)));
+  rmSync(reseed, { force: true });
+  return out;
+}
+
+/**
+ * The runtime rootfs directory as a read-only erofs disk image, cached next to it
+ * (`<rootfs>.erofs`). Uncompressed: under TCG decompression costs more than the page cache.
+ */
+export function ensureRootDisk(rootfsDir: string): string {
+  const image = `${rootfsDir.replace(/\/+$/, "")}.erofs`;
+  if (existsSync(image) && statSync(image).mtimeMs >= statSync(rootfsDir).mtimeMs) return image;
+  const tmp = `${image}.tmp-${process.pid}`;
+  mkdirSync(dirname(image), { recursive: true });
+  try {
+    execFileSync("mkfs.erofs", ["-T0", tmp, rootfsDir], {
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+  } catch (err) {
+    rmSync(tmp, { force: true });
+    throw new Error(
+      `mkfs.erofs failed for ${rootfsDir} (apt-get install erofs-utils): ${String(err)}`,
+    );
+  }
+  renameSync(tmp, image);
+  return image;
+}
