@@ -1,0 +1,77 @@
+import { z } from "zod";
+import { RUNTIMES, type RuntimeName } from "../schema/exec.js";
+import { IN_IMAGE } from "./paths.js";
+
+/**
+ * The interpreter command of each runtime inside the image; the engine appends the code file.
+ * Fixed paths, so callers need no manifest to build a command line.
+ */
+const ARGV: Record<RuntimeName, readonly string[]> = {
+  "python3.12": [IN_IMAGE.python312],
+  "python3.11": [IN_IMAGE.python311],
+  node20: [IN_IMAGE.node20],
+  bash: [IN_IMAGE.bash],
+};
+
+export function runtimeArgv(runtime: RuntimeName): string[] {
+  return [...ARGV[runtime]];
+}
+
+/** Environment every sandbox should start with (PATH finds python3.12/node, headless plots). */
+export const IMAGE_ENV: Readonly<Record<string, string>> = {
+  PATH: "/usr/local/bin:/usr/bin:/bin",
+  HOME: IN_IMAGE.mountPoints[0],
+  LANG: "C.UTF-8",
+  MPLBACKEND: "Agg",
+};
+
+const runtimeInfo = z
+  .object({
+    /** Interpreter command; the engine appends the code file. */
+    argv: z.array(z.string()).min(1),
+    /** As the interpreter reports it from inside the built image, e.g. "3.12.1", "v20.20.2". */
+    version: z.string().min(1),
+    /** Installed distributions (name -> version) as importlib.metadata reports them. */
+    packages: z.record(z.string(), z.string()).optional(),
+  })
+  .strict();
+
+export const manifestSchema = z
+  .object({
+    format: z.literal(1),
+    recipeHash: z.string().regex(/^[0-9a-f]{16,64}$/),
+    builtAt: z.string(),
+    /** Bytes on disk of the rootfs directory (manifest excluded). */
+    sizeBytes: z.number().int().nonnegative(),
+    env: z.record(z.string(), z.string()),
+    runtimes: z
+      .object(
+        Object.fromEntries(RUNTIMES.map((r) => [r, runtimeInfo])) as Record<
+          RuntimeName,
+          typeof runtimeInfo
+        >,
+      )
+      .strict(),
+    /** How python3.12's third-party packages got there: wheelhouse, PyPI, or not at all. */
+    python312PackagesFrom: z.enum(["wheelhouse", "pypi", "none"]),
+    notes: z.array(z.string()),
+  })
+  .strict();
+
+export type RuntimeInfo = z.infer<typeof runtimeInfo>;
+export type Manifest = z.infer<typeof manifestSchema>;
+
+/** Parses manifest.json text; a damaged or foreign manifest is an error string, not a throw. */
+export function parseManifest(
+  text: string,
+): { ok: true; manifest: Manifest } | { ok: false; error: string } {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (e) {
+    return { ok: false, error: `manifest is not JSON: ${(e as Error).message}` };
+  }
+  const parsed = manifestSchema.safeParse(raw);
+  if (!parsed.success) return { ok: false, error: `manifest is invalid: ${parsed.error.message}` };
+  return { ok: true, manifest: parsed.data };
+}

@@ -1,0 +1,35 @@
+import { homedir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+/** The package root (holds images/, scripts/, dist/); this file lives at dist/src/images/. */
+export const PACKAGE_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
+
+/** The recipe files of the runtime root filesystem (package list, pins, config). */
+export const RECIPE_DIR = join(PACKAGE_ROOT, "images", "rootfs");
+
+/** The command-line entry that builds the image (its content is part of the recipe). */
+export const BUILD_SCRIPT = join(PACKAGE_ROOT, "scripts", "build-images.mjs");
+
+/**
+ * Where built images live: $SCRATCHRUN_IMAGES, else $XDG_CACHE_HOME/scratchrun/images, else
+ * ~/.cache/scratchrun/images.
+ */
+export function imagesDir(env: NodeJS.ProcessEnv = process.env): string {
+  if (env.SCRATCHRUN_IMAGES) return resolve(env.SCRATCHRUN_IMAGES);
+  const cache = env.XDG_CACHE_HOME ? resolve(env.XDG_CACHE_HOME) : join(homedir(), ".cache");
+  return join(cache, "scratchrun", "images");
+}
+
+export const ROOTFS_PREFIX = "rootfs-";
+export const MANIFEST_FILE = "manifest.json";
+
+/** Paths inside the image (absolute within the rootfs). */
+export const IN_IMAGE = {
+  python312Prefix: "/opt/python3.12",
+  python312: "/opt/python3.12/bin/python3.12",
+  python311: "/usr/bin/python3.11",
+  node20: "/opt/node20/bin/node",
+  bash: "/bin/bash",
+  mountPoints: ["/home/user", "/run/scratchrun", "/opt/scratchrun"],
+} as const;

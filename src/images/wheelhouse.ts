@@ -1,0 +1,110 @@
+import { IN_IMAGE } from "./paths.js";
+import { listWheels } from "./recipe.js";
+import { checkInRootfs, type Bind } from "./rootfs-exec.js";
+
+/** Where build steps see host inputs inside the image (an empty mount point the image has). */
+const INPUT_MOUNT = "/run/scratchrun";
+
+export interface Python312Target {
+  rootfs: string;
+  /**
+   * A host copy of the 3.12 prefix to install into, mounted over /opt/python3.12 while the rootfs
+   * stays read-only; omitted, the rootfs's own /opt/python3.12 is written.
+   */
+  pythonDir?: string;
+  onProgress?: (line: string) => void;
+}
+
+function targetBinds(t: Python312Target): { writable: boolean; binds: Bind[] } {
+  return t.pythonDir
+    ? { writable: false, binds: [{ src: t.pythonDir, dest: IN_IMAGE.python312Prefix, rw: true }] }
+    : { writable: true, binds: [] };
+}
+
+const PIP_COMMON = [
+  "-m",
+  "pip",
+  "install",
+  "--no-cache-dir",
+  "--disable-pip-version-check",
+  "--no-warn-script-location",
+  "--root-user-action=ignore",
+];
+
+/**
+ * Installs every wheel in `wheelhouse` into python3.12, offline (--no-index): the wheels present
+ * are the pins. Dependencies must be in the wheelhouse too, or pip fails and so does the build.
+ */
+export async function installWheelhouse(
+  target: Python312Target,
+  wheelhouse: string,
+): Promise<string[]> {
+  const wheels = listWheels(wheelhouse);
+  if (wheels.length === 0)
+    throw new Error(`SCRATCHRUN_WHEELHOUSE ${wheelhouse} holds no .whl file`);
+  const { writable, binds } = targetBinds(target);
+  const inside = `${INPUT_MOUNT}/wheelhouse`;
+  await checkInRootfs({
+    rootfs: target.rootfs,
+    writable,
+    binds: [...binds, { src: wheelhouse, dest: inside }],
+    argv: [
+      IN_IMAGE.python312,
+      ...PIP_COMMON,
+      "--no-index",
+      "--find-links",
+      inside,
+      ...wheels.map((w) => `${inside}/${w}`),
+    ],
+    onStderr: (s) => target.onProgress?.(`pip: ${s.trimEnd()}`),
+  });
+  return wheels;
+}
+
+/** Installs the pinned requirements from PyPI (needs the network; build time only). */
+export async function installFromPypi(
+  target: Python312Target,
+  requirementsFile: string,
+): Promise<void> {
+  const { writable, binds } = targetBinds(target);
+  const inside = `${INPUT_MOUNT}/requirements.txt`;
+  await checkInRootfs({
+    rootfs: target.rootfs,
+    writable,
+    network: true,
+    binds: [...binds, { src: requirementsFile, dest: inside }],
+    argv: [IN_IMAGE.python312, ...PIP_COMMON, "--only-binary=:all:", "-r", inside],
+    onStderr: (s) => target.onProgress?.(`pip: ${s.trimEnd()}`),
+  });
+}
+
+/** True when PyPI answers within `timeoutMs` (a quick probe, not a download). */
+export async function pypiReachable(timeoutMs = 3000): Promise<boolean> {
+  try {
+    const res = await fetch("https://pypi.org/simple/pip/", {
+      method: "HEAD",
+      signal: AbortSignal.timeout(timeoutMs),
+    });
+    return res.ok;
+  } catch {
+    return false;
+  }
+}
+
+const LIST_DISTRIBUTIONS =
+  "import importlib.metadata as m, json\n" +
+  "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions() if d.metadata['Name']}, sort_keys=True))";
+
+/** Distributions (name -> version) an interpreter in the image sees, read by running it. */
+export async function installedPackages(
+  rootfs: string,
+  interpreter: string,
+  binds: Bind[] = [],
+): Promise<Record<string, string>> {
+  const out = await checkInRootfs({ rootfs, binds, argv: [interpreter, "-c", LIST_DISTRIBUTIONS] });
+  const parsed: unknown = JSON.parse(out);
+  if (typeof parsed !== "object" || parsed === null) throw new Error(`bad package list: ${out}`);
+  return Object.fromEntries(
+    Object.entries(parsed).filter((e): e is [string, string] => typeof e[1] === "string"),
+  );
+}
