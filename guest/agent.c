@@ -72,9 +72,43 @@ static uint32_t read_oom_kills(const struct agent_opts *o) {
   return (uint32_t)v;
 }
 
+/* Length of the longest prefix of s that is well-formed UTF-8 (the host rejects anything else;
+ * snprintf truncation can cut a character in half). */
+static size_t utf8_prefix(const char *s, size_t len) {
+  const unsigned char *p = (const unsigned char *)s;
+  size_t i = 0;
+  while (i < len) {
+    unsigned c = p[i];
+    size_t n;
+    unsigned min;
+    if (c < 0x80) {
+      i++;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      n = 1, min = 0x80;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      n = 2, min = 0x800;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      n = 3, min = 0x10000;
+    } else {
+      return i;
+    }
+    if (i + n >= len) return i; /* incomplete at the end */
+    unsigned cp = c & (0x3Fu >> n);
+    for (size_t k = 1; k <= n; k++) {
+      if ((p[i + k] & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += n + 1;
+  }
+  return i;
+}
+
 static void send_exit(int out, const struct run_result *r, uint32_t oom_kills) {
   size_t mlen = strnlen(r->message, sizeof r->message);
   if (mlen > MAX_MESSAGE_BYTES) mlen = MAX_MESSAGE_BYTES;
+  mlen = utf8_prefix(r->message, mlen);
   uint8_t p[1 + 4 + 1 + 1 + 4 + 4 + 4 + sizeof r->message];
   size_t n = 0;
   p[n++] = (uint8_t)r->reason;

@@ -1,0 +1,318 @@
+/**
+ * Drives one agent session over a byte stream (docs/PROTOCOL.md): wait for `R`, send `Q`, collect
+ * `S`/`O`/`E`/`X`/`F`/`D` in order, re-checking every cap the request set. Whatever the agent does
+ * wrong becomes `outcome.failure`; the promise rejects only for host bugs (an unencodable request).
+ */
+import {
+  encodeKill,
+  encodeRequest,
+  FrameDecoder,
+  type AgentExit,
+  type AgentFrame,
+} from "./codec.js";
+import {
+  PROTOCOL_VERSION,
+  type AgentEvent,
+  type AgentOutcome,
+  type AgentRequest,
+  type ReturnedFile,
+} from "./types.js";
+
+export type SessionFailure = NonNullable<AgentOutcome["failure"]>;
+
+export interface AgentSessionIo {
+  /** Bytes from the agent. */
+  input: NodeJS.ReadableStream;
+  /** Bytes to the agent. */
+  output: NodeJS.WritableStream;
+}
+
+export interface AgentSessionOptions {
+  /** Abort = cancel: before `Q` the session ends at once; after it, `K` is sent and the agent
+   * gets killGraceMs to report (reason `killed`) before the session gives up with `aborted`. */
+  signal: AbortSignal;
+  /** Wall-clock budget for the whole session from this call, READY wait included. On expiry `K`
+   * is sent (best effort) and the outcome fails with `host_deadline`. */
+  hardDeadlineMs: number;
+  onEvent?: (e: AgentEvent) => void;
+  /** The backend already consumed `R` with waitForReady (warm pool): send `Q` at once. */
+  alreadyReady?: boolean;
+  /** After `K` for an abort, how long to wait for `X`..`D`. Default 2000 ms. */
+  killGraceMs?: number;
+}
+
+export type ReadyResult = { ok: true; version: number } | { ok: false; failure: SessionFailure };
+
+const DEFAULT_KILL_GRACE_MS = 2000;
+
+/** Streams get one permanent no-op error listener: a late EPIPE must not crash the server. */
+const guarded = new WeakSet<object>();
+function guardErrors(stream: NodeJS.EventEmitter): void {
+  if (guarded.has(stream)) return;
+  guarded.add(stream);
+  stream.on("error", () => {});
+}
+
+function isEnded(input: NodeJS.ReadableStream): boolean {
+  const r = input as NodeJS.ReadableStream & { readableEnded?: boolean; destroyed?: boolean };
+  return r.readableEnded === true || r.destroyed === true;
+}
+
+/**
+ * Reads until the agent's `R` frame and stops, leaving the stream paused, so a warm pool can hold a
+ * ready sandbox and later call runAgentSession with alreadyReady. Anything but exactly one `R`
+ * with this protocol version is a failure; so is EOF or abort.
+ */
+export function waitForReady(
+  input: NodeJS.ReadableStream,
+  signal: AbortSignal,
+): Promise<ReadyResult> {
+  return new Promise((resolve) => {
+    const decoder = new FrameDecoder();
+    let settled = false;
+    const settle = (r: ReadyResult) => {
+      if (settled) return;
+      settled = true;
+      input.removeListener("data", onData);
+      input.removeListener("end", onEnd);
+      input.removeListener("close", onEnd);
+      input.removeListener("error", onError);
+      signal.removeEventListener("abort", onAbort);
+      input.pause();
+      resolve(r);
+    };
+    const onData = (chunk: Buffer | string) => {
+      const batch = decoder.push(typeof chunk === "string" ? Buffer.from(chunk) : chunk);
+      const first = batch.frames[0];
+      if (batch.error !== null) return settle(fail("protocol", batch.error));
+      if (!first) return;
+      if (first.type !== "ready") return settle(fail("protocol", `expected R, got ${first.type}`));
+      if (first.version !== PROTOCOL_VERSION)
+        return settle(
+          fail("protocol", `agent speaks version ${first.version}, host ${PROTOCOL_VERSION}`),
+        );
+      if (batch.frames.length > 1 || decoder.buffered > 0)
+        return settle(fail("protocol", "agent sent data after R before Q"));
+      settle({ ok: true, version: first.version });
+    };
+    const onEnd = () => settle(fail("eof", "agent stream ended before R"));
+    const onError = (e: Error) => settle(fail("eof", `agent stream error before R: ${e.message}`));
+    const onAbort = () => settle(fail("aborted", "aborted while waiting for R"));
+    if (signal.aborted) return onAbort();
+    guardErrors(input);
+    input.on("data", onData);
+    input.on("end", onEnd);
+    input.on("close", onEnd);
+    input.on("error", onError);
+    signal.addEventListener("abort", onAbort);
+    if (isEnded(input)) return onEnd();
+    input.resume();
+  });
+}
+
+function fail(
+  kind: SessionFailure["kind"],
+  detail: string,
+): { ok: false; failure: SessionFailure } {
+  return { ok: false, failure: { kind, detail } };
+}
+
+type Phase = "await_ready" | "await_start" | "running" | "files" | "done";
+
+/**
+ * Runs one request on an agent. Resolves with everything collected so far in every case; check
+ * `failure` (null = the agent finished the protocol: `D` arrived). A completed session after an
+ * abort has failure null and exit reason `killed`; the caller knows it aborted.
+ */
+export function runAgentSession(
+  io: AgentSessionIo,
+  request: AgentRequest,
+  options: AgentSessionOptions,
+): Promise<AgentOutcome> {
+  const q = encodeRequest(request); // throws for a host bug, before any I/O
+  const { input, output } = io;
+  return new Promise((resolve) => {
+    const decoder = new FrameDecoder();
+    const stdout: Uint8Array[] = [];
+    const stderr: Uint8Array[] = [];
+    let stdoutBytes = 0;
+    let stderrBytes = 0;
+    let fileBytes = 0;
+    const files: ReturnedFile[] = [];
+    let exit: AgentExit | null = null;
+    let started = false;
+    let qSentAt = 0;
+    let startedAfterMs: number | null = null;
+    let phase: Phase = options.alreadyReady ? "await_start" : "await_ready";
+    let killSent = false;
+    let graceTimer: NodeJS.Timeout | undefined;
+    let settled = false;
+
+    const emit = (e: AgentEvent) => {
+      try {
+        options.onEvent?.(e);
+      } catch {
+        // A progress callback must not break the session.
+      }
+    };
+    const finish = (failure: SessionFailure | null) => {
+      if (settled) return;
+      settled = true;
+      phase = "done";
+      clearTimeout(deadline);
+      clearTimeout(graceTimer);
+      input.removeListener("data", onData);
+      input.removeListener("end", onEnd);
+      input.removeListener("close", onEnd);
+      input.removeListener("error", onError);
+      options.signal.removeEventListener("abort", onAbort);
+      input.pause();
+      resolve({
+        exit,
+        stdout: Buffer.concat(stdout, stdoutBytes),
+        stderr: Buffer.concat(stderr, stderrBytes),
+        files,
+        failure,
+        startedAfterMs,
+      });
+    };
+    const violation = (detail: string) => finish({ kind: "protocol", detail });
+    const write = (b: Buffer) => {
+      try {
+        output.write(b);
+      } catch {
+        // Reported through 'error' / EOF on input.
+      }
+    };
+    const sendKill = () => {
+      if (killSent || phase === "await_ready") return;
+      killSent = true;
+      write(encodeKill());
+    };
+    const sendRequest = () => {
+      phase = "await_start";
+      qSentAt = Date.now();
+      write(q);
+    };
+
+    const handle = (f: AgentFrame): string | null => {
+      switch (phase) {
+        case "await_ready":
+          if (f.type !== "ready") return `expected R, got ${f.type}`;
+          if (f.version !== PROTOCOL_VERSION)
+            return `agent speaks version ${f.version}, host ${PROTOCOL_VERSION}`;
+          sendRequest();
+          return null;
+        case "await_start":
+          if (f.type === "started") {
+            started = true;
+            startedAfterMs = Date.now() - qSentAt;
+            phase = "running";
+            emit({ type: "started" });
+            return null;
+          }
+          if (f.type === "exit") return onExit(f.exit);
+          return `expected S or X, got ${f.type}`;
+        case "running":
+          if (f.type === "stdout") {
+            stdoutBytes += f.data.length;
+            if (stdoutBytes > request.maxStdoutBytes) return "stdout beyond maxStdoutBytes";
+            stdout.push(f.data);
+            emit({ type: "stdout", chunk: f.data });
+            return null;
+          }
+          if (f.type === "stderr") {
+            stderrBytes += f.data.length;
+            if (stderrBytes > request.maxStderrBytes) return "stderr beyond maxStderrBytes";
+            stderr.push(f.data);
+            emit({ type: "stderr", chunk: f.data });
+            return null;
+          }
+          if (f.type === "exit") return onExit(f.exit);
+          return `expected O, E or X, got ${f.type}`;
+        case "files":
+          if (f.type === "file") return onFile(f.file);
+          if (f.type === "done") {
+            if (files.length !== expectedFiles())
+              return `D after ${files.length} of ${expectedFiles()} F`;
+            finish(null);
+            return null;
+          }
+          return `expected F or D, got ${f.type}`;
+        case "done":
+          return null;
+      }
+    };
+    const expectedFiles = () =>
+      exit && (exit.reason === "spawn_failed" || exit.reason === "setup_failed")
+        ? 0
+        : request.returnFiles.length;
+    const onExit = (e: AgentExit): string | null => {
+      const failedToStart = e.reason === "spawn_failed" || e.reason === "setup_failed";
+      if (started && failedToStart) return `X ${e.reason} after S`;
+      if (!started && !failedToStart) return `X ${e.reason} without S`;
+      if (e.stdoutTruncated && stdoutBytes !== request.maxStdoutBytes)
+        return "stdout_truncated without a full stdout";
+      if (e.stderrTruncated && stderrBytes !== request.maxStderrBytes)
+        return "stderr_truncated without a full stderr";
+      if (e.reason === "output_limit" && !e.stdoutTruncated && !e.stderrTruncated)
+        return "output_limit without a truncated stream";
+      exit = e;
+      phase = "files";
+      emit({ type: "exited" });
+      emit({ type: "collecting" });
+      return null;
+    };
+    const onFile = (file: ReturnedFile): string | null => {
+      const i = files.length;
+      if (i >= expectedFiles()) return "more F frames than requested return files";
+      if (file.path !== request.returnFiles[i]) return `F ${i} names a path that was not requested`;
+      if (file.status === "ok") {
+        if (file.content.length > request.maxFileBytes) return `F ${i} beyond maxFileBytes`;
+        fileBytes += file.content.length;
+        if (fileBytes > request.maxTotalFileBytes) return "F content beyond maxTotalFileBytes";
+      }
+      files.push(file);
+      return null;
+    };
+
+    const onData = (chunk: Buffer | string) => {
+      if (settled) return;
+      const batch = decoder.push(typeof chunk === "string" ? Buffer.from(chunk) : chunk);
+      for (const f of batch.frames) {
+        const err = handle(f);
+        if (err !== null) return violation(err);
+        if (settled) return;
+      }
+      if (batch.error !== null) violation(batch.error);
+    };
+    const onEnd = () => finish({ kind: "eof", detail: `agent stream ended (${phase})` });
+    const onError = (e: Error) =>
+      finish({ kind: "eof", detail: `agent stream error: ${e.message}` });
+    const onAbort = () => {
+      if (settled) return;
+      if (phase === "await_ready") return finish({ kind: "aborted", detail: "aborted before Q" });
+      sendKill();
+      graceTimer ??= setTimeout(
+        () => finish({ kind: "aborted", detail: "agent did not finish after K" }),
+        options.killGraceMs ?? DEFAULT_KILL_GRACE_MS,
+      );
+    };
+    const deadline = setTimeout(() => {
+      sendKill();
+      finish({ kind: "host_deadline", detail: `no D within ${options.hardDeadlineMs} ms` });
+    }, options.hardDeadlineMs);
+
+    guardErrors(input);
+    guardErrors(output);
+    input.on("data", onData);
+    input.on("end", onEnd);
+    input.on("close", onEnd);
+    input.on("error", onError);
+    options.signal.addEventListener("abort", onAbort);
+    if (options.signal.aborted) return finish({ kind: "aborted", detail: "aborted before Q" });
+    if (phase === "await_start") sendRequest();
+    if (isEnded(input)) return onEnd();
+    input.resume();
+  });
+}
