@@ -16,7 +16,7 @@ import {
 } from "node:fs";
 import { writeFileSync } from "node:fs";
 import { homedir } from "node:os";
-import { dirname, join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { writeCpioNewc, type CpioEntry } from "./cpio.js";
 import { extractVmlinux } from "./kernel.js";
@@ -44,9 +44,15 @@ export interface BuildOptions {
   cacheRoot?: string;
 }
 
-export function defaultCacheRoot(): string {
-  const base = process.env.XDG_CACHE_HOME || join(homedir(), ".cache");
-  return join(base, "scratchrun");
+/**
+ * Where VM artifacts and root disks are cached: $SCRATCHRUN_VM_CACHE, else (as root)
+ * /var/cache/scratchrun/vm, which QEMU's unprivileged uid can traverse (root's home is 0700),
+ * else ~/.cache/scratchrun/vm.
+ */
+export function defaultCacheRoot(env: NodeJS.ProcessEnv = process.env): string {
+  if (env.SCRATCHRUN_VM_CACHE) return env.SCRATCHRUN_VM_CACHE;
+  if (process.getuid?.() === 0) return "/var/cache/scratchrun/vm";
+  return join(env.XDG_CACHE_HOME || join(homedir(), ".cache"), "scratchrun", "vm");
 }
 
 /** Newest Debian cloud kernel in /boot, or null. */
@@ -116,10 +122,10 @@ export function buildVmArtifacts(opts: BuildOptions = {}): VmArtifacts {
     readFileSync(busybox),
     order.join(","),
   );
-  const dir = join(opts.cacheRoot ?? defaultCacheRoot(), "vm", key);
+  const dir = join(opts.cacheRoot ?? defaultCacheRoot(), key);
   const out: VmArtifacts = { kernel: join(dir, "vmlinux"), initramfs: join(dir, "initramfs.cpio") };
   if (existsSync(out.kernel) && existsSync(out.initramfs)) return out;
-  mkdirSync(dir, { recursive: true });
+  mkdirSync(dir, { recursive: true, mode: 0o755 });
 
   const reseed = join(dir, "reseed-rng");
   compileReseed(reseed);
@@ -156,14 +162,16 @@ export function buildVmArtifacts(opts: BuildOptions = {}): VmArtifacts {
 }
 
 /**
- * The runtime rootfs directory as a read-only erofs disk image, cached next to it
- * (`<rootfs>.erofs`). Uncompressed: under TCG decompression costs more than the page cache.
+ * The runtime rootfs directory as a read-only erofs disk image, cached as
+ * `<cacheRoot>/disks/<rootfs dir name>.erofs` (rootfs names carry their recipe hash).
+ * Uncompressed: under TCG decompression costs more than the page cache.
  */
-export function ensureRootDisk(rootfsDir: string): string {
-  const image = `${rootfsDir.replace(/\/+$/, "")}.erofs`;
+export function ensureRootDisk(rootfsDir: string, cacheRoot = defaultCacheRoot()): string {
+  const name = basename(rootfsDir.replace(/\/+$/, ""));
+  const image = join(cacheRoot, "disks", `${name}.erofs`);
   if (existsSync(image) && statSync(image).mtimeMs >= statSync(rootfsDir).mtimeMs) return image;
   const tmp = `${image}.tmp-${process.pid}`;
-  mkdirSync(dirname(image), { recursive: true });
+  mkdirSync(dirname(image), { recursive: true, mode: 0o755 });
   try {
     execFileSync("mkfs.erofs", ["-T0", tmp, rootfsDir], {
       stdio: ["ignore", "ignore", "pipe"],

@@ -1,0 +1,160 @@
+/**
+ * The microVM backend: every call runs in its own QEMU microvm (own guest kernel), taken from the
+ * warm pool or cold-booted, used once and destroyed before run() settles.
+ */
+import { execFileSync } from "node:child_process";
+import { existsSync } from "node:fs";
+import { ScratchRunError } from "../../errors.js";
+import { detectCgroups } from "../../jail/cgroup.js";
+import { SANDBOX_UID_BASE, SANDBOX_UID_COUNT, UidPool } from "../../jail/uids.js";
+import { runAgentSession } from "../../protocol/session.js";
+import type { RuntimeName } from "../../schema/exec.js";
+import { LIMITS } from "../../schema/limits.js";
+import type { Backend, BackendOutcome, Isolation, RunOptions, SandboxJob } from "../types.js";
+import { detectAccel, hostTscKhz, isolationOf, QEMU_BINARY, type Accel } from "./accel.js";
+import { buildVmArtifacts, ensureRootDisk, type VmArtifacts } from "./build.js";
+import { WarmPool } from "./pool.js";
+import { MicroVm, type HostContext } from "./vm.js";
+
+/** The unprivileged user inside the guest that runs the code (the image's `user`). */
+export const GUEST_UID = 1000;
+/** QEMU's host uids: a range of their own, after the namespace backend's sandbox uids. */
+const VM_UID_BASE = SANDBOX_UID_BASE + SANDBOX_UID_COUNT;
+const VM_UID_COUNT = 1024;
+/** Grace the host gives the agent past the code's own timeout before destroying the VM. */
+const HOST_GRACE_MS = 3000;
+
+export interface MicrovmBackendOptions {
+  /** Runtime rootfs directory (src/images); its erofs image is built next to it on first use. */
+  rootfsDir: string;
+  /** Kernel + initramfs; default: built (or found in the cache) by buildVmArtifacts(). */
+  artifacts?: VmArtifacts;
+  /** Default: detected (SCRATCHRUN_ACCEL overrides). */
+  accel?: Accel;
+  /** Ready VMs per runtime (default none), their memory_mb, and how many boot at once. */
+  pool?: {
+    sizes?: Partial<Record<RuntimeName, number>>;
+    memoryMb?: number;
+    maxConcurrentBoots?: number;
+  };
+  /** Cold boot deadline (default 30 s: TCG boots take ~2 s, more on a loaded host). */
+  bootTimeoutMs?: number;
+}
+
+function kvmGroupId(): number | null {
+  try {
+    const line = execFileSync("getent", ["group", "kvm"], { encoding: "utf8" });
+    const gid = Number(line.split(":")[2]);
+    return Number.isInteger(gid) ? gid : null;
+  } catch {
+    return null;
+  }
+}
+
+export class MicrovmBackend implements Backend {
+  readonly name = "microvm" as const;
+  readonly isolation: Isolation;
+  readonly pool: WarmPool<MicroVm>;
+  private readonly live = new Set<MicroVm>();
+  private closed = false;
+
+  constructor(
+    private readonly ctx: HostContext,
+    private readonly bootTimeoutMs: number,
+    poolOptions: MicrovmBackendOptions["pool"] = {},
+  ) {
+    this.isolation = isolationOf(ctx.accel);
+    this.pool = new WarmPool<MicroVm>((_runtime, memoryMb) => this.boot(memoryMb), {
+      sizes: poolOptions.sizes ?? {},
+      memoryMb: poolOptions.memoryMb ?? LIMITS.memoryMb.default,
+      maxConcurrentBoots: poolOptions.maxConcurrentBoots ?? 1,
+    });
+    this.pool.start();
+  }
+
+  private async boot(memoryMb: number, signal?: AbortSignal): Promise<MicroVm> {
+    if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
+    const vm = await MicroVm.boot(this.ctx, {
+      memoryMb,
+      readyTimeoutMs: this.bootTimeoutMs,
+      ...(signal ? { signal } : {}),
+    });
+    this.live.add(vm);
+    void vm.exited.then(() => this.live.delete(vm));
+    return vm;
+  }
+
+  async run(job: SandboxJob, options: RunOptions): Promise<BackendOutcome> {
+    if (job.network !== "none")
+      throw new ScratchRunError("INVALID_INPUT", "the microVM backend has no guest network yet", {
+        fix: 'Pass network: "none", or use SCRATCHRUN_ISOLATION=namespace for network access',
+      });
+    const started = Date.now();
+    const vm =
+      this.pool.take(job.runtime, job.memoryMb) ?? (await this.boot(job.memoryMb, options.signal));
+    try {
+      const sandboxReadyMs = Date.now() - started;
+      const request = {
+        ...job.request,
+        uid: job.request.uid ?? GUEST_UID,
+        gid: job.request.gid ?? GUEST_UID,
+      };
+      const agent = await runAgentSession({ input: vm.channel, output: vm.channel }, request, {
+        signal: options.signal,
+        hardDeadlineMs: job.request.timeoutMs + HOST_GRACE_MS,
+        alreadyReady: true,
+        ...(options.onEvent ? { onEvent: options.onEvent } : {}),
+      });
+      return {
+        agent,
+        isolation: this.isolation,
+        oomKilled: (agent.exit?.oomKills ?? 0) > 0,
+        sandboxReadyMs,
+      };
+    } finally {
+      await vm.destroy();
+    }
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    await this.pool.close();
+    await Promise.all([...this.live].map((vm) => vm.destroy()));
+  }
+}
+
+/**
+ * Checks the host, builds or finds the VM artifacts and the root disk, picks KVM or TCG, and
+ * starts the warm pool. Throws NOT_READY saying what to install when something is missing.
+ */
+export async function createMicrovmBackend(
+  options: MicrovmBackendOptions,
+): Promise<MicrovmBackend> {
+  if (!existsSync(QEMU_BINARY))
+    throw new ScratchRunError("NOT_READY", `QEMU not found at ${QEMU_BINARY}`, {
+      fix: "apt-get install qemu-system-x86 (or use SCRATCHRUN_ISOLATION=namespace)",
+    });
+  let artifacts: VmArtifacts;
+  let disk: string;
+  try {
+    artifacts = options.artifacts ?? buildVmArtifacts();
+    disk = ensureRootDisk(options.rootfsDir);
+  } catch (cause) {
+    throw new ScratchRunError("NOT_READY", `cannot prepare the microVM images: ${String(cause)}`, {
+      fix: "run node scripts/build-vm.mjs and read its error",
+      cause,
+    });
+  }
+  const accel = options.accel ?? (await detectAccel(artifacts.kernel, artifacts.initramfs));
+  const ctx: HostContext = {
+    artifacts,
+    disk,
+    accel,
+    tscKhz: hostTscKhz(),
+    cgroups: detectCgroups(),
+    uids: new UidPool(VM_UID_BASE, VM_UID_COUNT),
+    kvmGid: accel === "kvm" ? kvmGroupId() : null,
+    scratchMb: LIMITS.scratchMb,
+  };
+  return new MicrovmBackend(ctx, options.bootTimeoutMs ?? 30_000, options.pool);
+}

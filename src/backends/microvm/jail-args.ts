@@ -1,0 +1,58 @@
+/**
+ * The bubblewrap command that confines QEMU: every namespace unshared, an empty environment, a
+ * root holding only /usr (QEMU and its libraries), the kernel, initramfs and disk image read-only,
+ * and one private writable directory for its sockets. Pure: spec in, argv out.
+ */
+import { IN_JAIL } from "./qemu-args.js";
+import { QEMU_BINARY } from "./accel.js";
+
+export interface JailSpec {
+  kernel: string;
+  initramfs: string;
+  disk: string;
+  /** Host directory (owned by QEMU's uid, mode 0700) mounted at IN_JAIL.runDir. */
+  runDir: string;
+  /** Pass /dev/kvm through (KVM only). */
+  kvm: boolean;
+  /** Snapshot RAM image for a restore, mounted read-only at IN_JAIL.memImage. */
+  memImage?: string;
+  /** Extra writable host directory at the same path (the template's shared-RAM directory). */
+  snapshotDir?: string;
+}
+
+const BWRAP = "/usr/bin/bwrap";
+
+/** Rejects host paths that would change the meaning of bwrap's argument list. */
+function checkHostPath(path: string, what: string): string {
+  if (!path.startsWith("/") || path.includes("\0") || path.split("/").includes(".."))
+    throw new Error(`${what}: not a clean absolute path: ${JSON.stringify(path)}`);
+  return path;
+}
+
+export function renderJailArgs(spec: JailSpec, qemuArgs: readonly string[]): string[] {
+  const args = [
+    BWRAP,
+    ...["--unshare-all", "--die-with-parent", "--new-session", "--clearenv"],
+    ...["--cap-drop", "ALL"],
+    ...["--ro-bind", "/usr", "/usr"],
+    ...["--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64"],
+    ...["--symlink", "usr/bin", "/bin"],
+    ...["--proc", "/proc", "--dev", "/dev"],
+    ...(spec.kvm ? ["--dev-bind", "/dev/kvm", "/dev/kvm"] : []),
+    ...["--ro-bind", checkHostPath(spec.kernel, "kernel"), IN_JAIL.kernel],
+    ...["--ro-bind", checkHostPath(spec.initramfs, "initramfs"), IN_JAIL.initramfs],
+    ...["--ro-bind", checkHostPath(spec.disk, "disk"), IN_JAIL.disk],
+    ...(spec.memImage
+      ? ["--ro-bind", checkHostPath(spec.memImage, "memImage"), IN_JAIL.memImage]
+      : []),
+    ...(spec.snapshotDir
+      ? ["--bind", checkHostPath(spec.snapshotDir, "snapshotDir"), spec.snapshotDir]
+      : []),
+    ...["--bind", checkHostPath(spec.runDir, "runDir"), IN_JAIL.runDir],
+    ...["--chdir", IN_JAIL.runDir],
+    "--",
+    QEMU_BINARY,
+    ...qemuArgs,
+  ];
+  return args;
+}
