@@ -215,15 +215,17 @@ export function runAgentSession(
           return `expected S or X, got ${f.type}`;
         case "running":
           if (f.type === "stdout") {
+            if (stdoutBytes + f.data.length > request.maxStdoutBytes)
+              return "stdout beyond maxStdoutBytes";
             stdoutBytes += f.data.length;
-            if (stdoutBytes > request.maxStdoutBytes) return "stdout beyond maxStdoutBytes";
             stdout.push(f.data);
             emit({ type: "stdout", chunk: f.data });
             return null;
           }
           if (f.type === "stderr") {
+            if (stderrBytes + f.data.length > request.maxStderrBytes)
+              return "stderr beyond maxStderrBytes";
             stderrBytes += f.data.length;
-            if (stderrBytes > request.maxStderrBytes) return "stderr beyond maxStderrBytes";
             stderr.push(f.data);
             emit({ type: "stderr", chunk: f.data });
             return null;
