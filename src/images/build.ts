@@ -48,6 +48,8 @@ export const NO_PYPI_NOTE =
   "PyPI not reachable: python3.12 has the standard library only (set SCRATCHRUN_WHEELHOUSE to install wheels)";
 
 const BUILDING_PREFIX = ".building-";
+/** dpkg wants the sbin directories (ldconfig, start-stop-daemon) that a sandbox's PATH omits. */
+const ROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /**
  * Builds the runtime rootfs of the current recipe unless it exists. Builds in a temporary
@@ -162,6 +164,7 @@ async function purgePackages(rootfs: string, log: (line: string) => void): Promi
   await checkInRootfs({
     rootfs,
     writable: true,
+    env: { PATH: ROOT_PATH },
     argv: ["/usr/bin/dpkg", "--purge", "--force-depends", ...purge],
   });
 }

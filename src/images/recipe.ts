@@ -116,6 +116,14 @@ export function listWheels(dir: string): string[] {
  */
 export const BUILD_REVISION = 1;
 
+/** The files of images/rootfs/ that the build reads (its README is not one of them). */
+export const RECIPE_FILES = [
+  "matplotlibrc",
+  "packages.txt",
+  "purge.txt",
+  "python312-requirements.txt",
+] as const;
+
 /**
  * Hash of everything the image is built from: recipe files, the build script, BUILD_REVISION,
  * the host's CPython 3.12 and Node.js 20 (path and version), and the wheelhouse (names, sizes).
@@ -127,10 +135,7 @@ function hashFile(h: Hash, label: string, path: string): void {
 export function recipeHash(sources: HostSources): string {
   const h = createHash("sha256");
   h.update(`scratchrun-rootfs\0revision ${BUILD_REVISION}\0`);
-  for (const name of readdirSync(RECIPE_DIR).sort()) {
-    const p = join(RECIPE_DIR, name);
-    if (statSync(p).isFile()) hashFile(h, `recipe/${name}`, p);
-  }
+  for (const name of RECIPE_FILES) hashFile(h, `recipe/${name}`, join(RECIPE_DIR, name));
   hashFile(h, "script", BUILD_SCRIPT);
   h.update(`python3.12\0${sources.python312Prefix}\0${sources.python312Version}\0`);
   h.update(`node20\0${sources.node20Path}\0${sources.node20Version}\0`);
