@@ -78,5 +78,11 @@ export async function detectAccel(
   const forced = env.SCRATCHRUN_ACCEL;
   if (forced === "tcg" || forced === "kvm") return forced;
   if (!kvmDeviceUsable()) return "tcg";
-  return (await probeKvm(kernel, initramfs)) ? "kvm" : "tcg";
+  const key = `${kernel}\0${initramfs}`;
+  let probe = probes.get(key);
+  if (!probe) probes.set(key, (probe = probeKvm(kernel, initramfs)));
+  return (await probe) ? "kvm" : "tcg";
 }
+
+/** One probe per process and kernel: the answer does not change while the host runs. */
+const probes = new Map<string, Promise<boolean>>();

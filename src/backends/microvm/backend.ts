@@ -27,6 +27,8 @@ const HOST_GRACE_MS = 3000;
 export interface MicrovmBackendOptions {
   /** Runtime rootfs directory (src/images); its erofs image is built next to it on first use. */
   rootfsDir: string;
+  /** Prebuilt erofs root disk; default: ensureRootDisk(rootfsDir). */
+  disk?: string;
   /** Kernel + initramfs; default: built (or found in the cache) by buildVmArtifacts(). */
   artifacts?: VmArtifacts;
   /** Default: detected (SCRATCHRUN_ACCEL overrides). */
@@ -116,6 +118,12 @@ export class MicrovmBackend implements Backend {
     }
   }
 
+  /** Host pids of every process of every live VM (QEMU and its jail), for diagnostics and tests. */
+  async livePids(): Promise<number[]> {
+    const all = await Promise.all([...this.live].map((vm) => vm.pids()));
+    return all.flat();
+  }
+
   async close(): Promise<void> {
     this.closed = true;
     await this.pool.close();
@@ -138,7 +146,7 @@ export async function createMicrovmBackend(
   let disk: string;
   try {
     artifacts = options.artifacts ?? buildVmArtifacts();
-    disk = ensureRootDisk(options.rootfsDir);
+    disk = options.disk ?? ensureRootDisk(options.rootfsDir);
   } catch (cause) {
     throw new ScratchRunError("NOT_READY", `cannot prepare the microVM images: ${String(cause)}`, {
       fix: "run node scripts/build-vm.mjs and read its error",

@@ -182,9 +182,14 @@ export class MicroVm {
     return this.destroying;
   }
 
-  /** Host memory QEMU uses now (cgroup charge). */
+  /** Host memory counters of this VM's cgroup. */
   async stats() {
     return this.cgroup.stats();
+  }
+
+  /** Every host process of this VM (the jail and QEMU), from its cgroup. */
+  async pids(): Promise<number[]> {
+    return this.destroying ? [] : this.cgroup.pids().catch(() => []);
   }
 }
 

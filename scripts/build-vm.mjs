@@ -1,0 +1,19 @@
+// Builds the microVM guest: kernel (ELF vmlinux from /boot/vmlinuz-*-cloud-amd64), initramfs
+// (busybox, modules, guest/init, build/guest/agent) and the erofs root disk of the current runtime
+// image. Needs `npm run build` first (it uses dist/). Prints the paths as JSON.
+// Usage: node scripts/build-vm.mjs [--rootfs DIR]
+import { buildVmArtifacts, ensureRootDisk } from "../dist/src/backends/microvm/build.js";
+import { locateRootfs } from "../dist/src/images/locate.js";
+
+const i = process.argv.indexOf("--rootfs");
+const rootfsDir = i > 0 ? process.argv[i + 1] : locateRootfs()?.dir;
+try {
+  const artifacts = buildVmArtifacts();
+  const disk = rootfsDir ? ensureRootDisk(rootfsDir) : null;
+  console.log(JSON.stringify({ ...artifacts, disk }, null, 2));
+  if (!disk)
+    console.error("build-vm: no runtime image yet (node scripts/build-images.mjs); disk skipped");
+} catch (err) {
+  console.error(`build-vm: ${err instanceof Error ? err.message : String(err)}`);
+  process.exit(1);
+}

@@ -1,0 +1,124 @@
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import { createMicrovmBackend, type MicrovmBackend } from "../../src/backends/microvm/backend.js";
+import {
+  canRunMicrovm,
+  hostLeftovers,
+  makeTinyRoot,
+  shJob,
+  text,
+  type TinyRoot,
+} from "./fixture.js";
+
+const skip = canRunMicrovm();
+const signal = () => new AbortController().signal;
+
+describe("microvm backend", { skip: skip ?? false, timeout: 300_000 }, () => {
+  let root: TinyRoot;
+  let before0: Awaited<ReturnType<typeof hostLeftovers>>;
+
+  before(async () => {
+    root = makeTinyRoot();
+    before0 = await hostLeftovers();
+  });
+  after(async () => {
+    root.cleanup();
+    assert.deepEqual(await hostLeftovers(), before0, "a VM left a directory or cgroup behind");
+  });
+
+  test("runs code as the unprivileged guest user in its own kernel; two calls never share a VM", async () => {
+    const backend = await createMicrovmBackend({
+      rootfsDir: root.rootfs,
+      disk: root.disk,
+      pool: { sizes: { bash: 1 } },
+    });
+    try {
+      await backend.pool.whenFull();
+      const code =
+        "cat /tmp/mark 2>/dev/null; echo mark > /tmp/mark; id -u; cat /proc/sys/kernel/random/boot_id";
+      const first = await backend.run(shJob(code), { signal: signal() });
+      const second = await backend.run(shJob(code), { signal: signal() });
+      for (const r of [first, second]) {
+        assert.equal(r.agent.failure, null);
+        assert.equal(r.agent.exit?.reason, "exited");
+        assert.equal(r.agent.exit?.value, 0);
+        assert.match(r.isolation, /^microvm-(kvm|tcg)$/);
+      }
+      const [a, b] = [text(first.agent.stdout), text(second.agent.stdout)];
+      // No "mark" line: nothing of the first call's /tmp survives into the second.
+      assert.match(a, /^1000\n[0-9a-f-]{36}\n$/);
+      assert.match(b, /^1000\n[0-9a-f-]{36}\n$/);
+      assert.notEqual(a.split("\n")[1], b.split("\n")[1], "both calls ran in the same kernel");
+    } finally {
+      await backend.close();
+    }
+  });
+
+  test("the root disk is read-only to the code and /tmp is RAM-backed", async () => {
+    const backend = await createMicrovmBackend({ rootfsDir: root.rootfs, disk: root.disk });
+    try {
+      const r = await backend.run(
+        shJob("touch /bin/x 2>&1 || echo denied; grep ' /tmp ' /proc/mounts | cut -d' ' -f3"),
+        { signal: signal() },
+      );
+      assert.equal(text(r.agent.stdout).split("\n").slice(-3).join("|"), "denied|tmpfs|");
+    } finally {
+      await backend.close();
+    }
+  });
+
+  test("QEMU killed mid-call: a clean failure, and nothing is left behind", async () => {
+    const backend = await createMicrovmBackend({ rootfsDir: root.rootfs, disk: root.disk });
+    try {
+      let killed = 0;
+      const outcome = await backend.run(shJob("echo before; sleep 60"), {
+        signal: signal(),
+        onEvent: (e) => {
+          if (e.type !== "stdout" || killed) return;
+          killed = -1;
+          void backend.livePids().then((pids) => {
+            for (const pid of pids) {
+              try {
+                process.kill(pid, "SIGKILL");
+                killed++;
+              } catch {
+                // raced with exit
+              }
+            }
+          });
+        },
+      });
+      assert.ok(killed > 0, "the test killed no process");
+      assert.equal(outcome.agent.exit, null);
+      assert.equal(outcome.agent.failure?.kind, "eof");
+      assert.equal(text(outcome.agent.stdout), "before\n", "partial output is kept");
+      assert.deepEqual(await backend.livePids(), []);
+    } finally {
+      await backend.close();
+    }
+  });
+
+  test("the pool refills after a burst larger than itself; each VM serves one call", async () => {
+    const backend: MicrovmBackend = await createMicrovmBackend({
+      rootfsDir: root.rootfs,
+      disk: root.disk,
+      pool: { sizes: { bash: 2 } },
+    });
+    try {
+      await backend.pool.whenFull();
+      assert.equal(backend.pool.readyCount("bash"), 2);
+      const burst = await Promise.all(
+        [1, 2, 3].map(() =>
+          backend.run(shJob("cat /proc/sys/kernel/random/boot_id"), { signal: signal() }),
+        ),
+      );
+      const bootIds = new Set(burst.map((r) => text(r.agent.stdout)));
+      assert.equal(bootIds.size, 3, "two calls of the burst shared a VM");
+      await backend.pool.whenFull();
+      assert.equal(backend.pool.readyCount("bash"), 2);
+    } finally {
+      await backend.close();
+    }
+    assert.deepEqual(await backend.livePids(), []);
+  });
+});
