@@ -1,0 +1,297 @@
+/**
+ * One sandbox's network, as an ordered recipe: namespace, veth pair (host end in the uplink
+ * namespace), addresses from the pool, default route, egress rules; and its exact reverse.
+ *
+ * The sandbox side is either the sandbox process itself (`attach: { kind: "process" }`: run it in
+ * `netnsPath`, e.g. `ip netns exec` or setns, then bwrap --share-net) or a tap device for a VM
+ * (`attach: { kind: "tap", name }`: the tap is bridged to the veth inside the namespace; the guest
+ * configures `addresses.sandboxV4` itself and QEMU opens the tap from inside the namespace).
+ *
+ * `network: "none"` needs none of this: bwrap --unshare-net (or a VM without a NIC) is loopback only.
+ */
+import { ScratchRunError } from "../errors.js";
+import { BLOCKED_CIDRS, classifyAddress } from "./addresses.js";
+import { CommandError, inNetns, mustRun, runCommand } from "./commands.js";
+import {
+  parseCounters,
+  renderEgressRuleset,
+  renderEgressTeardown,
+  type EgressCounters,
+} from "./nftables.js";
+import {
+  hostLinkName,
+  liveNetworks,
+  listUplinkLinks,
+  markLiveLink,
+  uplinkKey,
+} from "./resources.js";
+import {
+  poolSize,
+  resolvConf,
+  slotAddresses,
+  validateUplink,
+  type SlotAddresses,
+  type UplinkConfig,
+} from "./uplink.js";
+
+export type SandboxAttach =
+  | { kind: "process" }
+  /** A persistent tap `name` in the sandbox namespace, bridged to the uplink link; uid may open it. */
+  | { kind: "tap"; name: string; uid?: number };
+
+export interface SandboxNetwork {
+  readonly id: string;
+  readonly mode: "public";
+  /** Name under /run/netns (what `ip netns exec` takes). */
+  readonly netns: string;
+  readonly netnsPath: string;
+  readonly attach: SandboxAttach;
+  /** Host end of the link, in the uplink namespace. */
+  readonly hostIfname: string;
+  /** The sandbox side's interface: "eth0" for a process, the tap name for a VM. */
+  readonly sandboxIfname: string;
+  readonly addresses: SlotAddresses;
+  /** Content for the sandbox's /etc/resolv.conf. */
+  readonly resolvConf: string;
+  /** Packets the egress filter dropped for this sandbox, by kind. */
+  counters(): Promise<EgressCounters>;
+  /** Packets dropped for their destination (blocked ranges, host, inbound): the reported number. */
+  blockedCount(): Promise<number>;
+  /** Removes link, rules and namespace. Idempotent; safe to call concurrently. */
+  teardown(): Promise<void>;
+}
+
+export interface CreateSandboxNetworkOptions {
+  /** Unique per live sandbox; [A-Za-z0-9_-], 1..40 characters. */
+  id: string;
+  uplink: UplinkConfig;
+  /** Default: the sandbox process runs inside the namespace. */
+  attach?: SandboxAttach;
+}
+
+const ID = /^[A-Za-z0-9_-]{1,40}$/;
+const IFNAME = /^[A-Za-z0-9_.-]{1,15}$/;
+
+/** Slots reserved by this process per uplink, so concurrent creations never share one. */
+const reserved = new Map<string, Set<number>>();
+
+async function reserveSlot(u: UplinkConfig): Promise<number> {
+  const key = uplinkKey(u);
+  const mine = reserved.get(key) ?? new Set<number>();
+  reserved.set(key, mine);
+  const taken = new Set<number>(mine);
+  const linkPrefix = `${u.prefix}h`;
+  for (const name of await listUplinkLinks(u)) {
+    const n = Number(name.slice(linkPrefix.length));
+    if (name.startsWith(linkPrefix) && Number.isInteger(n)) taken.add(n);
+  }
+  const size = poolSize(u);
+  for (let i = 0; i < size; i++) {
+    if (!taken.has(i) && !mine.has(i)) {
+      mine.add(i);
+      return i;
+    }
+  }
+  throw new ScratchRunError("BUSY", `all ${size} sandbox network slots are in use`, {
+    fix: "raise uplink.poolV4 or run fewer concurrent public-network sandboxes",
+  });
+}
+
+function sysctl(ns: string | null, key: string, value: string): Promise<string> {
+  return mustRun(inNetns(ns, "sysctl", ["-qw", `${key}=${value}`]));
+}
+
+async function readSysctl(ns: string | null, key: string): Promise<string> {
+  return (await mustRun(inNetns(ns, "sysctl", ["-n", key]))).trim();
+}
+
+/** Addresses of the uplink namespace that no blocked range already covers (its public ones). */
+async function publicHostAddresses(u: UplinkConfig): Promise<string[]> {
+  const out = await mustRun(inNetns(u.netns, "ip", ["-j", "addr", "show"]));
+  const doc = JSON.parse(out) as Array<{ addr_info?: Array<{ local?: string }> }>;
+  const addrs = doc.flatMap((l) => (l.addr_info ?? []).map((a) => a.local ?? ""));
+  return [...new Set(addrs)].filter((a) => a !== "" && !classifyAddress(a).blocked);
+}
+
+async function ensureForwarding(u: UplinkConfig): Promise<void> {
+  const keys = ["net.ipv4.ip_forward", ...(u.poolV6 ? ["net.ipv6.conf.all.forwarding"] : [])];
+  for (const key of keys) {
+    if (u.enableForwarding) await sysctl(u.netns, key, "1");
+    else if ((await readSysctl(u.netns, key)) !== "1") {
+      throw new ScratchRunError("NOT_READY", `${key} is 0, so sandboxes cannot reach the network`, {
+        fix: `set ${key}=1 on the host (or network: "none"), or enableForwarding in the uplink config`,
+      });
+    }
+  }
+}
+
+function ignoreMissing(e: unknown): void {
+  const text = e instanceof CommandError ? e.result.stderr : "";
+  if (/Cannot find device|No such file|does not exist|not found/i.test(text)) return;
+  throw e;
+}
+
+/** Creates the network of one "public" sandbox. On failure nothing is left behind. */
+export async function createSandboxNetwork(
+  opts: CreateSandboxNetworkOptions,
+): Promise<SandboxNetwork> {
+  const u = opts.uplink;
+  validateUplink(u);
+  const attach = opts.attach ?? { kind: "process" };
+  if (!ID.test(opts.id)) throw new TypeError(`sandbox network id must match ${ID}`);
+  if (attach.kind === "tap" && (!IFNAME.test(attach.name) || attach.name === "eth0")) {
+    throw new TypeError(`tap name must match ${IFNAME} and not be eth0`);
+  }
+  const netns = `${u.prefix}${opts.id}`;
+  const table = netns;
+  const slot = await reserveSlot(u);
+  const hostIf = hostLinkName(u, slot);
+  const addr = slotAddresses(u, slot);
+  const key = uplinkKey(u);
+  const live = liveNetworks(u);
+  live.add(netns);
+  markLiveLink(u, hostIf, true);
+  const up = u.netns;
+  const sbIf = attach.kind === "tap" ? attach.name : "eth0";
+
+  let done: Promise<void> | null = null;
+  const teardown = (): Promise<void> => {
+    done ??= (async () => {
+      const errors: unknown[] = [];
+      const step = async (f: () => Promise<unknown>): Promise<void> => {
+        try {
+          await f();
+        } catch (e) {
+          try {
+            ignoreMissing(e);
+          } catch (real) {
+            errors.push(real);
+          }
+        }
+      };
+      await step(() => mustRun(inNetns(up, "ip", ["link", "del", hostIf])));
+      await step(() => mustRun(inNetns(up, "nft", ["-f", "-"]), renderEgressTeardown(table)));
+      await step(() => mustRun(inNetns(null, "ip", ["netns", "del", netns])));
+      reserved.get(key)?.delete(slot);
+      live.delete(netns);
+      markLiveLink(u, hostIf, false);
+      if (errors.length > 0) {
+        throw new ScratchRunError("SANDBOX_FAILED", `teardown of ${netns} incomplete`, {
+          cause: errors[0],
+          fix: "reapOrphanNetworks() removes what is left",
+        });
+      }
+    })();
+    return done;
+  };
+
+  try {
+    await ensureForwarding(u);
+    await mustRun(inNetns(null, "ip", ["netns", "add", netns]));
+    // Before any link exists: no IPv6 chatter (router solicits, MLD) unless IPv6 is in use.
+    const v6 = addr.sandboxV6 !== null && attach.kind === "process" ? "0" : "1";
+    await sysctl(netns, "net.ipv6.conf.all.disable_ipv6", v6);
+    await sysctl(netns, "net.ipv6.conf.default.disable_ipv6", v6);
+    await sysctl(netns, "net.ipv6.conf.default.accept_dad", "0");
+    // Unprivileged ICMP echo sockets (ping without CAP_NET_RAW) for any group inside the jail.
+    await sysctl(netns, "net.ipv4.ping_group_range", "0 2147483647");
+    await mustRun(
+      inNetns(up, "ip", [
+        "link",
+        "add",
+        hostIf,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        netns,
+      ]),
+    );
+    if (addr.gatewayV6) {
+      // Usable at once (no DAD wait): the link has exactly two ends and we chose both addresses.
+      await sysctl(up, `net.ipv6.conf.${hostIf}.accept_dad`, "0");
+      await sysctl(up, `net.ipv6.conf.${hostIf}.accept_ra`, "0");
+    }
+    await sysctl(up, `net.ipv4.conf.${hostIf}.rp_filter`, "1");
+    await mustRun(inNetns(up, "ip", ["addr", "add", `${addr.gatewayV4}/30`, "dev", hostIf]));
+    if (addr.gatewayV6) {
+      await mustRun(
+        inNetns(up, "ip", ["-6", "addr", "add", `${addr.gatewayV6}/64`, "dev", hostIf, "nodad"]),
+      );
+    }
+    const ruleset = renderEgressRuleset({
+      table,
+      hostIfname: hostIf,
+      sandboxV4: addr.sandboxV4,
+      gatewayV4: addr.gatewayV4,
+      sandboxV6: addr.sandboxV6,
+      hostAddresses: await publicHostAddresses(u),
+      dnsResolvers: u.dnsResolvers,
+      blocked: BLOCKED_CIDRS,
+    });
+    // Rules before the link comes up: no frame passes unfiltered.
+    await mustRun(inNetns(up, "nft", ["-f", "-"]), ruleset);
+    await mustRun(inNetns(up, "ip", ["link", "set", hostIf, "up"]));
+    await mustRun(inNetns(netns, "ip", ["link", "set", "lo", "up"]));
+    if (attach.kind === "process") {
+      await mustRun(inNetns(netns, "ip", ["addr", "add", `${addr.sandboxV4}/30`, "dev", "eth0"]));
+      await mustRun(inNetns(netns, "ip", ["link", "set", "eth0", "up"]));
+      await mustRun(inNetns(netns, "ip", ["route", "add", "default", "via", addr.gatewayV4]));
+      if (addr.sandboxV6 && addr.gatewayV6) {
+        await mustRun(
+          inNetns(netns, "ip", [
+            "-6",
+            "addr",
+            "add",
+            `${addr.sandboxV6}/64`,
+            "dev",
+            "eth0",
+            "nodad",
+          ]),
+        );
+        await mustRun(
+          inNetns(netns, "ip", ["-6", "route", "add", "default", "via", addr.gatewayV6]),
+        );
+      }
+    } else {
+      const user = attach.uid === undefined ? [] : ["user", String(attach.uid)];
+      await mustRun(
+        inNetns(netns, "ip", ["tuntap", "add", "dev", attach.name, "mode", "tap", ...user]),
+      );
+      await mustRun(inNetns(netns, "ip", ["link", "add", "br0", "type", "bridge"]));
+      for (const dev of ["eth0", attach.name]) {
+        await mustRun(inNetns(netns, "ip", ["link", "set", dev, "master", "br0"]));
+        await mustRun(inNetns(netns, "ip", ["link", "set", dev, "up"]));
+      }
+      await mustRun(inNetns(netns, "ip", ["link", "set", "br0", "up"]));
+    }
+  } catch (e) {
+    await teardown().catch(() => undefined);
+    if (e instanceof ScratchRunError) throw e;
+    throw new ScratchRunError("SANDBOX_FAILED", `could not set up the network of ${netns}`, {
+      cause: e,
+      fix: "check that iproute2 and nftables are installed and the server runs as root",
+    });
+  }
+
+  const counters = async (): Promise<EgressCounters> => {
+    const json = await runCommand(inNetns(up, "nft", ["-j", "list", "counters"]));
+    return parseCounters(json.stdout, table);
+  };
+  return {
+    id: opts.id,
+    mode: "public",
+    netns,
+    netnsPath: `/run/netns/${netns}`,
+    attach,
+    hostIfname: hostIf,
+    sandboxIfname: sbIf,
+    addresses: addr,
+    resolvConf: resolvConf(u),
+    counters,
+    blockedCount: async () => (await counters()).blocked,
+    teardown,
+  };
+}
