@@ -85,10 +85,12 @@ export class NamespaceBackend implements Backend {
         this.live.delete(child);
       });
       child.on("error", () => {});
+      for (const stream of child.stdio) stream?.on("error", () => {});
       const seccompPipe = child.stdio[3] as NodeJS.WritableStream | null;
       seccompPipe?.end(this.seccomp);
       // Agent diagnostics are sandbox-controlled bytes: drained, never logged.
-      child.stderr?.resume();
+      if (process.env.SCRATCHRUN_DEBUG_JAIL === "1") child.stderr?.pipe(process.stderr);
+      else child.stderr?.resume();
 
       const sandboxReadyMs = Date.now() - started;
       const agent = await runAgentSession(

@@ -30,6 +30,7 @@ export function renderBwrapArgs(layout: BwrapLayout): string[] {
   const args = [
     "/usr/bin/bwrap",
     "--unshare-all",
+    "--unshare-user",
     ...(layout.network === "shared" ? ["--share-net"] : []),
     "--disable-userns",
     "--die-with-parent",

@@ -1,0 +1,29 @@
+#!/usr/bin/env node
+// Runs the compiled test files one file at a time (they share the host: cgroups, netns, leak
+// checks), with node's own test runner. Arguments narrow the set: substrings of file paths.
+import { readdirSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { spawnSync } from "node:child_process";
+
+function find(dir) {
+  let out = [];
+  for (const name of readdirSync(dir)) {
+    const p = join(dir, name);
+    if (statSync(p).isDirectory()) out = out.concat(find(p));
+    else if (name.endsWith(".test.js")) out.push(p);
+  }
+  return out;
+}
+
+const filters = process.argv.slice(2);
+const files = find("dist/test")
+  .filter((f) => filters.length === 0 || filters.some((x) => f.includes(x)))
+  .sort();
+if (files.length === 0) {
+  console.error("no test files matched");
+  process.exit(1);
+}
+const r = spawnSync(process.execPath, ["--test", "--test-concurrency=1", ...files], {
+  stdio: "inherit",
+});
+process.exit(r.status ?? 1);

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Installs and builds everything ScratchRun needs on a Debian 12 host, idempotently:
+#   1. Debian packages (bubblewrap, QEMU, kernel, mmdebstrap, nftables, ...), only if missing
+#   2. npm dependencies (npm ci)
+#   3. the TypeScript build and the static guest agent (npm run build)
+#   4. the runtime image (Debian rootfs with python3.12, python3.11, node20, bash), cached by recipe
+# Run as root. Progress is printed for each step; the image build shows mmdebstrap's own output.
+set -euo pipefail
+exec 1>&2  # stdout stays clean: `npm start` hands it to the MCP server for JSON-RPC
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*" >&2; }
+
+if [ "$(id -u)" != 0 ]; then
+  echo "setup: run as root (apt, cgroups and the image build need it): sudo $0" >&2
+  exit 1
+fi
+
+APT_PACKAGES=(bubblewrap qemu-system-x86 linux-image-cloud-amd64 busybox-static mmdebstrap
+  nftables iproute2 erofs-utils squashfs-tools cpio util-linux gcc libc6-dev)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  step "apt-get install ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  step "Debian packages: all present"
+fi
+
+node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+if [ "$node_major" -lt 20 ]; then
+  echo "setup: Node.js 20 or newer is required (found ${node_major}); install it first" >&2
+  exit 1
+fi
+
+if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  step "npm ci"
+  npm ci --no-audit --no-fund
+else
+  step "npm dependencies: up to date"
+fi
+
+step "npm run build (TypeScript + guest agent)"
+npm run build --silent
+
+step "runtime image (cached; rebuilt only when its recipe changes)"
+node scripts/build-images.mjs
+
+step "ready: start the stdio MCP server with: npx --no-install scratchrun-mcp"

@@ -1,0 +1,138 @@
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import { TEST_BACKENDS } from "../helpers/backends.js";
+import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
+import { startServer, type McpHarness } from "../helpers/mcp-client.js";
+
+/**
+ * Resource limits. The bounded proofs come first in this file (node:test runs a file's tests in
+ * order); the hostile programs refuse to run unless the proof before them passed, because an
+ * unjailed fork bomb or memory bomb takes the whole machine down.
+ */
+for (const backend of TEST_BACKENDS) {
+  describe(`limits [${backend}]`, () => {
+    let h: McpHarness;
+    let base: HostSnapshot;
+    const proven = { pids: false, memory: false };
+    before(async () => {
+      base = snapshot();
+      h = await startServer({ SCRATCHRUN_ISOLATION: backend });
+    });
+    after(async () => {
+      await h.close();
+      await assertNoLeaks(base);
+    });
+
+    test("bounded: the process limit holds (children start one by one until refused)", async () => {
+      const { s } = await h.exec({
+        runtime: "python3.11",
+        code: [
+          "import subprocess",
+          "procs = []",
+          "try:",
+          "    for i in range(400):",
+          "        procs.append(subprocess.Popen(['/bin/sleep', '30']))",
+          "except (OSError, BlockingIOError) as e:",
+          "    print('refused', type(e).__name__)",
+          "print('started', len(procs))",
+          "for p in procs: p.kill()",
+        ].join("\n"),
+        timeout_ms: 20000,
+      });
+      assert.equal(s.exit_reason, "ok", s.stderr);
+      const started = Number(/started (\d+)/.exec(s.stdout)?.[1]);
+      assert.match(s.stdout, /refused/);
+      assert.ok(started > 10 && started < 128, `started ${started} processes`);
+      proven.pids = true;
+    });
+
+    test("bounded: the memory limit holds (allocation past memory_mb is OOM-killed)", async () => {
+      const { s } = await h.exec({
+        runtime: "python3.11",
+        code: [
+          "chunks = []",
+          "for i in range(40):",
+          "    chunks.append(b'x' * (8 << 20))",
+          "    print(i, flush=True)",
+        ].join("\n"),
+        memory_mb: 64,
+        timeout_ms: 20000,
+      });
+      assert.equal(s.exit_reason, "oom", JSON.stringify(s));
+      const reached = s.stdout.trim().split("\n").length;
+      assert.ok(reached < 8, `allocated ${reached} x 8 MiB under a 64 MiB limit`);
+      proven.memory = true;
+    });
+
+    test("a program within memory_mb is not killed", async () => {
+      const { s } = await h.exec({
+        runtime: "python3.11",
+        code: "b = b'x' * (100 << 20)\nprint(len(b))",
+        memory_mb: 256,
+      });
+      assert.equal(s.exit_reason, "ok", s.stderr);
+    });
+
+    test("hostile: a fork bomb is contained and leaves nothing", async () => {
+      assert.ok(
+        proven.pids && proven.memory,
+        "limits were not proven first; refusing to run a fork bomb",
+      );
+      const { s } = await h.exec({ runtime: "bash", code: ":(){ :|:& };:", timeout_ms: 3000 });
+      assert.ok(["timeout", "ok", "error", "killed"].includes(s.exit_reason), s.exit_reason);
+      await assertNoLeaks(base);
+      const after = await h.exec({ runtime: "bash", code: "echo alive" });
+      assert.equal(after.s.stdout, "alive\n");
+    });
+
+    test("hostile: a 1 GB allocation is OOM-killed", async () => {
+      assert.ok(proven.memory, "memory limit not proven first");
+      const { s } = await h.exec({
+        runtime: "python3.11",
+        code: "b = b'x' * (1 << 30)\nprint('survived')",
+      });
+      assert.equal(s.exit_reason, "oom");
+      assert.doesNotMatch(s.stdout, /survived/);
+    });
+
+    test("hostile: a `yes` flood is cut at the output cap and flagged", async () => {
+      const { s } = await h.exec({ runtime: "bash", code: "yes", timeout_ms: 20000 });
+      assert.equal(s.exit_reason, "output_limit");
+      assert.equal(s.stdout_truncated, true);
+      assert.ok(s.stdout.length <= 1024 * 1024 && s.stdout.length > 1000, `${s.stdout.length}`);
+      assert.match(s.stdout, /^(y\n)+y?$/);
+    });
+
+    test("hostile: a stderr flood is cut too", async () => {
+      const { s } = await h.exec({ runtime: "bash", code: "yes err >&2", timeout_ms: 20000 });
+      assert.equal(s.exit_reason, "output_limit");
+      assert.equal(s.stderr_truncated, true);
+      assert.equal(s.stdout_truncated, false);
+    });
+
+    test("hostile: filling /tmp hits the size cap, not the host", async () => {
+      assert.ok(proven.memory, "memory limit not proven first");
+      const { s } = await h.exec({
+        runtime: "bash",
+        code: "dd if=/dev/zero of=/tmp/fill bs=1M count=1000 2>&1 | tail -1; df -m /tmp | tail -1",
+        memory_mb: 512,
+        timeout_ms: 20000,
+      });
+      assert.match(s.stdout, /No space left on device/);
+    });
+
+    test("hostile: a background process does not outlive its call", async () => {
+      const { s } = await h.exec({
+        runtime: "bash",
+        code: "(sleep 300 &); nohup sleep 301 >/dev/null 2>&1 & setsid sleep 302 & echo started",
+      });
+      assert.equal(s.stdout, "started\n");
+      await assertNoLeaks(base);
+      const next = await h.exec({
+        runtime: "bash",
+        code: "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c 'sleep 30' || true",
+      });
+      assert.equal(next.s.stdout.trim(), "0");
+    });
+  });
+}

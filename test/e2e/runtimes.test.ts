@@ -1,0 +1,136 @@
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import { TEST_BACKENDS } from "../helpers/backends.js";
+import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
+import { startServer, textOf, type McpHarness } from "../helpers/mcp-client.js";
+
+for (const backend of TEST_BACKENDS) {
+  describe(`runtimes and parameters [${backend}]`, () => {
+    let h: McpHarness;
+    let base: HostSnapshot;
+    before(async () => {
+      base = snapshot();
+      h = await startServer({ SCRATCHRUN_ISOLATION: backend });
+    });
+    after(async () => {
+      await h.close();
+      await assertNoLeaks(base);
+    });
+
+    const versions: [string, string, RegExp][] = [
+      ["python3.12", "import sys; print(sys.version)", /^3\.12\./],
+      ["python3.11", "import sys; print(sys.version)", /^3\.11\./],
+      ["node20", "console.log(process.version)", /^v20\./],
+      ["bash", 'echo "$BASH_VERSION"', /^5\./],
+    ];
+    for (const [runtime, code, version] of versions) {
+      test(`${runtime} really is the version it names`, async () => {
+        const { s, result } = await h.exec({ runtime, code });
+        assert.equal(s.exit_reason, "ok", s.stderr);
+        assert.equal(s.exit_code, 0);
+        assert.match(s.stdout, version);
+        assert.equal(s.isolation, backend);
+        assert.match(textOf(result), /exit_code: 0 \(ok\)/);
+      });
+    }
+
+    test("stdout and stderr are separate and the exit code is kept", async () => {
+      const { s } = await h.exec({
+        runtime: "python3.11",
+        code: "import sys\nprint('out')\nprint('err', file=sys.stderr)\nsys.exit(3)",
+      });
+      assert.equal(s.stdout, "out\n");
+      assert.equal(s.stderr, "err\n");
+      assert.equal(s.exit_code, 3);
+      assert.equal(s.exit_reason, "error");
+    });
+
+    test("env reaches the code, the server's environment does not", async () => {
+      const { s } = await h.exec({
+        runtime: "node20",
+        code: "console.log(JSON.stringify({a: process.env.API_TOKEN, keys: Object.keys(process.env).sort()}))",
+        env: { API_TOKEN: "tok-123" },
+      });
+      const out = JSON.parse(s.stdout) as { a: string; keys: string[] };
+      assert.equal(out.a, "tok-123");
+      assert.ok(!out.keys.includes("SCRATCHRUN_ISOLATION"), "server env leaked");
+      assert.ok(out.keys.includes("HOME"));
+    });
+
+    test("files are written before the code runs; relative paths resolve in the working dir", async () => {
+      const { s } = await h.exec({
+        runtime: "bash",
+        code: "pwd; cat data/in.txt; cat /tmp/abs.txt; stat -c %a data/in.txt",
+        files: { "data/in.txt": "relative\n", "/tmp/abs.txt": "absolute\n" },
+      });
+      assert.equal(s.exit_reason, "ok", s.stderr);
+      assert.equal(s.stdout, "/home/user\nrelative\nabsolute\n644\n");
+    });
+
+    test("return_files: text comes back as text, binary as base64, problems per file", async () => {
+      const { s, result } = await h.exec({
+        runtime: "python3.11",
+        code: [
+          "import os",
+          "open('/tmp/out.csv','w').write('a,b\\n1,2\\n')",
+          "open('blob.bin','wb').write(bytes(range(256)))",
+          "os.mkdir('/tmp/dir')",
+          "os.symlink('/etc/passwd', '/tmp/link')",
+        ].join("\n"),
+        return_files: ["/tmp/out.csv", "blob.bin", "/tmp/missing", "/tmp/dir", "/tmp/link"],
+      });
+      assert.equal(s.exit_reason, "ok", s.stderr);
+      const byPath = Object.fromEntries(s.files.map((f) => [f.path, f]));
+      assert.equal(byPath["/tmp/out.csv"]?.status, "ok");
+      assert.equal(byPath["/tmp/out.csv"]?.mime_type, "text/csv");
+      assert.equal(byPath["/home/user/blob.bin"]?.status, "ok");
+      assert.equal(byPath["/home/user/blob.bin"]?.size_bytes, 256);
+      assert.equal(byPath["/tmp/missing"]?.status, "missing");
+      assert.equal(byPath["/tmp/dir"]?.status, "not_regular");
+      assert.equal(byPath["/tmp/link"]?.status, "not_regular", "symlinks are never followed");
+      const resources = result.content.filter((b) => b.type === "resource");
+      const csv = resources.find((b) => b.resource.uri === "file:///tmp/out.csv");
+      assert.ok(csv && "text" in csv.resource);
+      assert.equal(csv.resource.text, "a,b\n1,2\n");
+      const bin = resources.find((b) => b.resource.uri === "file:///home/user/blob.bin");
+      assert.ok(bin && "blob" in bin.resource);
+      assert.deepEqual([...Buffer.from(bin.resource.blob, "base64")], [...Array(256).keys()]);
+    });
+
+    test("the product page's plot example returns an inline PNG (python3.11 has matplotlib)", async () => {
+      const { s, result } = await h.exec({
+        runtime: "python3.11",
+        code: "import matplotlib.pyplot as plt\nimport numpy as np\nx = np.linspace(0, 10, 100)\nplt.plot(x, np.sin(x))\nplt.savefig('/tmp/plot.png')",
+        return_files: ["/tmp/plot.png"],
+        timeout_ms: 30000,
+      });
+      assert.equal(s.exit_reason, "ok", s.stderr);
+      const image = result.content.find((b) => b.type === "image");
+      assert.ok(image && image.type === "image");
+      assert.equal(image.mimeType, "image/png");
+      const png = Buffer.from(image.data, "base64");
+      assert.deepEqual([...png.subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+      assert.equal(s.files[0]?.size_bytes, png.length);
+    });
+
+    test("timeout_ms stops a sleeping program and keeps its partial output", async () => {
+      const { s } = await h.exec({
+        runtime: "bash",
+        code: "echo before; sleep 60; echo after",
+        timeout_ms: 500,
+      });
+      assert.equal(s.exit_reason, "timeout");
+      assert.equal(s.stdout, "before\n");
+      assert.equal(s.exit_code, null);
+    });
+
+    test("an infinite loop is stopped at the deadline", async () => {
+      const { s } = await h.exec({
+        runtime: "python3.11",
+        code: "while True: pass",
+        timeout_ms: 400,
+      });
+      assert.equal(s.exit_reason, "timeout");
+    });
+  });
+}

@@ -1,0 +1,97 @@
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import assert from "node:assert/strict";
+
+/**
+ * An independent leak detector: it reads the host's own tables (not the product's bookkeeping)
+ * for anything a sandbox could leave behind. Tests snapshot it before and assert after.
+ */
+export const SANDBOX_UID_MIN = 6_200_000;
+export const SANDBOX_UID_MAX = 6_200_000 + 4096;
+
+export interface HostSnapshot {
+  sandboxProcesses: string[];
+  qemuProcesses: string[];
+  cgroups: string[];
+  netns: string[];
+  links: string[];
+  mounts: string[];
+  tmpEntries: string[];
+}
+
+function processes(): { pid: string; uid: number; comm: string; cmdline: string }[] {
+  const out = [];
+  for (const pid of readdirSync("/proc")) {
+    if (!/^\d+$/.test(pid)) continue;
+    try {
+      const status = readFileSync(`/proc/${pid}/status`, "utf8");
+      const uid = Number(/^Uid:\s+(\d+)/m.exec(status)?.[1] ?? -1);
+      const comm = /^Name:\s+(.*)$/m.exec(status)?.[1] ?? "";
+      const cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8").replace(/\0/g, " ").trim();
+      out.push({ pid, uid, comm, cmdline });
+    } catch {
+      // the process ended while we read it
+    }
+  }
+  return out;
+}
+
+function cgroupDirs(): string[] {
+  const out: string[] = [];
+  for (const base of [
+    "/sys/fs/cgroup/memory/scratchrun",
+    "/sys/fs/cgroup/pids/scratchrun",
+    "/sys/fs/cgroup/cpu/scratchrun",
+    "/sys/fs/cgroup/scratchrun",
+  ]) {
+    if (!existsSync(base)) continue;
+    for (const e of readdirSync(base, { withFileTypes: true }))
+      if (e.isDirectory()) out.push(join(base, e.name));
+  }
+  return out;
+}
+
+function listDir(dir: string): string[] {
+  try {
+    return readdirSync(dir);
+  } catch {
+    return [];
+  }
+}
+
+export function snapshot(): HostSnapshot {
+  const procs = processes();
+  return {
+    sandboxProcesses: procs
+      .filter((p) => p.uid >= SANDBOX_UID_MIN && p.uid < SANDBOX_UID_MAX)
+      .map((p) => `${p.pid} uid=${p.uid} ${p.cmdline}`),
+    qemuProcesses: procs
+      .filter((p) => p.comm.startsWith("qemu-system"))
+      .map((p) => `${p.pid} ${p.cmdline}`),
+    cgroups: cgroupDirs(),
+    netns: listDir("/run/netns").filter((n) => n.startsWith("sr-")),
+    links: listDir("/sys/class/net").filter((n) => n.startsWith("sr")),
+    mounts: readFileSync("/proc/self/mountinfo", "utf8")
+      .split("\n")
+      .map((l) => l.split(" ")[4] ?? "")
+      .filter((m) => m.includes("scratchrun")),
+    tmpEntries: listDir("/tmp").filter((n) => n.startsWith("scratchrun")),
+  };
+}
+
+/** Polls briefly (teardown is asynchronous in the kernel) and fails naming whatever is left. */
+export async function assertNoLeaks(baseline: HostSnapshot, waitMs = 3000): Promise<void> {
+  const deadline = Date.now() + waitMs;
+  for (;;) {
+    const now = snapshot();
+    const leaked: Record<string, string[]> = {};
+    for (const key of Object.keys(now) as (keyof HostSnapshot)[]) {
+      const extra = now[key].filter((x) => !baseline[key].includes(x));
+      if (extra.length) leaked[key] = extra;
+    }
+    if (Object.keys(leaked).length === 0) return;
+    if (Date.now() > deadline)
+      assert.fail(`sandbox left resources behind: ${JSON.stringify(leaked, null, 2)}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}

@@ -1,0 +1,75 @@
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { CallToolResultSchema, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+/** The repository root (this file is dist/test/helpers/mcp-client.js once built). */
+export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
+export const MCP_BIN = join(REPO_ROOT, "dist/src/bin/scratchrun-mcp.js");
+
+export interface ExecStructured {
+  stdout: string;
+  stderr: string;
+  exit_code: number | null;
+  exit_reason: string;
+  signal: number | null;
+  duration_ms: number;
+  isolation: string;
+  network: string;
+  stdout_truncated: boolean;
+  stderr_truncated: boolean;
+  files: { path: string; status: string; size_bytes: number; mime_type: string }[];
+  message?: string;
+}
+
+export interface McpHarness {
+  client: Client;
+  call(
+    args: Record<string, unknown>,
+    options?: { signal?: AbortSignal; timeoutMs?: number },
+  ): Promise<CallToolResult>;
+  exec(args: Record<string, unknown>): Promise<{ result: CallToolResult; s: ExecStructured }>;
+  stderr(): string;
+  close(): Promise<void>;
+}
+
+/** Starts the built stdio server as a user's MCP client would, with the SDK's own Client. */
+export async function startServer(env: Record<string, string> = {}): Promise<McpHarness> {
+  const transport = new StdioClientTransport({
+    command: process.execPath,
+    args: [MCP_BIN],
+    env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/root", ...env },
+    stderr: "pipe",
+  });
+  let stderr = "";
+  transport.stderr?.on("data", (d: Buffer) => (stderr += d.toString()));
+  const client = new Client({ name: "scratchrun-test", version: "1.0.0" });
+  await client.connect(transport);
+  const call = async (
+    args: Record<string, unknown>,
+    options: { signal?: AbortSignal; timeoutMs?: number } = {},
+  ) =>
+    (await client.callTool({ name: "scratchrun_exec", arguments: args }, CallToolResultSchema, {
+      timeout: options.timeoutMs ?? 120_000,
+      ...(options.signal ? { signal: options.signal } : {}),
+    })) as CallToolResult;
+  return {
+    client,
+    call,
+    async exec(args) {
+      const result = await call(args);
+      if (result.isError) throw new Error(`tool error: ${JSON.stringify(result.content)}`);
+      return { result, s: result.structuredContent as unknown as ExecStructured };
+    },
+    stderr: () => stderr,
+    close: () => client.close(),
+  };
+}
+
+export function textOf(result: CallToolResult): string {
+  return result.content
+    .filter((b): b is { type: "text"; text: string } => b.type === "text")
+    .map((b) => b.text)
+    .join("\n");
+}
