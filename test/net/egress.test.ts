@@ -149,7 +149,7 @@ describe("sandbox network egress (real namespaces)", { timeout: 180_000 }, () =>
   it("the host's own addresses (uplink, gateway, link-local) and its loopback are unreachable", async () => {
     const net = await newNet();
     const a = net.addresses;
-    const hostLl = JSON.parse(
+    const hostIfs = JSON.parse(
       await mustRun(
         inNetns(topo.uplinkNs, "ip", [
           "-j",
@@ -162,8 +162,10 @@ describe("sandbox network egress (real namespaces)", { timeout: 180_000 }, () =>
           "link",
         ]),
       ),
-    ) as Array<{ addr_info: Array<{ local: string }> }>;
-    const ll = hostLl[0]?.addr_info[0]?.local;
+    ) as Array<{ addr_info?: Array<{ local?: string }> }>;
+    const ll = hostIfs
+      .flatMap((i) => i.addr_info ?? [])
+      .find((a) => a.local?.startsWith("fe80:"))?.local;
     assert.ok(ll, "host end has a link-local address");
     const targets = [UPLINK_ADDR, UPLINK_ADDR6, a.gatewayV4, a.gatewayV6 as string, `${ll}%eth0`];
     const control = await probe(

@@ -17,7 +17,7 @@ export const RAW_FRAMES = `${REPO}test/net/fixtures/raw-frames.py`;
 
 interface HostSpec {
   name: string;
-  /** [host address/len, router address/len] pairs, one per subnet. */
+  /** [host address/len, router address/len] pairs, one per subnet ("" router: extra address). */
   nets: Array<[string, string]>;
   dns?: Record<string, string>;
 }
@@ -44,6 +44,7 @@ const HOSTS: HostSpec[] = [
     name: "pub",
     nets: [
       ["198.51.100.10/24", "198.51.100.1/24"],
+      ["198.51.100.53/24", ""], // the DNS resolver, a second address on the same subnet
       ["2001:db8:1::10/64", "2001:db8:1::1/64"],
     ],
     dns: DNS_TABLE,
@@ -149,11 +150,12 @@ export class Topology {
       );
       for (const [hostAddr, routerAddr] of h.nets) {
         await ip(ns, ...addrArgs(hostAddr, "eth0"));
-        await ip(this.routerNs, ...addrArgs(routerAddr, `h${i}`));
+        if (routerAddr) await ip(this.routerNs, ...addrArgs(routerAddr, `h${i}`));
       }
       await ip(ns, "link", "set", "eth0", "up");
       await ip(this.routerNs, "link", "set", `h${i}`, "up");
       for (const [, routerAddr] of h.nets) {
+        if (!routerAddr) continue;
         const gw = routerAddr.split("/")[0] as string;
         await ip(ns, ...(gw.includes(":") ? ["-6"] : []), "route", "add", "default", "via", gw);
       }
@@ -183,7 +185,7 @@ export class Topology {
       ns,
       process.execPath,
       ECHO,
-      ...(dns ? [JSON.stringify(dns)] : []),
+      ...(dns ? [JSON.stringify(dns), RESOLVER] : []),
     ];
     const child = spawn("/usr/sbin/ip", args, { stdio: ["ignore", "pipe", "inherit"] });
     this.children.push(child);
