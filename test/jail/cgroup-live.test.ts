@@ -1,0 +1,261 @@
+/**
+ * Real cgroups on this host (v1 or v2), entered by the wrapper shell before bwrap, exactly as the
+ * namespace backend does. Order matters and node:test runs a file's tests in sequence: the bounded
+ * pids and memory tests prove the limits first; the fork bomb refuses to run unless both passed.
+ *
+ * The tests use their own parent directory so they never touch a running server's sandboxes.
+ */
+import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { after, test } from "node:test";
+import { setTimeout as sleep } from "node:timers/promises";
+import {
+  createCgroup,
+  detectCgroups,
+  listOrphanCgroups,
+  listScratchrunCgroups,
+  planCgroupFiles,
+  reapOrphans,
+  removeCgroupParents,
+  type Cgroup,
+  type CgroupHost,
+  type CgroupLimits,
+} from "../../src/jail/cgroup.js";
+import { PYTHON311, hostCanJail, processesWith, runJailed } from "./jail-run.js";
+
+const MiB = 1024 * 1024;
+/** The limits the hostile test runs under; the bounded tests prove exactly these. */
+const PROVEN: CgroupLimits = { memoryBytes: 64 * MiB, pids: 16, cpuQuotaPercent: 50 };
+const proven = { pids: false, memory: false };
+
+let host: CgroupHost | undefined;
+let skip = hostCanJail();
+if (!skip) {
+  try {
+    host = detectCgroups({ parentName: "scratchrun-jailtest" });
+  } catch (e) {
+    skip = `no usable cgroups: ${(e as Error).message}`;
+  }
+}
+const h = (): CgroupHost => host ?? assert.fail("no cgroup host");
+const uniqueName = (label: string) => `${label}-${randomBytes(4).toString("hex")}`;
+
+async function assertNoCgroupLeft(): Promise<void> {
+  assert.deepEqual(await listScratchrunCgroups(h()), []);
+}
+
+async function withCgroup(label: string, body: (cg: Cgroup) => Promise<void>): Promise<void> {
+  const cg = await createCgroup(h(), uniqueName(label), PROVEN);
+  try {
+    await body(cg);
+  } finally {
+    await cg.destroy();
+  }
+  for (const dir of cg.dirs) assert.ok(!existsSync(dir), `${dir} removed`);
+  await assertNoCgroupLeft();
+}
+
+after(async () => {
+  if (host) {
+    await reapOrphans(host);
+    await removeCgroupParents(host);
+  }
+});
+
+test("limit files read back as planned", { skip }, async () => {
+  await withCgroup("plan", async (cg) => {
+    const plan = planCgroupFiles(h().version, PROVEN, { canLimitSwap: h().canLimitSwap });
+    const dirOf = {
+      memory: h().hierarchies.memory,
+      pids: h().hierarchies.pids,
+      cpu: h().hierarchies.cpu,
+    };
+    for (const step of plan) {
+      const mount = dirOf[step.controller];
+      if (!mount) continue;
+      const path = join(mount, h().parentName, cg.name, step.file);
+      if (step.optional && !existsSync(path)) continue;
+      const got = readFileSync(path, "utf8").trim();
+      // v2 cpu.max and memory files read back in the same form they were written.
+      assert.equal(got, step.value, step.file);
+    }
+    assert.equal(cg.procsFiles.length, cg.dirs.length);
+    for (const f of cg.procsFiles) assert.ok(existsSync(f), f);
+  });
+});
+
+const FORK_COUNTER = `
+import errno, os, sys, time
+limit = int(sys.argv[1])
+started, err = [], None
+for _ in range(3 * limit):
+    try:
+        pid = os.fork()
+    except OSError as e:
+        err = errno.errorcode.get(e.errno, str(e.errno))
+        break
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    started.append(pid)
+for p in started:
+    os.kill(p, 9)
+    os.waitpid(p, 0)
+print(len(started), err)
+`;
+
+test("bounded: pids.max stops new processes with EAGAIN", { skip }, async () => {
+  await withCgroup("pids", async (cg) => {
+    const r = await runJailed({
+      argv: [PYTHON311, "-c", FORK_COUNTER, String(PROVEN.pids)],
+      procsFiles: cg.procsFiles,
+      killAfterMs: 60_000,
+    });
+    assert.equal(r.code, 0, r.stderr);
+    const [count, err] = r.stdout.trim().split(" ");
+    assert.equal(err, "EAGAIN", r.stdout);
+    assert.ok(
+      Number(count) >= 1 && Number(count) < PROVEN.pids,
+      `forked ${count} of ${PROVEN.pids}`,
+    );
+  });
+  proven.pids = true;
+});
+
+const MEMORY_HOG = `
+import sys
+limit_mib = int(sys.argv[1])
+chunks = []
+for step in range(1, 4 * limit_mib // 8 + 1):
+    chunks.append(b"\\x01" * (8 << 20))  # written, so every page is really charged
+    print(step * 8, flush=True)
+print("survived", flush=True)
+`;
+
+test("bounded: the memory limit OOM-kills a program that allocates past it", { skip }, async () => {
+  const limitMib = PROVEN.memoryBytes / MiB;
+  await withCgroup("memory", async (cg) => {
+    const r = await runJailed({
+      argv: [PYTHON311, "-c", MEMORY_HOG, String(limitMib)],
+      procsFiles: cg.procsFiles,
+      killAfterMs: 60_000,
+    });
+    assert.doesNotMatch(r.stdout, /survived/);
+    assert.equal(r.code, 128 + 9, `bwrap reports SIGKILL of the program: ${r.code} ${r.stderr}`);
+    const reached = Math.max(...r.stdout.trim().split("\n").map(Number));
+    assert.ok(reached < limitMib, `allocated ${reached} MiB under a ${limitMib} MiB limit`);
+    const stats = await cg.stats();
+    assert.ok(stats.oomKills >= 1, `oomKills ${stats.oomKills}`);
+    assert.ok(stats.memoryPeakBytes <= PROVEN.memoryBytes, `peak ${stats.memoryPeakBytes}`);
+    assert.ok(stats.memoryPeakBytes > PROVEN.memoryBytes / 2, `peak ${stats.memoryPeakBytes}`);
+    // No swap on top of the limit: memory+swap is capped at the same value.
+    const memDir = join(h().hierarchies.memory, h().parentName, cg.name);
+    if (h().version === 1 && h().canLimitSwap) {
+      const read = (f: string) => Number(readFileSync(join(memDir, f), "utf8").trim());
+      assert.equal(read("memory.memsw.limit_in_bytes"), PROVEN.memoryBytes);
+      assert.ok(read("memory.memsw.max_usage_in_bytes") <= PROVEN.memoryBytes);
+    } else if (h().version === 2 && existsSync(join(memDir, "memory.swap.max"))) {
+      assert.equal(readFileSync(join(memDir, "memory.swap.max"), "utf8").trim(), "0");
+    }
+  });
+  proven.memory = true;
+});
+
+test(
+  "hostile: a fork bomb in the proven jail stays bounded and is fully removed",
+  { skip },
+  async (t) => {
+    assert.ok(proven.pids && proven.memory, "refusing to run a fork bomb: limits not proven above");
+    const marker = `fbomb${randomBytes(6).toString("hex")}`;
+    const cg = await createCgroup(h(), uniqueName("bomb"), PROVEN);
+    let done: Promise<unknown> | undefined;
+    let maxSeen = 0;
+    try {
+      // The trailing sleep keeps the jail's main process alive: when it exits, bwrap ends the
+      // pid namespace and the bomb with it, which would prove nothing.
+      done = runJailed({
+        argv: ["/bin/bash", "--norc", "-c", `:(){ :|:& };:; sleep 60 # ${marker}`],
+        procsFiles: cg.procsFiles,
+        killAfterMs: 60_000,
+      });
+      // Let it rage for a while (a duration, not an assertion), sampling the cgroup as it goes.
+      for (let i = 0; i < 50; i++) {
+        await sleep(100);
+        maxSeen = Math.max(maxSeen, (await cg.pids()).length);
+      }
+      assert.ok(maxSeen > 1, "the bomb really ran");
+      assert.ok(maxSeen <= PROVEN.pids, `at most pids.max processes: saw ${maxSeen}`);
+      t.diagnostic(`fork bomb: at most ${maxSeen} processes seen (pids.max ${PROVEN.pids})`);
+      await cg.killAll();
+      assert.deepEqual(await cg.pids(), []);
+    } finally {
+      await cg.destroy();
+      await done;
+    }
+    assert.deepEqual(await cg.pids(), []);
+    for (const dir of cg.dirs) assert.ok(!existsSync(dir), `${dir} removed`);
+    assert.deepEqual(await processesWith(marker), []);
+    await assertNoCgroupLeft();
+  },
+);
+
+test(
+  "orphans: reapOrphans kills what is inside and removes every leftover cgroup",
+  { skip },
+  async () => {
+    const marker = `orphan${randomBytes(6).toString("hex")}`;
+    const runs: Promise<unknown>[] = [];
+    const cgroups: Cgroup[] = [];
+    for (let i = 0; i < 2; i++) {
+      const cg = await createCgroup(h(), uniqueName("orphan"), PROVEN);
+      cgroups.push(cg);
+      runs.push(
+        runJailed({
+          argv: ["/bin/sh", "-c", `sleep 600; : ${marker}`],
+          procsFiles: cg.procsFiles,
+          killAfterMs: 60_000,
+        }),
+      );
+    }
+    const names = cgroups.map((c) => c.name);
+    const hasSleep = async (cg: Cgroup) => {
+      for (const pid of await cg.pids()) {
+        try {
+          if (readFileSync(`/proc/${pid}/comm`, "utf8").trim() === "sleep") return true;
+        } catch {
+          // exited
+        }
+      }
+      return false;
+    };
+    // Wait until both sandboxes are really running inside their cgroups (bounded poll).
+    const ready = async () => (await Promise.all(cgroups.map(hasSleep))).every(Boolean);
+    for (let i = 0; i < 400 && !(await ready()); i++) await sleep(25);
+    assert.ok(await ready(), "both sandboxes started");
+    assert.deepEqual(await listOrphanCgroups(h()), [...names].sort());
+    assert.deepEqual((await reapOrphans(h())).sort(), [...names].sort());
+    await Promise.all(runs);
+    assert.deepEqual(await processesWith(marker), []);
+    await assertNoCgroupLeft();
+  },
+);
+
+test(
+  "lifecycle: a taken name is refused; destroy and killAll are idempotent",
+  { skip },
+  async () => {
+    const cg = await createCgroup(h(), uniqueName("twice"), PROVEN);
+    await assert.rejects(createCgroup(h(), cg.name, PROVEN), /cannot create cgroup/);
+    // The failed second create must not have removed the first one's directories.
+    for (const dir of cg.dirs) assert.ok(existsSync(dir), dir);
+    await cg.killAll();
+    await cg.destroy();
+    await cg.destroy();
+    await cg.killAll();
+    assert.deepEqual(await cg.pids(), []);
+    await assert.rejects(createCgroup(h(), "../escape", PROVEN), /invalid cgroup name/);
+    await assertNoCgroupLeft();
+  },
+);
