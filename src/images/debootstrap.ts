@@ -56,6 +56,12 @@ export function runMmdebstrap(
       stdio: ["ignore", "pipe", "pipe"],
     });
     const tail: string[] = [];
+    // mmdebstrap is silent for a minute or more while dpkg configures; say it is still alive.
+    const since = Date.now();
+    const heartbeat = setInterval(
+      () => onProgress(`mmdebstrap: still working (${Math.round((Date.now() - since) / 1000)} s)`),
+      20_000,
+    );
     const onData = (buf: Buffer) => {
       for (const line of buf.toString("utf8").split("\n")) {
         if (!line.trim()) continue;
@@ -66,10 +72,12 @@ export function runMmdebstrap(
     };
     child.stdout.on("data", onData);
     child.stderr.on("data", onData);
-    child.on("error", (e) =>
-      reject(new Error(`cannot run mmdebstrap (apt-get install mmdebstrap): ${e.message}`)),
-    );
+    child.on("error", (e) => {
+      clearInterval(heartbeat);
+      reject(new Error(`cannot run mmdebstrap (apt-get install mmdebstrap): ${e.message}`));
+    });
     child.on("close", (code, signal) => {
+      clearInterval(heartbeat);
       if (code === 0) resolvePromise();
       else reject(new Error(`mmdebstrap failed (${code ?? signal}):\n${tail.join("\n")}`));
     });

@@ -1,8 +1,12 @@
+import { basename, dirname } from "node:path";
 import { IN_IMAGE } from "./paths.js";
 import { listWheels } from "./recipe.js";
 import { checkInRootfs, type Bind } from "./rootfs-exec.js";
 
-/** Where build steps see host inputs inside the image (an empty mount point the image has). */
+/**
+ * Where build steps see host inputs (a wheelhouse, the recipe directory) inside the image: an
+ * existing empty mount point, so it also works when the rootfs is mounted read-only.
+ */
 const INPUT_MOUNT = "/run/scratchrun";
 
 export interface Python312Target {
@@ -43,7 +47,7 @@ export async function installWheelhouse(
   if (wheels.length === 0)
     throw new Error(`SCRATCHRUN_WHEELHOUSE ${wheelhouse} holds no .whl file`);
   const { writable, binds } = targetBinds(target);
-  const inside = `${INPUT_MOUNT}/wheelhouse`;
+  const inside = INPUT_MOUNT;
   await checkInRootfs({
     rootfs: target.rootfs,
     writable,
@@ -67,12 +71,12 @@ export async function installFromPypi(
   requirementsFile: string,
 ): Promise<void> {
   const { writable, binds } = targetBinds(target);
-  const inside = `${INPUT_MOUNT}/requirements.txt`;
+  const inside = `${INPUT_MOUNT}/${basename(requirementsFile)}`;
   await checkInRootfs({
     rootfs: target.rootfs,
     writable,
     network: true,
-    binds: [...binds, { src: requirementsFile, dest: inside }],
+    binds: [...binds, { src: dirname(requirementsFile), dest: INPUT_MOUNT }],
     argv: [IN_IMAGE.python312, ...PIP_COMMON, "--only-binary=:all:", "-r", inside],
     onStderr: (s) => target.onProgress?.(`pip: ${s.trimEnd()}`),
   });
