@@ -1,11 +1,13 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
+import { createMicrovmBackend } from "../backends/microvm/backend.js";
 import { NamespaceBackend } from "../backends/namespace/backend.js";
 import type { Backend } from "../backends/types.js";
 import { Engine, type EngineOptions } from "../engine/engine.js";
 import { ScratchRunError } from "../errors.js";
 import { findRootfs } from "../images/locate.js";
 import { PACKAGE_ROOT } from "../images/paths.js";
+import { RUNTIMES, type RuntimeName } from "../schema/exec.js";
 
 export type IsolationChoice = "namespace" | "microvm";
 
@@ -47,15 +49,34 @@ export function namespacePreflight(env: NodeJS.ProcessEnv = process.env): { root
   return { rootfsDir: rootfs.dir };
 }
 
+/** Warm VMs per runtime: SCRATCHRUN_POOL_SIZE=N for all, or "python3.11=2,node20=0,...". */
+export function poolSizes(env: NodeJS.ProcessEnv = process.env): Record<RuntimeName, number> {
+  const spec = env.SCRATCHRUN_POOL_SIZE ?? "1";
+  const sizes = Object.fromEntries(RUNTIMES.map((r) => [r, 0])) as Record<RuntimeName, number>;
+  const bad = () =>
+    new ScratchRunError("NOT_READY", `SCRATCHRUN_POOL_SIZE=${JSON.stringify(spec)} is not valid`, {
+      fix: 'Give a number (e.g. "2") or runtime=number pairs (e.g. "python3.11=2,bash=1")',
+    });
+  if (/^\d+$/.test(spec)) {
+    for (const r of RUNTIMES) sizes[r] = Number(spec);
+    return sizes;
+  }
+  for (const part of spec.split(",")) {
+    const [name, n] = part.split("=");
+    if (!name || !n || !/^\d+$/.test(n) || !(RUNTIMES as readonly string[]).includes(name))
+      throw bad();
+    sizes[name as RuntimeName] = Number(n);
+  }
+  return sizes;
+}
+
 export async function createBackend(
   choice: IsolationChoice,
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<Backend> {
-  if (choice === "microvm")
-    throw new ScratchRunError("NOT_READY", "the microvm backend is not available in this build", {
-      fix: "Use SCRATCHRUN_ISOLATION=namespace",
-    });
   const { rootfsDir } = namespacePreflight(env);
+  if (choice === "microvm")
+    return createMicrovmBackend({ rootfsDir, pool: { sizes: poolSizes(env) } });
   return new NamespaceBackend({ rootfsDir, agentDir: AGENT_DIR });
 }
 
