@@ -14,6 +14,10 @@ import {
 } from "./agent-harness.js";
 import { encodeKill, encodeRequest, FrameDecoder } from "../../src/protocol/codec.js";
 
+/** Shell snippet: wait until `sleep <marker>` has exec'd (setsid forks before it execs). */
+const untilSleeping = (marker: string) =>
+  `until grep -qaP 'sleep\\x00${marker}' /proc/[0-9]*/cmdline 2>/dev/null; do sleep 0.01; done`;
+
 after(() => {
   killLeftovers();
   assert.deepEqual(hostPidsWith(AGENT), [], "a jailed agent outlived its test");
@@ -162,7 +166,7 @@ describe("agent: ending the tree", () => {
       let seenAtExit: number[] | null = null;
       const r = await runJailed(
         sh(
-          `sh -c "setsid sleep ${marker} >/dev/null 2>&1 &"; head -c 4194304 /dev/zero > /tmp/big; echo spawned; exec sleep 1000`,
+          `sh -c "setsid sleep ${marker} >/dev/null 2>&1 &"; head -c 4194304 /dev/zero > /tmp/big; ${untilSleeping(marker)}; echo spawned; exec sleep 1000`,
           {
             maxFileBytes: 16 * 1024 * 1024,
             maxTotalFileBytes: 16 * 1024 * 1024,
@@ -227,7 +231,11 @@ describe("agent: ending the tree", () => {
           }
       }),
     );
-    child.stdin!.write(encodeRequest(sh(`setsid sleep ${marker} & echo up; exec sleep 1000`)));
+    child.stdin!.write(
+      encodeRequest(
+        sh(`setsid sleep ${marker} & ${untilSleeping(marker)}; echo up; exec sleep 1000`),
+      ),
+    );
     await running;
     assert.equal(hostPidsWith(marker).length, 1);
     child.stdin!.end();
