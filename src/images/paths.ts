@@ -12,11 +12,13 @@ export const RECIPE_DIR = join(PACKAGE_ROOT, "images", "rootfs");
 export const BUILD_SCRIPT = join(PACKAGE_ROOT, "scripts", "build-images.mjs");
 
 /**
- * Where built images live: $SCRATCHRUN_IMAGES, else $XDG_CACHE_HOME/scratchrun/images, else
- * ~/.cache/scratchrun/images.
+ * Where built images live: $SCRATCHRUN_IMAGES, else /var/cache/scratchrun/images for root (the
+ * jails run as unprivileged uids that must traverse to the image, and root's home is 0700), else
+ * $XDG_CACHE_HOME/scratchrun/images, else ~/.cache/scratchrun/images.
  */
 export function imagesDir(env: NodeJS.ProcessEnv = process.env): string {
   if (env.SCRATCHRUN_IMAGES) return resolve(env.SCRATCHRUN_IMAGES);
+  if (process.getuid?.() === 0) return "/var/cache/scratchrun/images";
   const cache = env.XDG_CACHE_HOME ? resolve(env.XDG_CACHE_HOME) : join(homedir(), ".cache");
   return join(cache, "scratchrun", "images");
 }
