@@ -114,11 +114,12 @@ for (const backend of TEST_BACKENDS) {
       assert.ok(proven.memory, "memory limit not proven first");
       const { s } = await h.exec({
         runtime: "bash",
-        code: "dd if=/dev/zero of=/tmp/fill bs=1M count=1000 2>&1 | tail -1; df -m /tmp | tail -1",
+        code: "dd if=/dev/zero of=/tmp/fill bs=1M count=1000 2>&1 | grep -o 'No space left on device'; df -m /tmp | tail -1",
         memory_mb: 512,
         timeout_ms: 20000,
       });
       assert.match(s.stdout, /No space left on device/);
+      assert.match(s.stdout, /tmpfs\s+128\s+128\s+0 100% \/tmp/, "the cap is the 128 MiB scratch size");
     });
 
     test("hostile: a background process does not outlive its call", async () => {
@@ -130,7 +131,7 @@ for (const backend of TEST_BACKENDS) {
       await assertNoLeaks(base);
       const next = await h.exec({
         runtime: "bash",
-        code: "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c 'sleep 30' || true",
+        code: "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c '[s]leep 30' || true",
       });
       assert.equal(next.s.stdout.trim(), "0");
     });
