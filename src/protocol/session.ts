@@ -166,7 +166,9 @@ export function runAgentSession(
       input.removeListener("close", onEnd);
       input.removeListener("error", onError);
       options.signal.removeEventListener("abort", onAbort);
-      input.pause();
+      // Keep the stream flowing with no listener: later bytes are discarded and 'end' still
+      // comes, so a child process's 'close' is never held up by unread output.
+      input.resume();
       resolve({
         exit,
         stdout: Buffer.concat(stdout, stdoutBytes),

@@ -213,6 +213,21 @@ describe("runAgentSession: protocol violations become failures", () => {
     assert.equal(Buffer.from(o.stdout).toString(), "ok");
   });
 
+  it(
+    "leaves the stream draining after a violation, so 'end' (and a child's 'close') still come",
+    { timeout: 10_000 },
+    async () => {
+      const p = peer();
+      p.send(R, S, out("0123456789"), out("over"));
+      const o = await runAgentSession(p.io, request, opts());
+      assert.equal(o.failure?.kind, "protocol");
+      const ended = new Promise((r) => p.toHost.once("end", r));
+      for (let i = 0; i < 100; i++) p.sendRaw(Buffer.alloc(64 * 1024));
+      p.end();
+      await ended;
+    },
+  );
+
   it("reports an undecodable stream", async () => {
     const p = peer();
     p.send(R);
