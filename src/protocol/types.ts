@@ -31,21 +31,10 @@ export interface AgentFile {
 
 /** Why the user code stopped, as the agent saw it (`X` frame reason). */
 export type AgentExitReason =
-  | "exited"
-  | "signaled"
-  | "timeout"
-  | "output_limit"
-  | "killed"
-  | "spawn_failed"
-  | "setup_failed";
+  "exited" | "signaled" | "timeout" | "output_limit" | "killed" | "spawn_failed" | "setup_failed";
 
 export type ReturnFileStatus =
-  | "ok"
-  | "missing"
-  | "not_regular"
-  | "too_large"
-  | "total_limit"
-  | "error";
+  "ok" | "missing" | "not_regular" | "too_large" | "total_limit" | "error";
 
 export interface ReturnedFile {
   path: string;
