@@ -163,6 +163,22 @@ describe("image layout", () => {
     );
   });
 
+  test("the copied runtimes are readable by the unprivileged sandbox uid", () => {
+    const unreadable: string[] = [];
+    const walk = (dir: string) => {
+      for (const e of readdirSync(dir, { withFileTypes: true })) {
+        const p = join(dir, e.name);
+        if (e.isSymbolicLink()) continue;
+        const mode = statSync(p).mode;
+        if ((mode & 0o004) === 0 || (e.isDirectory() && (mode & 0o001) === 0)) unreadable.push(p);
+        if (e.isDirectory()) walk(p);
+      }
+    };
+    walk(join(image.dir, "opt"));
+    assert.deepEqual(unreadable, []);
+    assert.equal(statSync(image.dir).mode & 0o005, 0o005);
+  });
+
   test("the manifest records the size and what happened to python3.12's packages", () => {
     assert.ok(image.manifest.sizeBytes > 100 * 1024 * 1024);
     if (image.manifest.python312PackagesFrom === "none")

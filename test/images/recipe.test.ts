@@ -131,10 +131,16 @@ describe("recipe hash", () => {
 });
 
 describe("images directory", () => {
-  test("SCRATCHRUN_IMAGES wins, then XDG_CACHE_HOME, then ~/.cache", () => {
+  test("SCRATCHRUN_IMAGES wins", () => {
     assert.equal(imagesDir({ SCRATCHRUN_IMAGES: "/a/b", XDG_CACHE_HOME: "/c" }), "/a/b");
-    assert.equal(imagesDir({ XDG_CACHE_HOME: "/c" }), "/c/scratchrun/images");
-    assert.match(imagesDir({}), /\/\.cache\/scratchrun\/images$/);
+  });
+  test("root uses /var/cache (sandbox uids must traverse to it); others their cache dir", () => {
+    if (process.getuid?.() === 0) {
+      assert.equal(imagesDir({ XDG_CACHE_HOME: "/c" }), "/var/cache/scratchrun/images");
+    } else {
+      assert.equal(imagesDir({ XDG_CACHE_HOME: "/c" }), "/c/scratchrun/images");
+      assert.match(imagesDir({}), /\/\.cache\/scratchrun\/images$/);
+    }
   });
 });
 
