@@ -15,6 +15,10 @@ export interface EngineOptions {
   forceNetworkNone?: boolean;
   /** Whether the backend can give sandboxes public egress at all. */
   publicNetworkAvailable?: boolean;
+  /** One line on what network calls get here (and why), for the tool description and doctor. */
+  networkNote?: string;
+  /** Runs after the backend closes (releases server-wide resources). */
+  onClose?: () => Promise<void>;
 }
 
 export type Progress =
@@ -38,7 +42,7 @@ export class Engine {
 
   constructor(
     readonly backend: Backend,
-    private readonly options: EngineOptions = {},
+    readonly options: EngineOptions = {},
   ) {
     this.admission = new Admission(
       options.maxConcurrent ?? 4,
@@ -84,8 +88,15 @@ export class Engine {
     return req.network;
   }
 
+  /** What network a call asking for "public" really gets on this server. */
+  get networkNote(): string {
+    if (this.options.forceNetworkNone) return "network disabled on this server";
+    return this.options.networkNote ?? (this.options.publicNetworkAvailable ? "public" : "none");
+  }
+
   async close(): Promise<void> {
     await this.backend.close();
+    await this.options.onClose?.();
   }
 }
 

@@ -79,5 +79,7 @@ export function toExecOutcome(
     files: infos,
   };
   if (message) result.message = message;
+  if (outcome.blockedConnections !== undefined)
+    result.network_blocked_packets = outcome.blockedConnections;
   return { result, files };
 }

@@ -8,7 +8,7 @@ import { toContentBlocks } from "./content.js";
 
 export const EXEC_TOOL_NAME = "scratchrun_exec";
 
-export function execToolDefinition(isolation: string) {
+export function execToolDefinition(isolation: string, networkNote: string) {
   return {
     name: EXEC_TOOL_NAME,
     title: "Run code in a fresh sandbox",
@@ -24,7 +24,7 @@ export function execToolDefinition(isolation: string) {
       `memory_mb default ${LIMITS.memoryMb.default}, max ${LIMITS.memoryMb.max};`,
       `stdout/stderr ${LIMITS.outputBytes.default / 1024} KiB each; up to ${LIMITS.returnFiles.maxCount} return files.`,
       "Pass secrets in `env`, never inside `code`.",
-      `Isolation on this server: ${isolation}.`,
+      `Isolation on this server: ${isolation}. Network: ${networkNote}.`,
     ].join(" "),
     inputSchema: z.toJSONSchema(execInputSchema, { io: "input" }),
     outputSchema: z.toJSONSchema(execOutputSchema),

@@ -19,7 +19,7 @@ export function createMcpServer(engine: Engine): Server {
         "scratchrun_exec runs code in a fresh sandbox per call; nothing persists between calls.",
     },
   );
-  const definition = execToolDefinition(engine.backend.isolation);
+  const definition = execToolDefinition(engine.backend.isolation, engine.networkNote);
 
   server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: [definition] }));
 

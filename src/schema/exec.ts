@@ -150,6 +150,8 @@ export const execOutputShape = {
   stderr_truncated: z.boolean(),
   files: z.array(returnedFileShape),
   message: z.string().optional(),
+  /** Packets the egress filter dropped (network "public" only). */
+  network_blocked_packets: z.number().int().optional(),
 };
 export const execOutputSchema = z.object(execOutputShape);
 export type ExecResult = z.infer<typeof execOutputSchema>;

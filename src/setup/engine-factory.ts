@@ -8,6 +8,7 @@ import { ScratchRunError } from "../errors.js";
 import { findRootfs } from "../images/locate.js";
 import { PACKAGE_ROOT } from "../images/paths.js";
 import { RUNTIMES, type RuntimeName } from "../schema/exec.js";
+import { networkFromEnv } from "./network.js";
 
 export type IsolationChoice = "namespace" | "microvm";
 
@@ -70,21 +71,36 @@ export function poolSizes(env: NodeJS.ProcessEnv = process.env): Record<RuntimeN
   return sizes;
 }
 
-export async function createBackend(
-  choice: IsolationChoice,
-  env: NodeJS.ProcessEnv = process.env,
-): Promise<Backend> {
-  const { rootfsDir } = namespacePreflight(env);
-  if (choice === "microvm")
-    return createMicrovmBackend({ rootfsDir, pool: { sizes: poolSizes(env) } });
-  return new NamespaceBackend({ rootfsDir, agentDir: AGENT_DIR });
-}
-
 /** Builds the engine the environment asks for; refuses to start rather than downgrade. */
 export async function createEngineFromEnv(
   env: NodeJS.ProcessEnv = process.env,
   options: EngineOptions = {},
 ): Promise<Engine> {
-  const backend = await createBackend(isolationChoice(env), env);
-  return new Engine(backend, { forceNetworkNone: env.SCRATCHRUN_NETWORK === "none", ...options });
+  const choice = isolationChoice(env);
+  const { rootfsDir } = namespacePreflight(env);
+  // The microVM backend has no guest network yet: its calls run with network "none".
+  const network =
+    choice === "namespace"
+      ? await networkFromEnv(env)
+      : { provider: null, reason: "the microvm backend has no guest network yet" };
+  let backend: Backend;
+  try {
+    backend =
+      choice === "microvm"
+        ? await createMicrovmBackend({ rootfsDir, pool: { sizes: poolSizes(env) } })
+        : new NamespaceBackend({
+            rootfsDir,
+            agentDir: AGENT_DIR,
+            ...(network.provider ? { network: network.provider } : {}),
+          });
+  } catch (e) {
+    await network.provider?.close();
+    throw e;
+  }
+  return new Engine(backend, {
+    publicNetworkAvailable: network.provider !== null,
+    networkNote: network.reason,
+    onClose: async () => network.provider?.close(),
+    ...options,
+  });
 }

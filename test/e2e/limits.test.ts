@@ -119,7 +119,11 @@ for (const backend of TEST_BACKENDS) {
         timeout_ms: 20000,
       });
       assert.match(s.stdout, /No space left on device/);
-      assert.match(s.stdout, /tmpfs\s+128\s+128\s+0 100% \/tmp/, "the cap is the 128 MiB scratch size");
+      assert.match(
+        s.stdout,
+        /tmpfs\s+128\s+128\s+0 100% \/tmp/,
+        "the cap is the 128 MiB scratch size",
+      );
     });
 
     test("hostile: a background process does not outlive its call", async () => {

@@ -21,6 +21,7 @@ export interface ExecStructured {
   stderr_truncated: boolean;
   files: { path: string; status: string; size_bytes: number; mime_type: string }[];
   message?: string;
+  network_blocked_packets?: number;
 }
 
 export interface McpHarness {
@@ -39,7 +40,13 @@ export async function startServer(env: Record<string, string> = {}): Promise<Mcp
   const transport = new StdioClientTransport({
     command: process.execPath,
     args: [MCP_BIN],
-    env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/root", ...env },
+    // Network "none" unless a test builds its own topology: the suites never touch real links.
+    env: {
+      PATH: process.env.PATH ?? "/usr/bin:/bin",
+      HOME: process.env.HOME ?? "/root",
+      SCRATCHRUN_NETWORK: "none",
+      ...env,
+    },
     stderr: "pipe",
   });
   let stderr = "";

@@ -17,7 +17,13 @@ export interface NamespaceBackendOptions {
 }
 
 export interface NetworkProvider {
-  create(id: string): Promise<{ netnsPath: string; resolvConf: string; teardown(): Promise<void> }>;
+  /** A fresh network namespace with egress rules; resolvConf is a host file path to bind. */
+  create(id: string): Promise<{
+    netnsPath: string;
+    resolvConf: string;
+    blockedCount(): Promise<number>;
+    teardown(): Promise<void>;
+  }>;
 }
 
 /** Grace the host gives the agent past the code's own timeout before destroying the sandbox. */
@@ -104,11 +110,13 @@ export class NamespaceBackend implements Backend {
       );
       await cgroup.killAll();
       const stats = await cgroup.stats();
+      const blocked = net ? await net.blockedCount().catch(() => undefined) : undefined;
       return {
         agent,
         isolation: this.isolation,
         oomKilled: stats.oomKills > 0 || (agent.exit?.oomKills ?? 0) > 0,
         sandboxReadyMs,
+        ...(blocked !== undefined ? { blockedConnections: blocked } : {}),
       };
     } finally {
       for (const cleanup of cleanups) {

@@ -1,0 +1,97 @@
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { after, before, describe, test } from "node:test";
+import { listSandboxNetworkResources } from "../../src/net/resources.js";
+import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
+import { startServer, type McpHarness } from "../helpers/mcp-client.js";
+import {
+  BLOCKED_HOSTS,
+  PROBE,
+  PUBLIC,
+  RESOLVER,
+  Topology,
+  UPLINK_ADDR,
+  type Check,
+  type ProbeResult,
+} from "../net/topology.js";
+
+/**
+ * Egress through the real server: the test builds a private internet in namespaces (no route to
+ * the machine's real interfaces) and points the server's uplink at it. Nothing leaves the machine.
+ */
+describe("network egress through the MCP server [namespace]", { timeout: 180_000 }, () => {
+  let topo: Topology;
+  let h: McpHarness;
+  let base: HostSnapshot;
+  const probeSource = readFileSync(PROBE, "utf8");
+
+  before(async () => {
+    base = snapshot();
+    topo = await new Topology().build();
+    h = await startServer({
+      SCRATCHRUN_ISOLATION: "namespace",
+      SCRATCHRUN_NETWORK: "public",
+      SCRATCHRUN_UPLINK_NETNS: topo.uplinkNs,
+      SCRATCHRUN_NET_PREFIX: topo.uplink.prefix,
+      SCRATCHRUN_DNS: RESOLVER,
+      SCRATCHRUN_ENABLE_FORWARDING: "1",
+    });
+  });
+  after(async () => {
+    await h?.close();
+    const left = await listSandboxNetworkResources(topo.uplink);
+    await topo.destroy();
+    assert.deepEqual(left, { netns: [], links: [], tables: [] }, "sandbox networks were torn down");
+    await assertNoLeaks(base);
+  });
+
+  async function runProbe(checks: Check[], network: "public" | "none") {
+    const code = `import sys\nsys.argv = ['probe', ${JSON.stringify(JSON.stringify(checks))}]\n${probeSource}`;
+    const { s } = await h.exec({ runtime: "python3.11", code, network, timeout_ms: 20_000 });
+    assert.equal(s.exit_reason, "ok", s.stderr);
+    return { res: JSON.parse(s.stdout) as ProbeResult, s };
+  }
+
+  test("public hosts answer over TCP, UDP and ICMP; names resolve", async () => {
+    const { res, s } = await runProbe(
+      [
+        { label: "tcp", kind: "tcp", host: PUBLIC },
+        { label: "udp", kind: "udp", host: PUBLIC },
+        { label: "icmp", kind: "icmp", host: PUBLIC },
+        { label: "dns", kind: "tcp", host: "public.test" },
+      ],
+      "public",
+    );
+    for (const [label, r] of Object.entries(res)) assert.ok(r.ok, `${label}: ${r.detail}`);
+    assert.equal(s.network, "public");
+  });
+
+  test("blocked ranges, numeric tricks, the host and names resolving inward are unreachable", async () => {
+    const checks: Check[] = [];
+    for (const [name, addr] of Object.entries(BLOCKED_HOSTS))
+      for (const kind of ["tcp", "udp", "icmp"] as const)
+        checks.push({ label: `${name}/${kind}`, kind, host: addr });
+    for (const trick of [
+      "2852039166",
+      "0xa9.0xfe.0xa9.0xfe",
+      "::ffff:169.254.169.254",
+      "2130706433",
+      "0x7f.1",
+    ])
+      checks.push({ label: `trick ${trick}`, kind: "tcp", host: trick });
+    checks.push({ label: "uplink host", kind: "tcp", host: UPLINK_ADDR });
+    checks.push({ label: "private.test", kind: "tcp", host: "private.test" });
+    const { res, s } = await runProbe(checks, "public");
+    const reached = Object.entries(res)
+      .filter(([, r]) => r.ok)
+      .map(([l]) => l);
+    assert.deepEqual(reached, []);
+    assert.ok((s.network_blocked_packets ?? 0) > 0, "the filter counted the drops");
+  });
+
+  test('network "none" reaches nothing, not even public hosts', async () => {
+    const { res, s } = await runProbe([{ label: "tcp", kind: "tcp", host: PUBLIC }], "none");
+    assert.equal(res.tcp?.ok, false);
+    assert.equal(s.network, "none");
+  });
+});
