@@ -13,7 +13,9 @@ import { LIMITS } from "../../schema/limits.js";
 import type { Backend, BackendOutcome, Isolation, RunOptions, SandboxJob } from "../types.js";
 import { detectAccel, hostTscKhz, isolationOf, QEMU_BINARY, type Accel } from "./accel.js";
 import { buildVmArtifacts, ensureRootDisk, type VmArtifacts } from "./build.js";
+import { runtimeArgv } from "../../images/manifest.js";
 import { WarmPool } from "./pool.js";
+import { createTemplate, type Template } from "./snapshot.js";
 import { MicroVm, type HostContext } from "./vm.js";
 
 /** The unprivileged user inside the guest that runs the code (the image's `user`). */
@@ -34,13 +36,26 @@ export interface MicrovmBackendOptions {
   /** Default: detected (SCRATCHRUN_ACCEL overrides). */
   accel?: Accel;
   /** Ready VMs per runtime (default none), their memory_mb, and how many boot at once. */
-  pool?: {
-    sizes?: Partial<Record<RuntimeName, number>>;
-    memoryMb?: number;
-    maxConcurrentBoots?: number;
-  };
+  pool?: PoolOptions;
   /** Cold boot deadline (default 30 s: TCG boots take ~2 s, more on a loaded host). */
   bootTimeoutMs?: number;
+}
+
+export interface PoolOptions {
+  sizes?: Partial<Record<RuntimeName, number>>;
+  memoryMb?: number;
+  maxConcurrentBoots?: number;
+  /**
+   * "restore" (default): per runtime one snapshot template; pooled VMs are clones restored from it
+   * and kept paused (no CPU, little RAM); calls without a pooled VM restore one too once the
+   * template exists. "boot": pooled VMs are cold-booted and idle at READY.
+   */
+  mode?: "restore" | "boot";
+}
+
+/** The interpreter a runtime's template runs once to warm the guest page cache. */
+export function warmInterpreter(runtime: RuntimeName): string | undefined {
+  return runtimeArgv(runtime)[0];
 }
 
 function kvmGroupId(): number | null {
@@ -57,21 +72,96 @@ export class MicrovmBackend implements Backend {
   readonly name = "microvm" as const;
   readonly isolation: Isolation;
   readonly pool: WarmPool<MicroVm>;
+  readonly mode: "restore" | "boot";
   private readonly live = new Set<MicroVm>();
+  private readonly templates = new Map<string, Promise<Template>>();
+  private readonly built = new Map<string, Template>();
   private closed = false;
+  /** Last template failure (the backend then cold-boots); for diagnostics. */
+  templateError: unknown = null;
 
   constructor(
     private readonly ctx: HostContext,
     private readonly bootTimeoutMs: number,
-    poolOptions: MicrovmBackendOptions["pool"] = {},
+    poolOptions: PoolOptions = {},
   ) {
     this.isolation = isolationOf(ctx.accel);
-    this.pool = new WarmPool<MicroVm>((_runtime, memoryMb) => this.boot(memoryMb), {
+    this.mode = poolOptions.mode ?? "restore";
+    this.pool = new WarmPool<MicroVm>((runtime, memoryMb) => this.prepare(runtime, memoryMb), {
       sizes: poolOptions.sizes ?? {},
       memoryMb: poolOptions.memoryMb ?? LIMITS.memoryMb.default,
       maxConcurrentBoots: poolOptions.maxConcurrentBoots ?? 1,
     });
     this.pool.start();
+  }
+
+  /** The snapshot template for (runtime, memoryMb), created on first use; shared by its clones. */
+  template(runtime: RuntimeName, memoryMb: number): Promise<Template> {
+    const key = `${runtime}/${memoryMb}`;
+    let t = this.templates.get(key);
+    if (!t) {
+      if (this.closed)
+        return Promise.reject(new ScratchRunError("NOT_READY", "the microVM backend is closed"));
+      const warm = warmInterpreter(runtime);
+      t = createTemplate(this.ctx, {
+        memoryMb,
+        timeoutMs: this.bootTimeoutMs,
+        ...(warm ? { warm } : {}),
+      });
+      this.templates.set(key, t);
+      t.then((v) => this.built.set(key, v)).catch((err: unknown) => {
+        this.templateError = err;
+        if (this.templates.get(key) === t) this.templates.delete(key);
+      });
+    }
+    return t;
+  }
+
+  private track(vm: MicroVm): MicroVm {
+    this.live.add(vm);
+    void vm.exited.then(() => this.live.delete(vm));
+    return vm;
+  }
+
+  /** A pooled VM: a paused clone of the runtime's template (restore mode), else a booted VM. */
+  private async prepare(runtime: RuntimeName, memoryMb: number): Promise<MicroVm> {
+    if (this.mode === "boot") return this.boot(memoryMb);
+    if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
+    const t = await this.template(runtime, memoryMb);
+    if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
+    return this.clone(t, memoryMb);
+  }
+
+  private async clone(t: Template, memoryMb: number, signal?: AbortSignal): Promise<MicroVm> {
+    const vm = await MicroVm.start(
+      this.ctx,
+      { memoryMb, readyTimeoutMs: this.bootTimeoutMs, ...(signal ? { signal } : {}) },
+      { kind: "clone", image: t.image },
+    );
+    return this.track(vm);
+  }
+
+  /**
+   * A VM for a call that found the pool empty: a clone when the template is built, else a cold
+   * boot (and, in restore mode, the template gets built in the background for the next calls).
+   * Then resumed to READY. A clone that fails to come up is replaced by a cold boot.
+   */
+  private async acquire(job: SandboxJob, signal: AbortSignal): Promise<MicroVm> {
+    let vm = this.pool.take(job.runtime, job.memoryMb);
+    if (!vm && this.mode === "restore") {
+      const t = this.built.get(`${job.runtime}/${job.memoryMb}`);
+      if (t) vm = await this.clone(t, job.memoryMb, signal).catch(() => null);
+      else void this.template(job.runtime, job.memoryMb).catch(() => {});
+    }
+    if (vm) {
+      try {
+        await vm.activate(this.bootTimeoutMs);
+        return vm;
+      } catch {
+        await vm.destroy();
+      }
+    }
+    return this.boot(job.memoryMb, signal);
   }
 
   private async boot(memoryMb: number, signal?: AbortSignal): Promise<MicroVm> {
@@ -81,9 +171,7 @@ export class MicrovmBackend implements Backend {
       readyTimeoutMs: this.bootTimeoutMs,
       ...(signal ? { signal } : {}),
     });
-    this.live.add(vm);
-    void vm.exited.then(() => this.live.delete(vm));
-    return vm;
+    return this.track(vm);
   }
 
   async run(job: SandboxJob, options: RunOptions): Promise<BackendOutcome> {
@@ -92,8 +180,7 @@ export class MicrovmBackend implements Backend {
         fix: 'Pass network: "none", or use SCRATCHRUN_ISOLATION=namespace for network access',
       });
     const started = Date.now();
-    const vm =
-      this.pool.take(job.runtime, job.memoryMb) ?? (await this.boot(job.memoryMb, options.signal));
+    const vm = await this.acquire(job, options.signal);
     try {
       const sandboxReadyMs = Date.now() - started;
       const request = {
@@ -128,6 +215,11 @@ export class MicrovmBackend implements Backend {
     this.closed = true;
     await this.pool.close();
     await Promise.all([...this.live].map((vm) => vm.destroy()));
+    const templates = [...this.templates.values()];
+    this.templates.clear();
+    this.built.clear();
+    for (const t of await Promise.allSettled(templates))
+      if (t.status === "fulfilled") t.value.close();
   }
 }
 

@@ -30,6 +30,8 @@ export interface VmArtifacts {
   kernel: string;
   /** Uncompressed newc cpio. */
   initramfs: string;
+  /** Host helper holding a snapshot template's RAM in a sealable memfd (sealed-ram.c). */
+  sealedRam: string;
 }
 
 export interface BuildOptions {
@@ -80,8 +82,7 @@ function sha256(...parts: (string | Uint8Array)[]): string {
   return h.digest("hex").slice(0, 16);
 }
 
-function compileReseed(out: string): void {
-  const src = join(PACKAGE_ROOT, "guest", "reseed-rng.c");
+function compileStatic(src: string, out: string): void {
   execFileSync(process.env.CC || "cc", ["-static", "-Os", "-Wall", "-o", out, src], {
     stdio: ["ignore", "ignore", "inherit"],
   });
@@ -105,7 +106,9 @@ export function buildVmArtifacts(opts: BuildOptions = {}): VmArtifacts {
     if (!existsSync(path)) throw new Error(`missing ${what}: ${path}`);
 
   const init = readFileSync(join(PACKAGE_ROOT, "guest", "init"));
-  const reseedSrc = readFileSync(join(PACKAGE_ROOT, "guest", "reseed-rng.c"));
+  const reseedPath = join(PACKAGE_ROOT, "guest", "reseed-rng.c");
+  const reseedSrc = readFileSync(reseedPath);
+  const sealedPath = join(PACKAGE_ROOT, "src", "backends", "microvm", "sealed-ram.c");
   const wanted = readFileSync(join(PACKAGE_ROOT, "images", "vm", "modules.txt"), "utf8")
     .split("\n")
     .map((l) => l.trim())
@@ -118,17 +121,22 @@ export function buildVmArtifacts(opts: BuildOptions = {}): VmArtifacts {
     String(kst.mtimeMs),
     init,
     reseedSrc,
+    readFileSync(sealedPath),
     readFileSync(agent),
     readFileSync(busybox),
     order.join(","),
   );
   const dir = join(opts.cacheRoot ?? defaultCacheRoot(), key);
-  const out: VmArtifacts = { kernel: join(dir, "vmlinux"), initramfs: join(dir, "initramfs.cpio") };
-  if (existsSync(out.kernel) && existsSync(out.initramfs)) return out;
+  const out: VmArtifacts = {
+    kernel: join(dir, "vmlinux"),
+    initramfs: join(dir, "initramfs.cpio"),
+    sealedRam: join(dir, "sealed-ram"),
+  };
+  if (existsSync(out.kernel) && existsSync(out.initramfs) && existsSync(out.sealedRam)) return out;
   mkdirSync(dir, { recursive: true, mode: 0o755 });
 
   const reseed = join(dir, "reseed-rng");
-  compileReseed(reseed);
+  compileStatic(reseedPath, reseed);
   const entries: CpioEntry[] = [
     ...["bin", "dev", "proc", "sys", "etc", "lib", "lib/modules", "tmp"].map((path): CpioEntry => ({
       kind: "dir",
@@ -157,6 +165,9 @@ export function buildVmArtifacts(opts: BuildOptions = {}): VmArtifacts {
   ];
   writeAtomic(out.initramfs, writeCpioNewc(entries));
   writeAtomic(out.kernel, extractVmlinux(readFileSync(vmlinuz)));
+  const helperTmp = `${out.sealedRam}.tmp-${process.pid}`;
+  compileStatic(sealedPath, helperTmp);
+  renameSync(helperTmp, out.sealedRam);
   rmSync(reseed, { force: true });
   return out;
 }

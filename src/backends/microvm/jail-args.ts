@@ -14,10 +14,6 @@ export interface JailSpec {
   runDir: string;
   /** Pass /dev/kvm through (KVM only). */
   kvm: boolean;
-  /** Snapshot RAM image for a restore, mounted read-only at IN_JAIL.memImage. */
-  memImage?: string;
-  /** Extra writable host directory at the same path (the template's shared-RAM directory). */
-  snapshotDir?: string;
 }
 
 const BWRAP = "/usr/bin/bwrap";
@@ -42,12 +38,6 @@ export function renderJailArgs(spec: JailSpec, qemuArgs: readonly string[]): str
     ...["--ro-bind", checkHostPath(spec.kernel, "kernel"), IN_JAIL.kernel],
     ...["--ro-bind", checkHostPath(spec.initramfs, "initramfs"), IN_JAIL.initramfs],
     ...["--ro-bind", checkHostPath(spec.disk, "disk"), IN_JAIL.disk],
-    ...(spec.memImage
-      ? ["--ro-bind", checkHostPath(spec.memImage, "memImage"), IN_JAIL.memImage]
-      : []),
-    ...(spec.snapshotDir
-      ? ["--bind", checkHostPath(spec.snapshotDir, "snapshotDir"), spec.snapshotDir]
-      : []),
     ...["--bind", checkHostPath(spec.runDir, "runDir"), IN_JAIL.runDir],
     ...["--chdir", IN_JAIL.runDir],
     "--",

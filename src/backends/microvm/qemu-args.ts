@@ -9,12 +9,14 @@ export const IN_JAIL = {
   kernel: "/vm/vmlinux",
   initramfs: "/vm/initramfs",
   disk: "/vm/disk",
-  /** Snapshot RAM image (restore only). */
-  memImage: "/vm/mem",
+  /** The template's RAM: a memfd QEMU inherits as fd 3 (snapshot modes only). */
+  memFd: "/proc/self/fd/3",
   runDir: "/run/vm",
   channel: "/run/vm/channel.sock",
   seed: "/run/vm/seed.sock",
   qmp: "/run/vm/qmp.sock",
+  /** Migration stream (device state only, RAM is shared): QEMU connects (save) or listens. */
+  state: "/run/vm/state.sock",
 } as const;
 
 export const CHANNEL_PORT_NAME = "scratchrun.0";
@@ -30,11 +32,24 @@ export interface QemuSpec {
   /** TCG translation cache, MiB (QEMU's default is 1 GiB of address space). */
   tcgCacheMb: number;
   /**
-   * Snapshot support. "save": guest RAM in a shared file at `memPath` (for the template VM).
-   * "restore": RAM mapped private (copy on write) from the jail's memImage, and an incoming
-   * migration is awaited on QMP. Absent: plain anonymous RAM.
+   * Snapshot support; both modes take guest RAM from the memfd on fd 3. "save" (the template):
+   * mapped shared, so the booted guest's memory lands in the memfd. "restore" (a clone): mapped
+   * private (copy on write; the memfd is sealed against writes), started paused (-S) awaiting an
+   * incoming migration on QMP. Absent: plain anonymous RAM, cold boot.
    */
-  snapshot?: { mode: "save"; memPath: string } | { mode: "restore" };
+  snapshot?: { mode: "save" | "restore" };
+  /**
+   * Template only: an interpreter the guest init runs once (from the read-only disk, before the
+   * snapshot) so its files are in the guest page cache of every clone. Absolute path, no spaces.
+   */
+  warm?: string;
+}
+
+/** The warm-up interpreter goes on the kernel command line: keep it one plain token. */
+function checkWarmPath(path: string): string {
+  if (!/^(\/[A-Za-z0-9._+-]+)+$/.test(path) || path.split("/").includes(".."))
+    throw new Error(`warm-up interpreter path not usable: ${JSON.stringify(path)}`);
+  return path;
 }
 
 export function kernelCommandLine(spec: QemuSpec): string {
@@ -49,6 +64,7 @@ export function kernelCommandLine(spec: QemuSpec): string {
     "rdinit=/init",
     `scratchrun.scratch_mb=${spec.scratchMb}`,
     ...(spec.snapshot ? ["scratchrun.seed=1"] : []),
+    ...(spec.warm ? [`scratchrun.warm=${checkWarmPath(spec.warm)}`] : []),
   ].join(" ");
 }
 
@@ -59,10 +75,8 @@ export function renderQemuArgs(spec: QemuSpec): string[] {
       : ["-accel", `tcg,tb-size=${spec.tcgCacheMb}`, "-cpu", "max"];
   const memory: string[] = [];
   if (spec.snapshot) {
-    const backend =
-      spec.snapshot.mode === "save"
-        ? `memory-backend-file,id=ram0,size=${spec.guestMb}M,mem-path=${spec.snapshot.memPath},share=on`
-        : `memory-backend-file,id=ram0,size=${spec.guestMb}M,mem-path=${IN_JAIL.memImage},share=off,readonly=on`;
+    const share = spec.snapshot.mode === "save" ? "on" : "off";
+    const backend = `memory-backend-file,id=ram0,size=${spec.guestMb}M,mem-path=${IN_JAIL.memFd},share=${share}`;
     memory.push("-object", backend, "-machine", "memory-backend=ram0");
   }
   return [
@@ -76,7 +90,8 @@ export function renderQemuArgs(spec: QemuSpec): string[] {
     ...["-append", kernelCommandLine(spec)],
     ...["-drive", `if=none,id=root,file=${IN_JAIL.disk},format=raw,readonly=on`],
     ...["-device", "virtio-blk-device,drive=root"],
-    ...["-device", "virtio-serial-device,max_ports=2"],
+    // Port 0 is reserved for a console; the agent port (and the seed port) follow it.
+    ...["-device", `virtio-serial-device,max_ports=${spec.snapshot ? 3 : 2}`],
     ...["-chardev", `socket,id=channel,path=${IN_JAIL.channel}`],
     ...["-device", `virtserialport,chardev=channel,name=${CHANNEL_PORT_NAME}`],
     ...(spec.snapshot
@@ -86,6 +101,6 @@ export function renderQemuArgs(spec: QemuSpec): string[] {
         ]
       : []),
     ...["-qmp", `unix:${IN_JAIL.qmp},server=on,wait=off`],
-    ...(spec.snapshot?.mode === "restore" ? ["-incoming", "defer"] : []),
+    ...(spec.snapshot?.mode === "restore" ? ["-S", "-incoming", "defer"] : []),
   ];
 }

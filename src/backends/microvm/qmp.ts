@@ -48,6 +48,11 @@ export class Qmp {
       const s = connect(path, () => resolve(s));
       s.once("error", reject);
     });
+    return Qmp.over(socket);
+  }
+
+  /** Speaks QMP over an already connected socket. */
+  static async over(socket: Socket): Promise<Qmp> {
     const qmp = new Qmp(socket);
     await qmp.next(); // greeting
     await qmp.execute("qmp_capabilities");

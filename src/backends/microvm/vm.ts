@@ -3,20 +3,22 @@
  * destroyed exactly once (QEMU killed, cgroup removed, private directory deleted, uid returned).
  */
 import { randomBytes } from "node:crypto";
+import { setTimeout as sleep } from "node:timers/promises";
 import { chmodSync, chownSync, mkdtempSync, rmSync } from "node:fs";
-import { createServer, type Server, type Socket } from "node:net";
+import { connect, createServer, type Server, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { ChildProcess } from "node:child_process";
 import { ScratchRunError } from "../../errors.js";
 import { createCgroup, type Cgroup, type CgroupHost } from "../../jail/cgroup.js";
-import { spawnJailed } from "../../jail/spawn.js";
 import type { UidPool } from "../../jail/uids.js";
 import { waitForReady } from "../../protocol/session.js";
 import type { Accel } from "./accel.js";
 import type { VmArtifacts } from "./build.js";
 import { renderJailArgs } from "./jail-args.js";
+import { Qmp } from "./qmp.js";
 import { renderQemuArgs, type QemuSpec } from "./qemu-args.js";
+import { spawnQemuJailed } from "./spawn-qemu.js";
 
 const MiB = 1024 * 1024;
 
@@ -40,6 +42,32 @@ export interface HostContext {
   scratchMb: number;
 }
 
+/** A saved "ready" VM: guest RAM in a sealed memfd plus QEMU's device state (a few tens of KB). */
+export interface TemplateImage {
+  /** Sealed memfd (see sealed-ram.ts), inherited by each clone as fd 3. */
+  ramFd: number;
+  state: Buffer;
+  /** memory_mb the template was booted with (clones must match it). */
+  memoryMb: number;
+}
+
+/**
+ * How a VM starts. boot: cold boot to READY. template: cold boot into `ramFd` (shared) until the
+ * guest blocks in reseed-rng, for saveState(). clone: restore `image` paused; activate() runs it.
+ */
+export type StartMode =
+  | { kind: "boot" }
+  | { kind: "template"; ramFd: number; warm?: string }
+  | { kind: "clone"; image: TemplateImage };
+
+/** Seed message for reseed-rng.c: 64 bytes of host entropy, u64 BE wall clock in ms. */
+export function seedMessage(nowMs = Date.now()): Buffer {
+  const msg = Buffer.alloc(72);
+  randomBytes(64).copy(msg, 0);
+  msg.writeBigUInt64BE(BigInt(nowMs), 64);
+  return msg;
+}
+
 export interface BootOptions {
   /** memory_mb of the call; the guest gets this plus GUEST_KERNEL_MB. */
   memoryMb: number;
@@ -53,6 +81,10 @@ export class MicroVm {
   readonly exited: Promise<void>;
   private destroying: Promise<void> | null = null;
   private stderrTail = "";
+  private qmp: Qmp | null = null;
+  private seed: Socket | null = null;
+  /** A restored clone that has not been resumed yet (activate() pending). */
+  paused = false;
 
   private constructor(
     readonly id: string,
@@ -82,7 +114,11 @@ export class MicroVm {
     return this.stderrTail.trim();
   }
 
-  static async boot(ctx: HostContext, opts: BootOptions): Promise<MicroVm> {
+  static boot(ctx: HostContext, opts: BootOptions): Promise<MicroVm> {
+    return MicroVm.start(ctx, opts, { kind: "boot" });
+  }
+
+  static async start(ctx: HostContext, opts: BootOptions, mode: StartMode): Promise<MicroVm> {
     const id = `vm-${randomBytes(6).toString("hex")}`;
     const uid = ctx.uids.acquire();
     const gid = ctx.kvmGid ?? uid;
@@ -117,7 +153,12 @@ export class MicroVm {
         tscKhz: ctx.tscKhz,
         scratchMb: ctx.scratchMb,
         tcgCacheMb: 64,
+        ...(mode.kind === "template" ? { snapshot: { mode: "save" as const } } : {}),
+        ...(mode.kind === "clone" ? { snapshot: { mode: "restore" as const } } : {}),
+        ...(mode.kind === "template" && mode.warm ? { warm: mode.warm } : {}),
       };
+      if (mode.kind === "clone" && mode.image.memoryMb !== opts.memoryMb)
+        throw new Error("clone memory differs from its template's");
       const argv = renderJailArgs(
         {
           kernel: ctx.artifacts.kernel,
@@ -128,13 +169,51 @@ export class MicroVm {
         },
         renderQemuArgs(spec),
       );
-      const child = spawnJailed({ cgroupProcsFiles: cgroup.procsFiles, uid, gid, argv });
+      const fd3 =
+        mode.kind === "template"
+          ? mode.ramFd
+          : mode.kind === "clone"
+            ? mode.image.ramFd
+            : undefined;
+      const child = spawnQemuJailed({
+        cgroupProcsFiles: cgroup.procsFiles,
+        uid,
+        gid,
+        argv,
+        ...(fd3 !== undefined ? { fd3 } : {}),
+      });
       vm = new MicroVm(id, opts.memoryMb, ctx, uid, dir, cgroup, child);
       const v = vm;
+      const deadline = Date.now() + opts.readyTimeoutMs;
+      if (mode.kind !== "boot") {
+        // Both sockets exist once QEMU has parsed its arguments; connect before the guest runs
+        // (the seed port must look connected to the guest, see reseed-rng.c).
+        v.seed = await raceBoot(
+          connectRetry(join(dir, "seed.sock"), v, deadline),
+          v,
+          opts,
+          "no seed port",
+        );
+        v.qmp = await raceBoot(
+          connectRetry(join(dir, "qmp.sock"), v, deadline).then((s) => Qmp.over(s)),
+          v,
+          opts,
+          "no QMP",
+        );
+      }
       const socket = await raceBoot(accepted, v, opts, "QEMU did not connect the agent channel");
       srv.close();
       server = null;
       v.channel = socket;
+      if (mode.kind === "template") {
+        await raceBoot(readByte(v.seed!, 0x57), v, opts, "template not ready");
+        return v;
+      }
+      if (mode.kind === "clone") {
+        await raceBoot(v.restore(mode.image), v, opts, "restore did not complete");
+        v.paused = true;
+        return v;
+      }
       const readyAbort = new AbortController();
       const ready = await raceBoot(
         waitForReady(socket, readyAbort.signal),
@@ -164,10 +243,97 @@ export class MicroVm {
     }
   }
 
+  /** Clone: feeds the template's device state to QEMU's incoming migration; VM stays paused. */
+  private async restore(image: TemplateImage): Promise<void> {
+    const qmp = this.qmp!;
+    await qmp.execute("migrate-set-capabilities", {
+      capabilities: [{ capability: "x-ignore-shared", state: true }],
+    });
+    await qmp.execute("migrate-incoming", { uri: "unix:/run/vm/state.sock" });
+    const s = await connectRetry(join(this.dir, "state.sock"), this, Date.now() + 10_000);
+    await new Promise<void>((resolve, reject) => {
+      s.once("error", reject);
+      s.end(image.state, () => resolve());
+    });
+    await waitStatus(qmp, (st) => st === "paused", "incoming migration");
+    s.destroy();
+  }
+
+  /** Template: stops the guest (blocked in reseed-rng) and saves its device state. */
+  async saveState(): Promise<Buffer> {
+    const qmp = this.qmp!;
+    const path = join(this.dir, "state.sock");
+    const srv = createServer();
+    await new Promise<void>((resolve, reject) => {
+      srv.once("error", reject);
+      srv.listen(path, () => resolve());
+    });
+    try {
+      chownSync(path, this.uid, this.ctx.kvmGid ?? this.uid);
+      const received = new Promise<Buffer>((resolve, reject) => {
+        srv.once("connection", (c: Socket) => {
+          const chunks: Buffer[] = [];
+          let size = 0;
+          c.on("data", (b: Buffer) => {
+            size += b.length;
+            if (size > 64 * MiB) return reject(new Error("migration state too large"));
+            chunks.push(b);
+          });
+          c.once("end", () => resolve(Buffer.concat(chunks)));
+          c.once("error", reject);
+        });
+      });
+      await qmp.execute("stop");
+      await qmp.execute("migrate-set-capabilities", {
+        capabilities: [{ capability: "x-ignore-shared", state: true }],
+      });
+      await qmp.execute("migrate", { uri: "unix:/run/vm/state.sock" });
+      const state = await received;
+      for (;;) {
+        const r = (await qmp.execute("query-migrate")) as { status?: string };
+        if (r.status === "completed") return state;
+        if (r.status === "failed" || r.status === "cancelled")
+          throw new Error(`template migration ${r.status}`);
+        await sleep(5);
+      }
+    } finally {
+      srv.close();
+    }
+  }
+
+  /**
+   * Clone: resumes the guest, hands it fresh host entropy and the wall clock (reseed-rng runs
+   * before the agent exists), and waits for the agent's READY. No-op for a booted VM.
+   */
+  async activate(timeoutMs: number): Promise<void> {
+    if (!this.paused) return;
+    this.paused = false;
+    await this.qmp!.execute("cont");
+    this.seed!.write(seedMessage());
+    const abort = new AbortController();
+    const timer = setTimeout(() => abort.abort(), timeoutMs);
+    try {
+      const ready = await Promise.race([
+        waitForReady(this.channel, abort.signal),
+        this.exited.then(() => ({ ok: false as const, failure: { detail: "QEMU exited" } })),
+      ]);
+      if (!ready.ok) throw new Error(`clone did not become ready: ${ready.failure.detail}`);
+    } finally {
+      clearTimeout(timer);
+      abort.abort();
+    }
+    this.seed!.destroy();
+    this.qmp!.close();
+    this.seed = null;
+    this.qmp = null;
+  }
+
   /** Kills QEMU and removes everything this VM had on the host. Idempotent. */
   destroy(): Promise<void> {
     this.destroying ??= (async () => {
       this.channel?.destroy();
+      this.seed?.destroy();
+      this.qmp?.close();
       try {
         if (!this.dead && this.child.pid) process.kill(-this.child.pid, "SIGKILL");
       } catch {
@@ -190,6 +356,50 @@ export class MicroVm {
   /** Every host process of this VM (the jail and QEMU), from its cgroup. */
   async pids(): Promise<number[]> {
     return this.destroying ? [] : this.cgroup.pids().catch(() => []);
+  }
+}
+
+/** Connects to a unix socket QEMU creates, retrying until it exists or QEMU dies. */
+async function connectRetry(path: string, vm: MicroVm, deadline: number): Promise<Socket> {
+  for (;;) {
+    try {
+      return await new Promise<Socket>((resolve, reject) => {
+        const s = connect(path, () => {
+          s.removeListener("error", reject);
+          s.on("error", () => {}); // later errors surface as close/EOF where they matter
+          resolve(s);
+        });
+        s.once("error", reject);
+      });
+    } catch (e) {
+      if (vm.dead || Date.now() > deadline) throw e;
+      await sleep(5);
+    }
+  }
+}
+
+/** Resolves when `byte` arrives on the socket (anything else is a protocol error). */
+function readByte(s: Socket, byte: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const onData = (b: Buffer) => {
+      s.removeListener("data", onData);
+      s.pause();
+      if (b.length === 1 && b[0] === byte) resolve();
+      else reject(new Error("unexpected bytes on the seed port"));
+    };
+    s.on("data", onData);
+    s.once("error", reject);
+    s.once("close", () => reject(new Error("seed port closed")));
+  });
+}
+
+async function waitStatus(qmp: Qmp, ok: (s: string) => boolean, what: string): Promise<void> {
+  for (;;) {
+    const r = (await qmp.execute("query-status")) as { status?: string };
+    if (r.status && ok(r.status)) return;
+    if (r.status === "internal-error" || r.status === "shutdown")
+      throw new Error(`${what}: VM status ${r.status}`);
+    await sleep(5);
   }
 }
 

@@ -1,0 +1,60 @@
+/**
+ * Snapshot templates: per runtime (and memory size), one VM cold-booted into a sealed-memfd RAM,
+ * run until the guest init blocks before the agent starts (interpreter files already in the guest
+ * page cache), then saved: the RAM stays in the memfd (x-ignore-shared), QEMU's device state
+ * (tens of KB) is kept in host memory. Clones restore from both and are reseeded on activate().
+ */
+import { closeSync } from "node:fs";
+import { SealedRam } from "./sealed-ram.js";
+import { GUEST_KERNEL_MB, MicroVm, type HostContext, type TemplateImage } from "./vm.js";
+
+const MiB = 1024 * 1024;
+
+export interface Template {
+  readonly image: TemplateImage;
+  /** ms from starting the template VM to a sealed image. */
+  readonly buildMs: number;
+  close(): void;
+}
+
+export interface TemplateOptions {
+  memoryMb: number;
+  /** Interpreter the template runs once so clones start with it cache-hot (absolute path). */
+  warm?: string;
+  timeoutMs: number;
+}
+
+export async function createTemplate(ctx: HostContext, opts: TemplateOptions): Promise<Template> {
+  const started = Date.now();
+  const ram = await SealedRam.create(
+    ctx.artifacts.sealedRam,
+    (opts.memoryMb + GUEST_KERNEL_MB) * MiB,
+  );
+  let vm: MicroVm | null = null;
+  try {
+    const rw = ram.openForTemplate();
+    let state: Buffer;
+    try {
+      vm = await MicroVm.start(
+        ctx,
+        { memoryMb: opts.memoryMb, readyTimeoutMs: opts.timeoutMs },
+        { kind: "template", ramFd: rw, ...(opts.warm ? { warm: opts.warm } : {}) },
+      );
+    } finally {
+      closeSync(rw);
+    }
+    state = await vm.saveState();
+    // The shared writable mapping must be gone before the write seal can be added.
+    await vm.destroy();
+    vm = null;
+    await ram.seal();
+    const fd = ram.fd;
+    if (fd === null) throw new Error("sealed template RAM has no fd");
+    const image: TemplateImage = { ramFd: fd, state, memoryMb: opts.memoryMb };
+    return { image, buildMs: Date.now() - started, close: () => ram.close() };
+  } catch (err) {
+    if (vm) await vm.destroy();
+    ram.close();
+    throw err;
+  }
+}
