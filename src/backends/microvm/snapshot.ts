@@ -33,7 +33,6 @@ export async function createTemplate(ctx: HostContext, opts: TemplateOptions): P
   let vm: MicroVm | null = null;
   try {
     const rw = ram.openForTemplate();
-    let state: Buffer;
     try {
       vm = await MicroVm.start(
         ctx,
@@ -43,7 +42,7 @@ export async function createTemplate(ctx: HostContext, opts: TemplateOptions): P
     } finally {
       closeSync(rw);
     }
-    state = await vm.saveState();
+    const state = await vm.saveState();
     // The shared writable mapping must be gone before the write seal can be added.
     await vm.destroy();
     vm = null;
