@@ -55,7 +55,11 @@ describe("microvm backend", { skip: skip ?? false, timeout: 300_000 }, () => {
   });
 
   test("the root disk is read-only to the code and /tmp is RAM-backed", async () => {
-    const backend = await createMicrovmBackend({ rootfsDir: root.rootfs, disk: root.disk });
+    const backend = await createMicrovmBackend({
+      rootfsDir: root.rootfs,
+      disk: root.disk,
+      pool: { mode: "boot" },
+    });
     try {
       const r = await backend.run(
         shJob("touch /bin/x 2>&1 || echo denied; grep ' /tmp ' /proc/mounts | cut -d' ' -f3"),
@@ -68,7 +72,11 @@ describe("microvm backend", { skip: skip ?? false, timeout: 300_000 }, () => {
   });
 
   test("QEMU killed mid-call: a clean failure, and nothing is left behind", async () => {
-    const backend = await createMicrovmBackend({ rootfsDir: root.rootfs, disk: root.disk });
+    const backend = await createMicrovmBackend({
+      rootfsDir: root.rootfs,
+      disk: root.disk,
+      pool: { mode: "boot" },
+    });
     try {
       let killed = 0;
       const outcome = await backend.run(shJob("echo before; sleep 60"), {
@@ -102,7 +110,7 @@ describe("microvm backend", { skip: skip ?? false, timeout: 300_000 }, () => {
     const backend: MicrovmBackend = await createMicrovmBackend({
       rootfsDir: root.rootfs,
       disk: root.disk,
-      pool: { sizes: { bash: 2 } },
+      pool: { sizes: { bash: 2 }, mode: "boot" },
     });
     try {
       await backend.pool.whenFull();

@@ -11,6 +11,8 @@ import {
   mkdirSync,
   mkdtempSync,
   readdirSync,
+  readFileSync,
+  readlinkSync,
   rmSync,
 } from "node:fs";
 import { copyFileSync, symlinkSync } from "node:fs";
@@ -77,13 +79,39 @@ export function shJob(code: string, overrides: Partial<SandboxJob["request"]> = 
   };
 }
 
-/** What a VM leaves on the host: its private directories and its cgroups. */
-export async function hostLeftovers(): Promise<{ dirs: string[]; cgroups: string[] }> {
+/**
+ * What a VM leaves on the host: its private directories, its cgroups, and (snapshot templates)
+ * sealed-ram helper processes of this process and template memfds still open here.
+ */
+export async function hostLeftovers(): Promise<{
+  dirs: string[];
+  cgroups: string[];
+  helpers: number;
+  memfds: number;
+}> {
   const dirs = readdirSync("/tmp").filter((n) => n.startsWith("scratchrun-vm-"));
   const cgroups = (await listScratchrunCgroups(detectCgroups())).filter((p) =>
     /\/vm-[0-9a-f]+$/.test(p),
   );
-  return { dirs, cgroups };
+  let helpers = 0;
+  for (const pid of readdirSync("/proc").filter((n) => /^\d+$/.test(n))) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+      if (stat.includes("(sealed-ram)") && ppid === process.pid) helpers++;
+    } catch {
+      // exited while we looked
+    }
+  }
+  let memfds = 0;
+  for (const fd of readdirSync("/proc/self/fd")) {
+    try {
+      if (readlinkSync(`/proc/self/fd/${fd}`).includes("scratchrun-template-ram")) memfds++;
+    } catch {
+      // closed while we looked
+    }
+  }
+  return { dirs, cgroups, helpers, memfds };
 }
 
 export const text = (b: Uint8Array) => Buffer.from(b).toString("utf8");

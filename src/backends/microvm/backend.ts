@@ -147,7 +147,7 @@ export class MicrovmBackend implements Backend {
    * Then resumed to READY. A clone that fails to come up is replaced by a cold boot.
    */
   private async acquire(job: SandboxJob, signal: AbortSignal): Promise<MicroVm> {
-    let vm = this.pool.take(job.runtime, job.memoryMb);
+    let vm = this.pool.take(job.runtime, job.memoryMb, { refill: false });
     if (!vm && this.mode === "restore") {
       const t = this.built.get(`${job.runtime}/${job.memoryMb}`);
       if (t) vm = await this.clone(t, job.memoryMb, signal).catch(() => null);
@@ -180,7 +180,10 @@ export class MicrovmBackend implements Backend {
         fix: 'Pass network: "none", or use SCRATCHRUN_ISOLATION=namespace for network access',
       });
     const started = Date.now();
-    const vm = await this.acquire(job, options.signal);
+    const vm = await this.acquire(job, options.signal).catch((err: unknown) => {
+      this.pool.refillNow();
+      throw err;
+    });
     try {
       const sandboxReadyMs = Date.now() - started;
       const request = {
@@ -202,6 +205,7 @@ export class MicrovmBackend implements Backend {
       };
     } finally {
       await vm.destroy();
+      this.pool.refillNow();
     }
   }
 

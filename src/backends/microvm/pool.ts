@@ -38,8 +38,12 @@ export class WarmPool<V extends PooledVm> {
     this.refill();
   }
 
-  /** A ready VM for this call, removed from the pool (never handed out twice), or null. */
-  take(runtime: RuntimeName, memoryMb: number): V | null {
+  /**
+   * A ready VM for this call, removed from the pool (never handed out twice), or null. With
+   * `refill: false` the caller calls refillNow() once its call is done, so refilling (CPU-heavy
+   * under TCG) does not compete with the call on a small host.
+   */
+  take(runtime: RuntimeName, memoryMb: number, opts: { refill?: boolean } = {}): V | null {
     if (memoryMb !== this.config.memoryMb) return null;
     const list = this.ready.get(runtime) ?? [];
     let vm: V | undefined;
@@ -47,8 +51,13 @@ export class WarmPool<V extends PooledVm> {
       if (!vm.dead) break;
       void vm.destroy();
     }
-    this.refill();
+    if (opts.refill !== false) this.refill();
     return vm ?? null;
+  }
+
+  /** Starts refilling (after take with refill: false). */
+  refillNow(): void {
+    this.refill();
   }
 
   readyCount(runtime: RuntimeName): number {
