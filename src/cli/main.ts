@@ -18,6 +18,8 @@ Run options (the same as the scratchrun_exec tool's parameters):
   --file PATH=LOCAL      write LOCAL's content to PATH in the sandbox first (repeatable)
   --return-file PATH     capture PATH after the run (repeatable)
   --network MODE         public | none
+  --max-output-bytes N   per stream, how much output to show (head and tail; default 32768)
+  --no-redact-env        show env values in the output instead of [redacted:NAME]
   --out-dir DIR          write returned files into DIR
   --json                 print the structured result as JSON
 

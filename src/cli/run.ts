@@ -18,6 +18,8 @@ export const CLI_FLAGS: Record<keyof typeof execInputShape, string> = {
   files: "file",
   return_files: "return-file",
   network: "network",
+  max_output_bytes: "max-output-bytes",
+  redact_env: "no-redact-env",
 };
 
 function splitPair(flag: string, value: string): [string, string] {
@@ -51,6 +53,8 @@ export function parseRunArgs(argv: string[]): {
       file: { type: "string", multiple: true },
       "return-file": { type: "string", multiple: true },
       network: { type: "string" },
+      "max-output-bytes": { type: "string" },
+      "no-redact-env": { type: "boolean", default: false },
       "out-dir": { type: "string" },
       json: { type: "boolean", default: false },
     },
@@ -78,6 +82,9 @@ export function parseRunArgs(argv: string[]): {
     );
   if (values["return-file"]) input.return_files = values["return-file"];
   if (values.network !== undefined) input.network = values.network;
+  const shown = toInt("max-output-bytes", values["max-output-bytes"]);
+  if (shown !== undefined) input.max_output_bytes = shown;
+  if (values["no-redact-env"]) input.redact_env = false;
   return {
     input,
     json: values.json ?? false,

@@ -1,4 +1,5 @@
 import type { Backend } from "../backends/types.js";
+import type { Manifest } from "../images/manifest.js";
 import type { AgentEvent } from "../protocol/types.js";
 import type { ExecRequest } from "../schema/exec.js";
 import { parseExecRequest } from "../schema/validate.js";
@@ -19,6 +20,8 @@ export interface EngineOptions {
   networkNote?: string;
   /** Runs after the backend closes (releases server-wide resources). */
   onClose?: () => Promise<void>;
+  /** What each runtime really is (from the image manifest), for scratchrun_runtimes. */
+  runtimes?: { runtimes: Manifest["runtimes"]; notes: string[] };
 }
 
 export type Progress =

@@ -1,6 +1,7 @@
 import type { BackendOutcome } from "../backends/types.js";
 import type { ExecRequest, ExecResult, ExitReason } from "../schema/exec.js";
-import { mimeTypeOf } from "./mime.js";
+import { isTextMime, mimeTypeOf } from "./mime.js";
+import { headTail, redactSecrets } from "./shape-output.js";
 
 const decoder = new TextDecoder("utf-8", { fatal: false });
 
@@ -16,11 +17,66 @@ export interface ExecOutcome {
   files: FileOut[];
 }
 
+interface Verdict {
+  reason: ExitReason;
+  exitCode: number | null;
+  signal: number | null;
+  message?: string;
+}
+
 /**
- * Maps what the backend saw onto the one result shape. The first termination reason wins:
- * cancellation, then the agent's own verdict (timeout, output limit), then OOM, then how the
- * process ended.
+ * The first termination reason wins: cancellation, then the agent's own verdict (timeout, output
+ * limit), then OOM, then how the process ended.
  */
+function verdict(req: ExecRequest, outcome: BackendOutcome, cancelled: boolean): Verdict {
+  const { exit, failure } = outcome.agent;
+  if (cancelled || exit?.reason === "killed" || failure?.kind === "aborted")
+    return {
+      reason: "cancelled",
+      exitCode: null,
+      signal: null,
+      message: "The call was cancelled.",
+    };
+  if (exit?.reason === "timeout" || failure?.kind === "host_deadline")
+    return {
+      reason: "timeout",
+      exitCode: null,
+      signal: null,
+      message: `The code ran past timeout_ms=${req.timeout_ms} and was stopped.`,
+    };
+  if (exit?.reason === "output_limit")
+    return {
+      reason: "output_limit",
+      exitCode: null,
+      signal: null,
+      message:
+        "The code wrote more output than the 1 MiB cap and was stopped; output is truncated.",
+    };
+  if (outcome.oomKilled)
+    return {
+      reason: "oom",
+      exitCode: null,
+      signal: exit?.reason === "signaled" ? exit.value : null,
+      message: `The code ran out of memory (memory_mb=${req.memory_mb}).`,
+    };
+  if (exit?.reason === "exited")
+    return { reason: exit.value === 0 ? "ok" : "error", exitCode: exit.value, signal: null };
+  if (exit?.reason === "signaled")
+    return {
+      reason: "killed",
+      exitCode: null,
+      signal: exit.value,
+      message: `The code was killed by signal ${exit.value}.`,
+    };
+  return {
+    reason: "killed",
+    exitCode: null,
+    signal: null,
+    message: `The sandbox ended before the code finished (${failure?.detail ?? exit?.message ?? "unknown"}); it was destroyed.`,
+  };
+}
+
+/** Maps what the backend saw onto the one result shape, shaped for a model to read. */
 export function toExecOutcome(
   req: ExecRequest,
   outcome: BackendOutcome,
@@ -28,57 +84,43 @@ export function toExecOutcome(
   cancelled: boolean,
 ): ExecOutcome {
   const { agent } = outcome;
-  const exit = agent.exit;
-  let reason: ExitReason;
-  let exitCode: number | null = null;
-  let signal: number | null = null;
-  let message: string | undefined;
-
-  if (cancelled || exit?.reason === "killed" || agent.failure?.kind === "aborted") {
-    reason = "cancelled";
-  } else if (exit?.reason === "timeout" || agent.failure?.kind === "host_deadline") {
-    reason = "timeout";
-    message = `The code ran past timeout_ms=${req.timeout_ms} and was stopped.`;
-  } else if (exit?.reason === "output_limit") {
-    reason = "output_limit";
-    message = "The code wrote more output than the cap and was stopped; output is truncated.";
-  } else if (outcome.oomKilled) {
-    reason = "oom";
-    message = `The code ran out of memory (memory_mb=${req.memory_mb}).`;
-    if (exit?.reason === "signaled") signal = exit.value;
-  } else if (exit?.reason === "exited") {
-    exitCode = exit.value;
-    reason = exit.value === 0 ? "ok" : "error";
-  } else if (exit?.reason === "signaled") {
-    signal = exit.value;
-    reason = "killed";
-    message = `The code was killed by signal ${exit.value}.`;
-  } else {
-    reason = "killed";
-    message = `The sandbox ended before the code finished (${agent.failure?.detail ?? exit?.message ?? "unknown"}); it was destroyed.`;
-  }
+  const v = verdict(req, outcome, cancelled);
+  const redact = (text: string) => (req.redact_env ? redactSecrets(text, req.env) : text);
+  const stdout = headTail(redact(decoder.decode(agent.stdout)), req.max_output_bytes);
+  const stderr = headTail(redact(decoder.decode(agent.stderr)), req.max_output_bytes);
 
   const files: FileOut[] = [];
   const infos = agent.files.map((f) => {
     const mimeType = mimeTypeOf(f.path);
-    if (f.status === "ok") files.push({ path: f.path, mimeType, content: Buffer.from(f.content) });
+    if (f.status === "ok") {
+      let content = Buffer.from(f.content);
+      if (req.redact_env && isTextMime(mimeType)) {
+        const text = content.toString("utf8");
+        const redacted = redactSecrets(text, req.env);
+        if (redacted !== text) content = Buffer.from(redacted, "utf8");
+      }
+      files.push({ path: f.path, mimeType, content });
+    }
     return { path: f.path, status: f.status, size_bytes: f.size, mime_type: mimeType };
   });
 
+  const exit = agent.exit;
   const result: ExecResult = {
-    stdout: decoder.decode(agent.stdout),
-    stderr: decoder.decode(agent.stderr),
-    exit_code: exitCode,
-    exit_reason: reason,
-    signal,
+    stdout: stdout.text,
+    stderr: stderr.text,
+    exit_code: v.exitCode,
+    exit_reason: v.reason,
+    signal: v.signal,
     duration_ms: Math.round(exit?.durationMs ?? wallMs),
     isolation: outcome.isolation,
     network: req.network,
-    stdout_truncated: exit?.stdoutTruncated ?? false,
-    stderr_truncated: exit?.stderrTruncated ?? false,
+    stdout_truncated: (exit?.stdoutTruncated ?? false) || stdout.omittedBytes > 0,
+    stderr_truncated: (exit?.stderrTruncated ?? false) || stderr.omittedBytes > 0,
+    stdout_omitted_bytes: stdout.omittedBytes,
+    stderr_omitted_bytes: stderr.omittedBytes,
     files: infos,
   };
-  if (message) result.message = message;
+  if (v.message) result.message = v.message;
   if (outcome.blockedConnections !== undefined)
     result.network_blocked_packets = outcome.blockedConnections;
   return { result, files };

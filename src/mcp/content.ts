@@ -1,5 +1,6 @@
 import type { ExecOutcome } from "../engine/result.js";
 import { isInlineImage, isTextMime } from "../engine/mime.js";
+import { LIMITS } from "../schema/limits.js";
 
 type Block =
   | { type: "text"; text: string }
@@ -31,10 +32,13 @@ export function summaryText(outcome: ExecOutcome): string {
   if (!r.stdout && !r.stderr && !r.stdout_truncated && !r.stderr_truncated)
     lines.push("(no output)");
   for (const f of r.files) {
+    const bigImage = isInlineImage(f.mime_type) && f.size_bytes > LIMITS.inlineImageBytes.max;
     lines.push(
-      f.status === "ok"
-        ? `file ${f.path}: ${f.size_bytes} bytes, ${f.mime_type}`
-        : `file ${f.path}: not returned (${describeStatus(f.status)})`,
+      f.status !== "ok"
+        ? `file ${f.path}: not returned (${describeStatus(f.status)})`
+        : bigImage
+          ? `file ${f.path}: ${f.size_bytes} bytes, ${f.mime_type}, over ${LIMITS.inlineImageBytes.max} bytes so returned as a resource, not inline (save a smaller image to see it)`
+          : `file ${f.path}: ${f.size_bytes} bytes, ${f.mime_type}`,
     );
   }
   return lines.join("\n");
@@ -60,7 +64,7 @@ export function toContentBlocks(outcome: ExecOutcome): Block[] {
   const blocks: Block[] = [{ type: "text", text: summaryText(outcome) }];
   for (const file of outcome.files) {
     const uri = `file://${file.path}`;
-    if (isInlineImage(file.mimeType)) {
+    if (isInlineImage(file.mimeType) && file.content.length <= LIMITS.inlineImageBytes.max) {
       blocks.push({
         type: "image",
         data: file.content.toString("base64"),

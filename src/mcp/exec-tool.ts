@@ -5,6 +5,7 @@ import { execInputSchema, execOutputSchema } from "../schema/exec.js";
 import { LIMITS } from "../schema/limits.js";
 import { parseExecRequest } from "../schema/validate.js";
 import { toContentBlocks } from "./content.js";
+import { LineStreamer } from "./stream-log.js";
 
 export const EXEC_TOOL_NAME = "scratchrun_exec";
 
@@ -23,7 +24,8 @@ export function execToolDefinition(isolation: string, networkNote: string) {
       `Limits: timeout_ms default ${LIMITS.timeoutMs.default}, max ${LIMITS.timeoutMs.max};`,
       `memory_mb default ${LIMITS.memoryMb.default}, max ${LIMITS.memoryMb.max};`,
       `stdout/stderr ${LIMITS.outputBytes.default / 1024} KiB each; up to ${LIMITS.returnFiles.maxCount} return files.`,
-      "Pass secrets in `env`, never inside `code`.",
+      "Pass secrets in `env`, never inside `code`; their values are redacted from the output.",
+      "Call scratchrun_runtimes for exact versions and preinstalled packages.",
       `Isolation on this server: ${isolation}. Network: ${networkNote}.`,
     ].join(" "),
     inputSchema: z.toJSONSchema(execInputSchema, { io: "input" }),
@@ -40,16 +42,21 @@ export function execToolDefinition(isolation: string, networkNote: string) {
 
 export interface ToolCallContext {
   signal: AbortSignal;
-  progressToken?: string | number;
+  /** Progress notifications, when the client sent a progress token. */
   sendProgress?: (progress: number, message: string) => Promise<void>;
+  /** Output as logging messages, when the client asked for logging. */
+  sendLog?: (stream: "stdout" | "stderr", text: string) => Promise<void>;
 }
 
-const STAGE_MESSAGES: Record<Exclude<Progress["stage"], "output">, [number, string]> = {
-  queued: [0, "queued"],
-  starting: [1, "starting sandbox"],
-  running: [2, "running"],
-  collecting: [3, "collecting files"],
+const STAGE_MESSAGES: Record<Exclude<Progress["stage"], "output">, string> = {
+  queued: "queued",
+  starting: "starting sandbox",
+  running: "running",
+  collecting: "collecting files",
 };
+
+/** How often a running call reports its elapsed time. */
+const PROGRESS_TICK_MS = 1000;
 
 /** Handles one tools/call: bad input and engine failures become isError results, never throws. */
 export async function callExecTool(engine: Engine, args: unknown, ctx: ToolCallContext) {
@@ -59,15 +66,36 @@ export async function callExecTool(engine: Engine, args: unknown, ctx: ToolCallC
   } catch (e) {
     return errorResult(e);
   }
+  // Progress is the elapsed time in ms: it only ever grows, as the protocol asks.
+  const started = Date.now();
+  let last = -1;
+  const progress = (message: string) => {
+    last = Math.max(last + 1, Date.now() - started);
+    ctx.sendProgress?.(last, message).catch(() => {});
+  };
+  let ticker: NodeJS.Timeout | undefined;
+  const sendLog = ctx.sendLog;
+  const lines = sendLog
+    ? new LineStreamer(
+        (stream, text) => void sendLog(stream, text).catch(() => {}),
+        req.redact_env ? req.env : null,
+      )
+    : null;
   try {
     const outcome = await engine.execute(req, {
       signal: ctx.signal,
       onProgress: (p) => {
-        if (p.stage === "output" || !ctx.sendProgress) return;
-        const [n, message] = STAGE_MESSAGES[p.stage];
-        ctx.sendProgress(n, message).catch(() => {});
+        if (p.stage === "output") return lines?.push(p.stream, p.chunk);
+        progress(STAGE_MESSAGES[p.stage]);
+        if (p.stage === "running" && ctx.sendProgress && !ticker)
+          ticker = setInterval(
+            () => progress(`running, ${Math.round((Date.now() - started) / 1000)} s elapsed`),
+            PROGRESS_TICK_MS,
+          );
+        if (p.stage === "collecting") clearInterval(ticker);
       },
     });
+    lines?.flush();
     return {
       content: toContentBlocks(outcome),
       structuredContent: outcome.result,
@@ -75,6 +103,8 @@ export async function callExecTool(engine: Engine, args: unknown, ctx: ToolCallC
     };
   } catch (e) {
     return errorResult(e);
+  } finally {
+    clearInterval(ticker);
   }
 }
 

@@ -4,43 +4,65 @@ import {
   ListToolsRequestSchema,
   McpError,
   ErrorCode,
+  SetLevelRequestSchema,
 } from "@modelcontextprotocol/sdk/types.js";
 import type { Engine } from "../engine/engine.js";
 import { VERSION } from "../version.js";
 import { callExecTool, EXEC_TOOL_NAME, execToolDefinition } from "./exec-tool.js";
+import { callRuntimesTool, RUNTIMES_TOOL_NAME, runtimesToolDefinition } from "./runtimes-tool.js";
 
 /** An MCP server exposing `scratchrun_exec` on top of one engine; transport-agnostic. */
 export function createMcpServer(engine: Engine): Server {
   const server = new Server(
     { name: "scratchrun", version: VERSION },
     {
-      capabilities: { tools: {} },
+      capabilities: { tools: {}, logging: {} },
       instructions:
         "scratchrun_exec runs code in a fresh sandbox per call; nothing persists between calls.",
     },
   );
   const definition = execToolDefinition(engine.backend.isolation, engine.networkNote);
 
-  server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: [definition] }));
+  // Output is streamed as logging messages only to clients that asked for logging (setLevel) at
+  // "info" or more verbose.
+  const logLevels = new Map<string | undefined, string>();
+  server.setRequestHandler(SetLevelRequestSchema, async (request, extra) => {
+    logLevels.set(extra.sessionId, request.params.level);
+    return {};
+  });
+
+  server.setRequestHandler(ListToolsRequestSchema, async () => ({
+    tools: [definition, runtimesToolDefinition],
+  }));
 
   server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
+    if (request.params.name === RUNTIMES_TOOL_NAME) return callRuntimesTool(engine);
     if (request.params.name !== EXEC_TOOL_NAME)
       throw new McpError(ErrorCode.InvalidParams, `Unknown tool ${request.params.name}`);
     const progressToken = request.params._meta?.progressToken;
-    const result = await callExecTool(engine, request.params.arguments ?? {}, {
+    const level = logLevels.get(extra.sessionId);
+    const wantsOutput = level === "debug" || level === "info";
+    return callExecTool(engine, request.params.arguments ?? {}, {
       signal: extra.signal,
       ...(progressToken !== undefined
         ? {
-            progressToken,
             sendProgress: (progress: number, message: string) =>
               extra.sendNotification({
                 method: "notifications/progress",
-                params: { progressToken, progress, total: 4, message },
+                params: { progressToken, progress, message },
+              }),
+          }
+        : {}),
+      ...(wantsOutput
+        ? {
+            sendLog: (stream: "stdout" | "stderr", text: string) =>
+              extra.sendNotification({
+                method: "notifications/message",
+                params: { level: "info", logger: stream, data: text },
               }),
           }
         : {}),
     });
-    return result;
   });
   return server;
 }

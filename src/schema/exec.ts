@@ -109,6 +109,21 @@ export const execInputShape = {
     .enum(["public", "none"])
     .default("public")
     .describe('"public" (default: internet yes, private ranges never) or "none" (no network)'),
+  max_output_bytes: z
+    .number()
+    .int()
+    .min(LIMITS.shownOutputBytes.min)
+    .max(LIMITS.shownOutputBytes.max)
+    .default(LIMITS.shownOutputBytes.default)
+    .describe(
+      `Per stream, how much output to return: longer output keeps its head and tail with the omitted byte count (default ${LIMITS.shownOutputBytes.default}, max ${LIMITS.shownOutputBytes.max})`,
+    ),
+  redact_env: z
+    .boolean()
+    .default(true)
+    .describe(
+      "Replace values passed in env (6+ characters) by [redacted:NAME] in stdout, stderr and returned text files (default true)",
+    ),
 };
 
 export const execInputSchema = z.strictObject(execInputShape);
@@ -148,6 +163,9 @@ export const execOutputShape = {
   network: z.enum(["public", "none"]),
   stdout_truncated: z.boolean(),
   stderr_truncated: z.boolean(),
+  /** Bytes left out of the middle of each stream (max_output_bytes); 0 when shown whole. */
+  stdout_omitted_bytes: z.number().int(),
+  stderr_omitted_bytes: z.number().int(),
   files: z.array(returnedFileShape),
   message: z.string().optional(),
   /** Packets the egress filter dropped (network "public" only). */

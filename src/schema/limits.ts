@@ -13,6 +13,10 @@ export const LIMITS = {
   pathBytes: { max: 1024 },
   /** Per stream, what the sandbox may write before it is stopped with exit_reason output_limit. */
   outputBytes: { default: 1024 * 1024, min: 1024, max: 1024 * 1024 },
+  /** Per stream, what the result shows (head and tail); max_output_bytes chooses within this. */
+  shownOutputBytes: { default: 32 * 1024, min: 1024, max: 1024 * 1024 },
+  /** Images larger than this come back as a resource with a note instead of inline. */
+  inlineImageBytes: { max: 2 * 1024 * 1024 },
   /** Size of each RAM-backed writable area (/tmp and the working directory), MiB. */
   scratchMb: 128,
   /** Processes and threads in one sandbox. */

@@ -6,6 +6,7 @@ import type { Backend } from "../backends/types.js";
 import { Engine, type EngineOptions } from "../engine/engine.js";
 import { ScratchRunError } from "../errors.js";
 import { findRootfs } from "../images/locate.js";
+import type { Manifest } from "../images/manifest.js";
 import { PACKAGE_ROOT } from "../images/paths.js";
 import { RUNTIMES, type RuntimeName } from "../schema/exec.js";
 import { networkFromEnv } from "./network.js";
@@ -28,7 +29,10 @@ export function isolationChoice(env: NodeJS.ProcessEnv = process.env): Isolation
 }
 
 /** Checks every precondition of the namespace backend; throws NOT_READY with the fix. */
-export function namespacePreflight(env: NodeJS.ProcessEnv = process.env): { rootfsDir: string } {
+export function namespacePreflight(env: NodeJS.ProcessEnv = process.env): {
+  rootfsDir: string;
+  manifest: Manifest;
+} {
   if (process.getuid?.() !== 0)
     throw new ScratchRunError(
       "NOT_READY",
@@ -47,7 +51,7 @@ export function namespacePreflight(env: NodeJS.ProcessEnv = process.env): { root
     });
   const rootfs = findRootfs(env);
   if (!rootfs.ok) throw new ScratchRunError("NOT_READY", rootfs.error);
-  return { rootfsDir: rootfs.dir };
+  return { rootfsDir: rootfs.dir, manifest: rootfs.manifest };
 }
 
 /** Warm VMs per runtime: SCRATCHRUN_POOL_SIZE=N for all, or "python3.11=2,node20=0,...". */
@@ -77,7 +81,7 @@ export async function createEngineFromEnv(
   options: EngineOptions = {},
 ): Promise<Engine> {
   const choice = isolationChoice(env);
-  const { rootfsDir } = namespacePreflight(env);
+  const { rootfsDir, manifest } = namespacePreflight(env);
   // The microVM backend has no guest network yet: its calls run with network "none".
   const network =
     choice === "namespace"
@@ -101,6 +105,7 @@ export async function createEngineFromEnv(
     publicNetworkAvailable: network.provider !== null,
     networkNote: network.reason,
     onClose: async () => network.provider?.close(),
+    runtimes: { runtimes: manifest.runtimes, notes: manifest.notes },
     ...options,
   });
 }

@@ -19,6 +19,8 @@ export interface ExecStructured {
   network: string;
   stdout_truncated: boolean;
   stderr_truncated: boolean;
+  stdout_omitted_bytes: number;
+  stderr_omitted_bytes: number;
   files: { path: string; status: string; size_bytes: number; mime_type: string }[];
   message?: string;
   network_blocked_packets?: number;
