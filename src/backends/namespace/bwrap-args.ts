@@ -24,6 +24,11 @@ export const AGENT_PATH = "/opt/scratchrun/agent";
  * unshared, the root read-only, only RAM-backed size-capped writable areas, no capabilities, no
  * further user namespaces, a new session (no TIOCSTI into the caller's terminal), and the
  * seccomp program applied to everything inside.
+ *
+ * The agent is pid 1 of the sandbox (`--as-pid-1`): bwrap's own reaper would otherwise be a
+ * dumpable process with the code's uid holding the host channel, so the code could open its
+ * /proc/1/mem and speak for the agent; as init, the agent also ignores the code's SIGKILL.
+ * /dev is read-only after setup (its tmpfs has no size cap); /dev/shm is a capped tmpfs.
  */
 export function renderBwrapArgs(layout: BwrapLayout): string[] {
   const size = String(layout.scratchBytes);
@@ -31,6 +36,7 @@ export function renderBwrapArgs(layout: BwrapLayout): string[] {
     "/usr/bin/bwrap",
     "--unshare-all",
     "--unshare-user",
+    "--as-pid-1",
     ...(layout.network === "shared" ? ["--share-net"] : []),
     "--disable-userns",
     "--die-with-parent",
@@ -49,6 +55,14 @@ export function renderBwrapArgs(layout: BwrapLayout): string[] {
     "--proc",
     "/proc",
     "--dev",
+    "/dev",
+    "--perms",
+    "1777",
+    "--size",
+    size,
+    "--tmpfs",
+    "/dev/shm",
+    "--remount-ro",
     "/dev",
     "--perms",
     "1777",
