@@ -13,9 +13,12 @@ export function normaliseSandboxPath(input: string): PathCheck {
   if (Buffer.byteLength(input, "utf8") > LIMITS.pathBytes.max)
     return { ok: false, error: `path is longer than ${LIMITS.pathBytes.max} bytes` };
   if (input.includes("\0")) return { ok: false, error: "path contains a NUL byte" };
-  // eslint-disable-next-line no-control-regex
-  if (/[\x00-\x1f\x7f]/.test(input))
-    return { ok: false, error: "path contains a control character" };
+  // C0, DEL and C1 (U+0080..U+009F, e.g. the 8-bit CSI U+009B) are all control characters.
+  if (/\p{Cc}/u.test(input)) return { ok: false, error: "path contains a control character" };
+  // A lone surrogate has no UTF-8 form: the sandbox would get U+FFFD instead, so the name the
+  // agent reports back would not be the name asked for.
+  if (/\p{Cs}/u.test(input))
+    return { ok: false, error: "path contains a lone UTF-16 surrogate (not valid Unicode)" };
   if (input.split("/").includes(".."))
     return { ok: false, error: "path contains a '..' component" };
   if (input.endsWith("/")) return { ok: false, error: "path names a directory (ends with '/')" };
