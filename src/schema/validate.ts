@@ -12,8 +12,27 @@ export function formatIssues(issues: readonly z.core.$ZodIssue[]): string {
     .join("; ");
 }
 
+/**
+ * Record fields whose own `__proto__` key (JSON.parse keeps it) would vanish: zod builds records
+ * by assignment, which sets the prototype instead, so the file or variable would silently not
+ * exist. Refused rather than dropped.
+ */
+function protoKeyFields(input: unknown): string[] {
+  if (typeof input !== "object" || input === null) return [];
+  return ["env", "files"].filter((field) => {
+    const value = (input as Record<string, unknown>)[field];
+    return typeof value === "object" && value !== null && Object.hasOwn(value, "__proto__");
+  });
+}
+
 /** Parses untrusted input into a typed request, or throws INVALID_INPUT naming every problem. */
 export function parseExecRequest(input: unknown): ExecRequest {
+  const proto = protoKeyFields(input);
+  if (proto.length)
+    throw new ScratchRunError(
+      "INVALID_INPUT",
+      `Invalid request: ${proto.map((f) => `${f}: the key "__proto__" is not allowed`).join("; ")}`,
+    );
   const parsed = execInputSchema.safeParse(input);
   if (!parsed.success)
     throw new ScratchRunError(
