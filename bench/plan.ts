@@ -1,0 +1,84 @@
+import type { RuntimeName } from "../src/schema/exec.js";
+import type { WorkloadId } from "./workloads.js";
+
+/** How much of what to measure: the full run (~15 min on 2 cores) or the CI smoke (< 2 min). */
+export interface Plan {
+  mode: "full" | "quick";
+  /** Timed samples per (system, runtime, workload); a system missing here uses `default`. */
+  samples: Record<WorkloadId, { default: number } & Record<string, number>>;
+  /** Runtimes measured per system (default: all four). */
+  runtimes: Record<string, readonly RuntimeName[]>;
+  /** Workloads measured per system (default: both). */
+  workloads: Record<string, readonly WorkloadId[]>;
+  /** Fresh-server first calls per runtime (the namespace backend's cold start). */
+  coldSamples: number;
+  throughput: { systems: readonly string[]; concurrency: readonly number[]; durationMs: number };
+  /** Warm pool of the pooled microVM system. */
+  microvmPool: Partial<Record<RuntimeName, number>>;
+  idleWindowMs: number;
+}
+
+const ALL: readonly RuntimeName[] = ["python3.12", "python3.11", "node20", "bash"];
+
+export const FULL: Plan = {
+  mode: "full",
+  samples: {
+    print: {
+      default: 20,
+      "srt-cli": 10,
+      "srt-lib": 10,
+      "pyodide-node": 5,
+      "pyodide-deno": 5,
+      microvm: 10,
+      "microvm-nopool": 5,
+    },
+    realistic: { default: 10, microvm: 5, "microvm-nopool": 3 },
+  },
+  runtimes: {},
+  workloads: {},
+  coldSamples: 5,
+  throughput: {
+    systems: ["namespace", "microvm", "bwrap", "host"],
+    concurrency: [1, 2, 8],
+    durationMs: 10_000,
+  },
+  microvmPool: { "python3.11": 4, "python3.12": 1, node20: 1, bash: 2 },
+  idleWindowMs: 5_000,
+};
+
+export const QUICK: Plan = {
+  mode: "quick",
+  samples: {
+    print: { default: 3, microvm: 2, "microvm-nopool": 2, "pyodide-node": 2, "pyodide-deno": 2 },
+    realistic: { default: 3 },
+  },
+  runtimes: {
+    microvm: ["python3.11"],
+    "microvm-nopool": ["python3.11"],
+    "srt-cli": ["python3.11"],
+    "srt-lib": ["python3.11"],
+  },
+  workloads: {
+    microvm: ["print"],
+    "microvm-nopool": ["print"],
+    "srt-cli": ["print"],
+    "srt-lib": ["print"],
+    "pyodide-node": ["print"],
+    "pyodide-deno": ["print"],
+  },
+  coldSamples: 2,
+  throughput: { systems: ["namespace"], concurrency: [2], durationMs: 3_000 },
+  microvmPool: { "python3.11": 1 },
+  idleWindowMs: 2_000,
+};
+
+export function samplesFor(plan: Plan, system: string, workload: WorkloadId): number {
+  const s = plan.samples[workload];
+  return s[system] ?? s.default;
+}
+
+export const runtimesFor = (plan: Plan, system: string): readonly RuntimeName[] =>
+  plan.runtimes[system] ?? ALL;
+
+export const workloadsFor = (plan: Plan, system: string): readonly WorkloadId[] =>
+  plan.workloads[system] ?? ["print", "realistic"];

@@ -1,0 +1,47 @@
+import type { LatencyResult, ThroughputResult } from "./measure.js";
+import type { IdleCost } from "./proc.js";
+import type { Summary } from "./stats.js";
+import type { SystemKind } from "./systems/types.js";
+
+export interface HostInfo {
+  hostname: string;
+  cpus: number;
+  cpuModel: string;
+  memMb: number;
+  kernel: string;
+  kvm: boolean;
+  node: string;
+}
+
+export interface LatencyRow {
+  system: string;
+  runtime: string;
+  workload: string;
+  /** Exact reason when the system cannot run this here. */
+  unsupported?: string;
+  result?: Omit<LatencyResult, "samples"> & { samples: number[] };
+}
+
+export interface BenchResults {
+  format: 1;
+  date: string;
+  mode: "full" | "quick";
+  host: HostInfo;
+  systems: { id: string; label: string; kind: SystemKind; notes?: string }[];
+  latency: LatencyRow[];
+  cold: { system: string; runtime: string; result: LatencyResult }[];
+  throughput: { system: string; runtime: string; workload: string; runs: ThroughputResult[] }[];
+  cost: {
+    idleVms?: IdleCost;
+    /** Initial fill of the pool from empty: VMs that became ready per second. */
+    poolFill?: { vms: number; seconds: number; vmsPerSec: number };
+    /** Peak RSS of the whole server process tree (server + sandboxes) under load, MB. */
+    peakTreeRssMb: Record<string, number>;
+    /** VmHWM of the server's own node process, MB. */
+    serverHwmMb: Record<string, number>;
+  };
+  notes: string[];
+  durationSec: number;
+}
+
+export const p50 = (s: Summary | null | undefined): number | undefined => s?.p50;

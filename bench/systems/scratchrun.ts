@@ -1,0 +1,142 @@
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { CallToolResultSchema, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import { join } from "node:path";
+import type { RuntimeName } from "../../src/schema/exec.js";
+import { REPO_ROOT } from "../peers.js";
+import type { Workload } from "../workloads.js";
+import type { BenchSystem, CallResult } from "./types.js";
+
+export interface McpSystemOptions {
+  id: string;
+  label: string;
+  /** Script run by node: the shipped server or the bench's microVM server. */
+  script: string;
+  env: Record<string, string>;
+  /** Pool sizes the server keeps (for waiting until warm); empty: no pool. */
+  pool?: Partial<Record<RuntimeName, number>>;
+  /** Runtimes/workloads not measured on this system, with the reason. */
+  skip?: (w: Workload) => string | null;
+}
+
+export const SHIPPED_SERVER = join(REPO_ROOT, "dist/src/bin/scratchrun-mcp.js");
+export const BENCH_MICROVM_SERVER = join(REPO_ROOT, "dist/bench/microvm-server.js");
+
+export interface McpSystem extends BenchSystem {
+  /** Resolves when every pool is full again (immediately without a pool). */
+  waitWarm(timeoutMs: number): Promise<boolean>;
+  /** Ready VMs per runtime as last reported by the server. */
+  poolReady(): Partial<Record<RuntimeName, number>>;
+  /** Every stderr line (besides pool reports) the server wrote, for failure reports. */
+  log(): string;
+}
+
+function text(result: CallToolResult): string {
+  return result.content
+    .map((b) => (b.type === "text" ? b.text : ""))
+    .join("\n")
+    .slice(0, 300);
+}
+
+/** ScratchRun as a user's client sees it: a stdio server driven by the MCP SDK's own Client. */
+export function mcpSystem(o: McpSystemOptions): McpSystem {
+  let client: Client | null = null;
+  let transport: StdioClientTransport | null = null;
+  let ready: Partial<Record<RuntimeName, number>> = {};
+  let log = "";
+  let waiters: (() => void)[] = [];
+  const full = () =>
+    Object.entries(o.pool ?? {}).every(([r, n]) => (ready[r as RuntimeName] ?? 0) >= (n ?? 0));
+  return {
+    id: o.id,
+    label: o.label,
+    kind: "ours",
+    unsupported: (w) => o.skip?.(w) ?? null,
+    async start() {
+      transport = new StdioClientTransport({
+        command: process.execPath,
+        args: [o.script],
+        env: {
+          PATH: process.env.PATH ?? "/usr/bin:/bin",
+          HOME: process.env.HOME ?? "/root",
+          ...o.env,
+        },
+        stderr: "pipe",
+      });
+      let partial = "";
+      transport.stderr?.on("data", (d: Buffer) => {
+        partial += d.toString();
+        const lines = partial.split("\n");
+        partial = lines.pop() ?? "";
+        for (const line of lines) {
+          if (line.startsWith("bench-pool ")) {
+            ready = JSON.parse(line.slice(11)) as typeof ready;
+            for (const w of waiters.splice(0)) w();
+          } else if (log.length < 20_000) log += `${line}\n`;
+        }
+      });
+      client = new Client({ name: "scratchrun-bench", version: "1.0.0" });
+      await client.connect(transport);
+    },
+    async call(w: Workload): Promise<CallResult> {
+      if (!client) return { ok: false, error: "not started" };
+      let result: CallToolResult;
+      try {
+        result = (await client.callTool(
+          {
+            name: "scratchrun_exec",
+            arguments: {
+              runtime: w.runtime,
+              code: w.code,
+              network: "none",
+              ...(w.returnFiles.length ? { return_files: w.returnFiles } : {}),
+            },
+          },
+          CallToolResultSchema,
+          { timeout: 300_000 },
+        )) as CallToolResult;
+      } catch (e) {
+        return { ok: false, error: e instanceof Error ? e.message : String(e) };
+      }
+      if (result.isError) {
+        const t = text(result);
+        return { ok: false, busy: t.startsWith("BUSY"), error: t };
+      }
+      const s = result.structuredContent as {
+        stdout: string;
+        duration_ms: number;
+        files: { path: string; status: string; size_bytes: number }[];
+      };
+      const files: Record<string, number> = {};
+      for (const f of s.files ?? [])
+        if (f.status === "ok") files[f.path.replace(/^\/home\/user\//, "")] = f.size_bytes;
+      return w.check(s.stdout, files)
+        ? { ok: true, serverMs: s.duration_ms }
+        : { ok: false, error: text(result) };
+    },
+    rootPids: () => (transport?.pid ? [transport.pid] : []),
+    async waitWarm(timeoutMs: number) {
+      const deadline = Date.now() + timeoutMs;
+      while (!full()) {
+        const left = deadline - Date.now();
+        if (left <= 0) return false;
+        await new Promise<void>((r) => {
+          const t = setTimeout(r, left);
+          waiters.push(() => {
+            clearTimeout(t);
+            r();
+          });
+        });
+      }
+      return true;
+    },
+    poolReady: () => ({ ...ready }),
+    log: () => log,
+    async close() {
+      await client?.close();
+      client = null;
+      transport = null;
+      waiters = [];
+    },
+  };
+}

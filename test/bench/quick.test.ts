@@ -1,0 +1,75 @@
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { test } from "node:test";
+import { REPO_ROOT } from "../../bench/peers.js";
+import type { BenchResults } from "../../bench/results.js";
+
+const RUN = join(REPO_ROOT, "dist/bench/run.js");
+const leftovers = () => readdirSync(tmpdir()).filter((n) => n.startsWith("scratchrun-bench-"));
+
+// Runs the benchmark's CI smoke mode for real (real servers, real sandboxes, real peers) and
+// checks it produced numbers for every system, never how fast they are.
+test(
+  "bench --quick measures every system and writes json, markdown and svg",
+  { timeout: 300_000 },
+  () => {
+    const out = mkdtempSync(join(tmpdir(), "bench-quick-out-"));
+    const before = leftovers();
+    try {
+      const r = spawnSync(process.execPath, [RUN, "--quick", "--out", out], {
+        encoding: "utf8",
+        maxBuffer: 16 << 20,
+      });
+      assert.equal(r.status, 0, `bench failed:\n${r.stderr.slice(-3000)}`);
+      const files = readdirSync(out);
+      const json = files.find((f) => f.endsWith("-quick.json"));
+      assert.ok(json, `no results json in ${files.join(", ")}`);
+      assert.ok(files.includes("latest-quick.md") && files.includes("latest-quick.svg"));
+      const results = JSON.parse(readFileSync(join(out, json), "utf8")) as BenchResults;
+      assert.equal(results.mode, "quick");
+      const ids = results.systems.map((s) => s.id);
+      for (const id of [
+        "host",
+        "bwrap",
+        "namespace",
+        "engine",
+        "microvm",
+        "microvm-nopool",
+        "srt-cli",
+        "srt-lib",
+        "pyodide-node",
+        "pyodide-deno",
+      ])
+        assert.ok(ids.includes(id), `system ${id} missing`);
+      for (const id of ids) {
+        const measured = results.latency.filter((l) => l.system === id && l.result?.summary);
+        assert.ok(
+          measured.length > 0,
+          `no numbers for ${id}: ${JSON.stringify(results.latency.filter((l) => l.system === id))}`,
+        );
+        for (const m of measured) {
+          assert.ok(m.result!.summary!.n >= 2, `${id} ${m.runtime}: a single run is not a median`);
+          assert.ok(m.result!.summary!.p50 > 0);
+          assert.equal(
+            m.result!.errors,
+            0,
+            `${id} ${m.runtime} ${m.workload}: ${m.result!.firstError}`,
+          );
+        }
+      }
+      assert.ok(results.cold.length > 0 && results.cold.every((c) => c.result.summary !== null));
+      const tp = results.throughput.find((t) => t.system === "namespace")?.runs[0];
+      assert.ok(tp && tp.ok > 0, "no throughput numbers for namespace");
+      assert.ok(results.cost.idleVms, "idle VM cost not measured");
+      const md = readFileSync(join(out, "latest-quick.md"), "utf8");
+      assert.match(md, /## Targets/);
+      assert.match(readFileSync(join(out, "latest-quick.svg"), "utf8"), /^<svg [^>]*>[\s\S]*<rect/);
+    } finally {
+      rmSync(out, { recursive: true, force: true });
+    }
+    assert.deepEqual(leftovers(), before, "the bench left work directories behind");
+  },
+);
