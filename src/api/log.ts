@@ -1,0 +1,22 @@
+import { pino, type Logger as PinoLogger } from "pino";
+
+export type Logger = Pick<PinoLogger, "info" | "warn" | "error">;
+
+/**
+ * Structured JSON logs on stderr (stdout stays free). What is logged is chosen field by field at
+ * each call site: ids, runtimes, statuses, timings; never keys, headers, code, env or output.
+ * `redact` is a second line of defence in case a header object is ever passed.
+ */
+export function createLogger(level = process.env.SCRATCHRUN_LOG_LEVEL ?? "info"): Logger {
+  return pino(
+    {
+      level,
+      base: { service: "scratchrun" },
+      redact: {
+        paths: ["authorization", "*.authorization", "headers", "*.headers", "key", "env", "code"],
+        censor: "[redacted]",
+      },
+    },
+    pino.destination(2),
+  );
+}

@@ -1,0 +1,146 @@
+import { randomUUID } from "node:crypto";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
+import { isInitializeRequest, type JSONRPCMessage } from "@modelcontextprotocol/sdk/types.js";
+import { createMcpServer } from "../mcp/server.js";
+import type { ExecService } from "./service.js";
+
+interface Session {
+  transport: StreamableHTTPServerTransport;
+  keyId: string;
+  lastSeen: number;
+}
+
+export interface McpSessionLimits {
+  maxPerKey: number;
+  maxTotal: number;
+  idleMs: number;
+}
+
+/**
+ * MCP over Streamable HTTP at /mcp: one MCP server per session, bound to the API key that opened
+ * it (another key gets 404 for it). Sessions let `notifications/cancelled` reach the call it
+ * cancels; a client whose response stream drops mid-call has that call cancelled as well.
+ */
+export class McpSessions {
+  private readonly sessions = new Map<string, Session>();
+  private pending = 0;
+  private readonly sweeper: NodeJS.Timeout;
+
+  constructor(
+    private readonly service: ExecService,
+    private readonly limits: McpSessionLimits,
+  ) {
+    this.sweeper = setInterval(() => this.sweep(), Math.min(60_000, limits.idleMs)).unref();
+  }
+
+  get size(): number {
+    return this.sessions.size;
+  }
+
+  async handle(
+    req: IncomingMessage,
+    res: ServerResponse,
+    keyId: string,
+    body: unknown,
+  ): Promise<void> {
+    const sid = req.headers["mcp-session-id"];
+    if (typeof sid === "string") {
+      const s = this.sessions.get(sid);
+      if (!s || s.keyId !== keyId) return rpcError(res, 404, -32001, "Session not found");
+      s.lastSeen = Date.now();
+      cancelOnDisconnect(res, s.transport, body);
+      return s.transport.handleRequest(req, res, body);
+    }
+    if (req.method !== "POST" || !isInitializeRequest(body))
+      return rpcError(res, 400, -32000, "No valid session: send initialize first");
+    const mine = [...this.sessions.values()].filter((s) => s.keyId === keyId).length;
+    if (
+      mine >= this.limits.maxPerKey ||
+      this.sessions.size + this.pending >= this.limits.maxTotal
+    ) {
+      res.setHeader("Retry-After", "10");
+      return rpcError(res, 429, -32000, "Too many MCP sessions; close one (DELETE /mcp) first");
+    }
+    this.pending++;
+    const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
+      sessionIdGenerator: () => randomUUID(),
+      onsessioninitialized: (id) => {
+        this.sessions.set(id, { transport, keyId, lastSeen: Date.now() });
+      },
+      onsessionclosed: (id) => {
+        this.sessions.delete(id);
+      },
+    });
+    transport.onclose = () => {
+      if (transport.sessionId) this.sessions.delete(transport.sessionId);
+    };
+    const server = createMcpServer(this.service.forCaller({ keyId, transport: "mcp" }));
+    try {
+      await server.connect(transport);
+      await transport.handleRequest(req, res, body);
+    } finally {
+      this.pending--;
+    }
+  }
+
+  private sweep(): void {
+    const cutoff = Date.now() - this.limits.idleMs;
+    for (const [id, s] of this.sessions)
+      if (s.lastSeen < cutoff) {
+        this.sessions.delete(id);
+        void s.transport.close();
+      }
+  }
+
+  /** Closes every session; calls still running in them are aborted (their sandboxes end). */
+  async closeAll(): Promise<void> {
+    clearInterval(this.sweeper);
+    const all = [...this.sessions.values()];
+    this.sessions.clear();
+    await Promise.all(all.map((s) => s.transport.close().catch(() => {})));
+  }
+}
+
+/** Request ids in a JSON-RPC body (one message or a batch). */
+export function requestIds(body: unknown): (string | number)[] {
+  const msgs = Array.isArray(body) ? body : [body];
+  const ids: (string | number)[] = [];
+  for (const m of msgs) {
+    if (typeof m !== "object" || m === null) continue;
+    const { id, method } = m as { id?: unknown; method?: unknown };
+    if (typeof method === "string" && (typeof id === "string" || typeof id === "number"))
+      ids.push(id);
+  }
+  return ids;
+}
+
+/**
+ * Without an event store a dropped response stream cannot be resumed, so the calls it carried are
+ * cancelled as if the client had sent notifications/cancelled: their sandboxes are destroyed.
+ */
+function cancelOnDisconnect(
+  res: ServerResponse,
+  transport: StreamableHTTPServerTransport,
+  body: unknown,
+): void {
+  const ids = requestIds(body);
+  if (ids.length === 0) return;
+  res.once("close", () => {
+    if (res.writableFinished) return;
+    for (const requestId of ids) {
+      const msg: JSONRPCMessage = {
+        jsonrpc: "2.0",
+        method: "notifications/cancelled",
+        params: { requestId, reason: "client disconnected" },
+      };
+      transport.onmessage?.(msg);
+    }
+  });
+}
+
+function rpcError(res: ServerResponse, status: number, code: number, message: string): void {
+  res.statusCode = status;
+  res.setHeader("Content-Type", "application/json");
+  res.end(JSON.stringify({ jsonrpc: "2.0", error: { code, message }, id: null }));
+}

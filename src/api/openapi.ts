@@ -1,0 +1,132 @@
+import { z } from "zod";
+import { execInputSchema } from "../schema/exec.js";
+import { VERSION } from "../version.js";
+import { wireErrorSchema, wireResultSchema } from "./wire.js";
+
+const json = (ref: string) => ({ "application/json": { schema: { $ref: ref } } });
+const error = (description: string, headers?: Record<string, unknown>) => ({
+  description,
+  content: json("#/components/schemas/Error"),
+  ...(headers ? { headers } : {}),
+});
+const retryAfter = {
+  "Retry-After": { description: "Seconds to wait before retrying", schema: { type: "integer" } },
+};
+
+/** Strips the draft marker: inside OpenAPI 3.1 the dialect is given once, at the top. */
+function schemaOf(s: z.ZodType, io: "input" | "output"): Record<string, unknown> {
+  const { $schema: _ignored, ...rest } = z.toJSONSchema(s, { io }) as Record<string, unknown>;
+  return rest;
+}
+
+/**
+ * The OpenAPI 3.1 document of the REST API, derived from the same zod schemas the engine
+ * validates with. openapi/openapi.json is this document, checked in; a test keeps them equal.
+ */
+export function buildOpenApiDocument() {
+  return {
+    openapi: "3.1.0",
+    jsonSchemaDialect: "https://json-schema.org/draft/2020-12/schema",
+    info: {
+      title: "ScratchRun",
+      version: VERSION,
+      description:
+        "Runs code in a fresh, isolated sandbox per call. POST /v1/exec takes the scratchrun_exec tool's parameters and returns its structured result; returned files carry their bytes in content_base64. MCP over Streamable HTTP is served at /mcp with the same tool.",
+    },
+    security: [{ bearer: [] }],
+    paths: {
+      "/v1/exec": {
+        post: {
+          operationId: "exec",
+          summary: "Run code in a fresh sandbox",
+          requestBody: { required: true, content: json("#/components/schemas/ExecRequest") },
+          responses: {
+            "200": {
+              description: "The run's result (whatever the code did: see exit_reason)",
+              content: json("#/components/schemas/ExecResult"),
+            },
+            "400": error("The request failed validation; nothing ran"),
+            "401": error("API key missing, unknown or revoked; nothing ran"),
+            "403": error("Host or Origin is not this loopback server"),
+            "413": error("The request body is over the cap"),
+            "415": error("Content-Type is not application/json"),
+            "429": error("Per-key limit, full queue or queue deadline; retry later", retryAfter),
+            "500": error("The sandbox or the server failed"),
+            "503": error("The host cannot run sandboxes, or the server is shutting down"),
+          },
+        },
+      },
+      "/v1/info": {
+        get: {
+          operationId: "info",
+          summary: "Server version and isolation",
+          responses: {
+            "200": {
+              description: "Server facts",
+              content: json("#/components/schemas/Info"),
+            },
+            "401": error("API key missing, unknown or revoked"),
+          },
+        },
+      },
+      "/healthz": {
+        get: {
+          operationId: "health",
+          security: [],
+          summary: "The process is up",
+          responses: { "200": { description: "Up", content: json("#/components/schemas/Status") } },
+        },
+      },
+      "/readyz": {
+        get: {
+          operationId: "ready",
+          security: [],
+          summary: "Ready for calls (warm pool, not draining)",
+          responses: {
+            "200": { description: "Ready", content: json("#/components/schemas/Status") },
+            "503": {
+              description: "Warming or draining",
+              content: json("#/components/schemas/Status"),
+            },
+          },
+        },
+      },
+      "/metrics": {
+        get: {
+          operationId: "metrics",
+          security: [],
+          summary: "Prometheus metrics",
+          responses: {
+            "200": { description: "Text exposition format", content: { "text/plain": {} } },
+          },
+        },
+      },
+    },
+    components: {
+      securitySchemes: { bearer: { type: "http", scheme: "bearer" } },
+      schemas: {
+        ExecRequest: schemaOf(execInputSchema, "input"),
+        ExecResult: schemaOf(wireResultSchema, "output"),
+        Error: schemaOf(wireErrorSchema, "output"),
+        Info: {
+          type: "object",
+          required: ["version", "isolation", "network_note"],
+          properties: {
+            version: { type: "string" },
+            isolation: { type: "string" },
+            network_note: { type: "string" },
+            runtimes: {
+              type: "object",
+              description: "What each runtime is, from the image manifest (as scratchrun_runtimes)",
+            },
+          },
+        },
+        Status: {
+          type: "object",
+          required: ["status"],
+          properties: { status: { type: "string" }, isolation: { type: "string" } },
+        },
+      },
+    },
+  };
+}

@@ -1,0 +1,173 @@
+/**
+ * At server start: find and destroy sandboxes whose owning ScratchRun process is gone (crash,
+ * kill -9). A sandbox is owned while its top process (the one whose parent is outside the
+ * sandbox) is still the child of a live Node process; after its owner dies it is re-parented to
+ * init. Sandboxes of other live ScratchRun processes on the host are left alone, unlike
+ * `reapOrphans` in jail/cgroup.ts, which takes every cgroup.
+ */
+import { readFileSync, readdirSync, readlinkSync, rmdirSync } from "node:fs";
+import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { detectCgroups, listScratchrunCgroups, type CgroupHost } from "../jail/cgroup.js";
+import { isValidCgroupName } from "../jail/cgroup-detect.js";
+import { SANDBOX_UID_BASE, SANDBOX_UID_COUNT } from "../jail/uids.js";
+
+/** Namespace sandboxes, then microVM QEMU processes: two blocks of SANDBOX_UID_COUNT. */
+const UID_MIN = SANDBOX_UID_BASE;
+const UID_MAX = SANDBOX_UID_BASE + 2 * SANDBOX_UID_COUNT;
+
+export interface ProcInfo {
+  pid: number;
+  ppid: number;
+  uid: number;
+  exe: string | null;
+}
+
+export function readProc(pid: number): ProcInfo | null {
+  try {
+    const status = readFileSync(`/proc/${pid}/status`, "utf8");
+    const ppid = Number(/^PPid:\s+(\d+)/m.exec(status)?.[1] ?? 0);
+    const uid = Number(/^Uid:\s+(\d+)/m.exec(status)?.[1] ?? -1);
+    let exe: string | null = null;
+    try {
+      exe = readlinkSync(`/proc/${pid}/exe`);
+    } catch {
+      exe = null;
+    }
+    return { pid, ppid, uid, exe };
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Pure decision: is a group of processes (one sandbox) still owned? Owned when some process of
+ * the group, walking up its parents outside the group, reaches a live process running `ownerExe`
+ * before reaching init (pid 1) or a dead end.
+ */
+export function isOwned(
+  pids: readonly number[],
+  lookup: (pid: number) => ProcInfo | null,
+  ownerExe: string,
+): boolean {
+  const inGroup = new Set(pids);
+  for (const pid of pids) {
+    let p = lookup(pid);
+    for (let depth = 0; p && depth < 64; depth++) {
+      if (p.ppid <= 1) break;
+      const parent = lookup(p.ppid);
+      if (!parent) break;
+      if (!inGroup.has(parent.pid) && parent.exe === ownerExe) return true;
+      p = parent;
+    }
+  }
+  return false;
+}
+
+function cgroupPids(dirs: string[]): number[] {
+  const pids = new Set<number>();
+  for (const dir of dirs) {
+    for (const sub of walk(dir)) {
+      try {
+        for (const line of readFileSync(join(sub, "cgroup.procs"), "utf8").split("\n"))
+          if (line.trim()) pids.add(Number(line));
+      } catch {
+        // removed meanwhile
+      }
+    }
+  }
+  return [...pids].sort((a, b) => a - b);
+}
+
+/** A directory and every directory below it, deepest first. */
+function walk(dir: string): string[] {
+  const out: string[] = [];
+  try {
+    for (const e of readdirSync(dir, { withFileTypes: true }))
+      if (e.isDirectory()) out.push(...walk(join(dir, e.name)));
+  } catch {
+    return out;
+  }
+  out.push(dir);
+  return out;
+}
+
+function kill(pid: number): void {
+  try {
+    process.kill(pid, "SIGKILL");
+  } catch {
+    // already gone
+  }
+}
+
+async function destroyGroup(dirs: string[]): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const pids = cgroupPids(dirs);
+    if (pids.length === 0 || Date.now() > deadline) break;
+    pids.forEach(kill);
+    await sleep(20);
+  }
+  for (const dir of dirs) {
+    for (const sub of walk(dir)) {
+      for (let i = 0; i < 50; i++) {
+        try {
+          rmdirSync(sub);
+          break;
+        } catch (e) {
+          if ((e as NodeJS.ErrnoException).code === "ENOENT") break;
+          await sleep(20);
+        }
+      }
+    }
+  }
+}
+
+export interface ReapReport {
+  cgroups: string[];
+  processes: number[];
+}
+
+/**
+ * Destroys every orphaned sandbox: cgroups whose processes no live owner parents (an empty one
+ * must stay empty across `graceMs`, since a live server's cgroup is briefly empty while it is
+ * created and destroyed), and stray processes running as sandbox uids with no live owner.
+ */
+export async function reapOrphanSandboxes(
+  options: { graceMs?: number; host?: CgroupHost; ownerExe?: string } = {},
+): Promise<ReapReport> {
+  const host = options.host ?? detectCgroups();
+  const ownerExe = options.ownerExe ?? readlinkSync("/proc/self/exe");
+  const byName = async () => {
+    const m = new Map<string, string[]>();
+    for (const dir of await listScratchrunCgroups(host)) {
+      const name = dir.slice(dir.lastIndexOf("/") + 1);
+      if (!isValidCgroupName(name)) continue;
+      m.set(name, [...(m.get(name) ?? []), dir]);
+    }
+    return m;
+  };
+  const orphans = new Map<string, string[]>();
+  const emptyAtFirstLook = new Set<string>();
+  for (const [name, dirs] of await byName()) {
+    const pids = cgroupPids(dirs);
+    if (pids.length === 0) emptyAtFirstLook.add(name);
+    else if (!isOwned(pids, readProc, ownerExe)) orphans.set(name, dirs);
+  }
+  if (emptyAtFirstLook.size > 0) {
+    await sleep(options.graceMs ?? 1500);
+    for (const [name, dirs] of await byName())
+      if (emptyAtFirstLook.has(name) && cgroupPids(dirs).length === 0) orphans.set(name, dirs);
+  }
+  for (const dirs of orphans.values()) await destroyGroup(dirs);
+
+  const strays: number[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    const p = readProc(Number(entry));
+    if (!p || p.uid < UID_MIN || p.uid >= UID_MAX) continue;
+    if (!isOwned([p.pid], readProc, ownerExe)) strays.push(p.pid);
+  }
+  strays.forEach(kill);
+  return { cgroups: [...orphans.keys()].sort(), processes: strays };
+}

@@ -1,0 +1,305 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import type { Engine } from "../engine/engine.js";
+import { isScratchRunError } from "../errors.js";
+import { RUNTIMES } from "../schema/exec.js";
+import { parseExecRequest } from "../schema/validate.js";
+import type { Db } from "../store/db.js";
+import { KeyStore } from "../store/keys.js";
+import { RunStore } from "../store/runs.js";
+import { VERSION } from "../version.js";
+import { FailureLimiter, parseBearer } from "./auth.js";
+import { readJsonBody } from "./body.js";
+import type { Logger } from "./log.js";
+import { McpSessions, type McpSessionLimits } from "./mcp-http.js";
+import { Metrics } from "./metrics.js";
+import { buildOpenApiDocument } from "./openapi.js";
+import { checkHostOrigin } from "./origin.js";
+import { KeyQuota, type KeyLimits } from "./quota.js";
+import { ExecService, RetryLater } from "./service.js";
+import { outcomeToWire, type WireError } from "./wire.js";
+
+export interface ApiServerOptions {
+  engine: Engine;
+  db: Db;
+  logger: Logger;
+  host: string;
+  /** 0 picks a free port. */
+  port: number;
+  keyLimits?: Partial<KeyLimits>;
+  sessions?: Partial<McpSessionLimits>;
+  /** Largest accepted request body. */
+  bodyCapBytes?: number;
+  /** Upper bound on how long shutdown waits for calls in flight. */
+  drainTimeoutMs?: number;
+}
+
+export interface ApiServer {
+  readonly url: string;
+  readonly port: number;
+  readonly metrics: Metrics;
+  readonly service: ExecService;
+  /** Stops accepting, drains calls in flight, closes MCP sessions. Does not close engine or db. */
+  close(): Promise<void>;
+}
+
+/** Code (1 MiB) plus files (10 MiB) as JSON, with room for escaping and the other fields. */
+export const DEFAULT_BODY_CAP_BYTES = 16 * 1024 * 1024;
+export const DEFAULT_KEY_LIMITS: KeyLimits = { maxConcurrent: 4, ratePerMinute: 120, burst: 30 };
+
+type Json = Record<string, unknown> | unknown[];
+
+function send(
+  res: ServerResponse,
+  status: number,
+  body: Json,
+  headers: Record<string, string> = {},
+) {
+  const text = JSON.stringify(body);
+  res.writeHead(status, {
+    "Content-Type": "application/json",
+    "Content-Length": String(Buffer.byteLength(text)),
+    "Cache-Control": "no-store",
+    ...headers,
+  });
+  res.end(text);
+}
+
+function sendError(
+  res: ServerResponse,
+  status: number,
+  code: WireError["error"]["code"],
+  message: string,
+  headers: Record<string, string> = {},
+) {
+  send(res, status, { error: { code, message } }, headers);
+}
+
+/** Starts the HTTP service (REST, MCP, health, metrics) on one engine. */
+export async function startApiServer(options: ApiServerOptions): Promise<ApiServer> {
+  const { engine, logger } = options;
+  const keys = new KeyStore(options.db);
+  const runs = new RunStore(options.db);
+  const metrics = new Metrics();
+  const quota = new KeyQuota({ ...DEFAULT_KEY_LIMITS, ...options.keyLimits });
+  const service = new ExecService(engine, runs, quota, metrics, logger);
+  const sessions = new McpSessions(service, {
+    maxPerKey: 32,
+    maxTotal: 1024,
+    idleMs: 15 * 60_000,
+    ...options.sessions,
+  });
+  const failures = new FailureLimiter();
+  const bodyCap = options.bodyCapBytes ?? DEFAULT_BODY_CAP_BYTES;
+  const pool = (engine.backend as { pool?: { readyCount(r: string): number } }).pool;
+
+  metrics.addGauge({
+    name: "scratchrun_sandboxes_active",
+    help: "Calls holding a sandbox slot.",
+    read: () => [{ labels: {}, value: engine.admission.active }],
+  });
+  metrics.addGauge({
+    name: "scratchrun_queue_depth",
+    help: "Calls waiting for a sandbox slot.",
+    read: () => [{ labels: {}, value: engine.admission.queued }],
+  });
+  metrics.addGauge({
+    name: "scratchrun_pool_ready",
+    help: "Warm sandboxes ready per runtime (0 for backends without a pool).",
+    read: () => RUNTIMES.map((r) => ({ labels: { runtime: r }, value: pool?.readyCount(r) ?? 0 })),
+  });
+  metrics.addGauge({
+    name: "scratchrun_mcp_sessions",
+    help: "Open MCP sessions.",
+    read: () => [{ labels: {}, value: sessions.size }],
+  });
+
+  let port = options.port;
+
+  const authenticate = (req: IncomingMessage, res: ServerResponse): { id: string } | null => {
+    const addr = req.socket.remoteAddress ?? "unknown";
+    const wait = failures.retryAfterS(addr);
+    if (wait > 0) {
+      sendError(res, 429, "UNAUTHORIZED", "Too many failed authentications; wait and retry", {
+        "Retry-After": String(wait),
+      });
+      return null;
+    }
+    const token = parseBearer(req.headers.authorization);
+    const key = token === null ? null : keys.verify(token);
+    if (!key) {
+      failures.recordFailure(addr);
+      sendError(res, 401, "UNAUTHORIZED", "A valid API key is required (Authorization: Bearer)", {
+        "WWW-Authenticate": 'Bearer realm="scratchrun"',
+      });
+      return null;
+    }
+    keys.touch(key.id);
+    return key;
+  };
+
+  const exec = async (req: IncomingMessage, res: ServerResponse, keyId: string) => {
+    const body = await readJsonBody(req, bodyCap);
+    if (!body.ok) {
+      const code =
+        body.status === 413
+          ? "PAYLOAD_TOO_LARGE"
+          : body.status === 415
+            ? "UNSUPPORTED_MEDIA_TYPE"
+            : "INVALID_INPUT";
+      return sendError(res, body.status, code, body.message, { Connection: "close" });
+    }
+    const controller = new AbortController();
+    res.once("close", () => {
+      if (!res.writableFinished) controller.abort();
+    });
+    try {
+      const request = parseExecRequest(body.value);
+      const outcome = await service.run({ keyId, transport: "rest" }, request, {
+        signal: controller.signal,
+      });
+      if (!res.destroyed) send(res, 200, outcomeToWire(outcome));
+    } catch (e) {
+      if (res.destroyed) return;
+      if (e instanceof RetryLater)
+        return sendError(res, 429, "BUSY", e.message, { "Retry-After": String(e.retryAfterS) });
+      if (!isScratchRunError(e)) {
+        logger.error({ err: e instanceof Error ? e.message : String(e) }, "exec failed");
+        return sendError(res, 500, "INTERNAL", "Internal error");
+      }
+      const status = { INVALID_INPUT: 400, NOT_READY: 503, BUSY: 429 }[e.code as string] ?? 500;
+      sendError(res, status, e.code, e.message);
+    }
+  };
+
+  const route = async (req: IncomingMessage, res: ServerResponse): Promise<string> => {
+    const path = (req.url ?? "/").split("?")[0]!;
+    const check = checkHostOrigin(
+      { host: req.headers.host, origin: req.headers.origin },
+      { bindHost: options.host, port },
+    );
+    if (!check.ok) {
+      sendError(res, 403, "FORBIDDEN", check.reason);
+      return "forbidden";
+    }
+    const method = req.method ?? "GET";
+    if (path === "/healthz" && method === "GET") {
+      send(res, 200, { status: "ok" });
+      return path;
+    }
+    if (path === "/readyz" && method === "GET") {
+      const warm = pool ? RUNTIMES.some((r) => pool.readyCount(r) > 0) : true;
+      const ready = warm && !service.isDraining;
+      send(res, ready ? 200 : 503, {
+        status: ready ? "ready" : service.isDraining ? "draining" : "warming",
+        isolation: engine.backend.isolation,
+      });
+      return path;
+    }
+    if (path === "/metrics" && method === "GET") {
+      const text = metrics.render();
+      res.writeHead(200, { "Content-Type": "text/plain; version=0.0.4; charset=utf-8" });
+      res.end(text);
+      return path;
+    }
+    if (path === "/openapi.json" && method === "GET") {
+      send(res, 200, buildOpenApiDocument());
+      return path;
+    }
+    const known = path === "/v1/exec" || path === "/v1/info" || path === "/mcp";
+    if (!known) {
+      sendError(res, 404, "NOT_FOUND", `No route ${path}`);
+      return "unknown";
+    }
+    if (service.isDraining) {
+      sendError(res, 503, "NOT_READY", "The server is shutting down", { Connection: "close" });
+      return path;
+    }
+    const key = authenticate(req, res);
+    if (!key) return path;
+    if (path === "/v1/info" && method === "GET") {
+      send(res, 200, {
+        version: VERSION,
+        isolation: engine.backend.isolation,
+        network_note: engine.networkNote,
+        ...(engine.options.runtimes ? { runtimes: engine.options.runtimes } : {}),
+      });
+    } else if (path === "/v1/exec" && method === "POST") {
+      await exec(req, res, key.id);
+    } else if (path === "/mcp") {
+      let body: unknown;
+      if (method === "POST") {
+        const parsed = await readJsonBody(req, bodyCap);
+        if (!parsed.ok) {
+          sendError(
+            res,
+            parsed.status,
+            parsed.status === 413 ? "PAYLOAD_TOO_LARGE" : "INVALID_INPUT",
+            parsed.message,
+            { Connection: "close" },
+          );
+          return path;
+        }
+        body = parsed.value;
+      }
+      await sessions.handle(req, res, key.id, body);
+    } else {
+      sendError(res, 405, "NOT_FOUND", `${method} is not allowed on ${path}`);
+    }
+    return path;
+  };
+
+  // POST requests whose response has not ended: shutdown waits for them after the drain, so
+  // the last results are flushed before connections close.
+  let openPosts = 0;
+  let postsIdle: (() => void) | undefined;
+  const server: Server = createServer((req, res) => {
+    if (req.method === "POST") {
+      openPosts++;
+      res.once("close", () => {
+        if (--openPosts === 0) postsIdle?.();
+      });
+    }
+    route(req, res).then(
+      (label) => metrics.http.inc({ route: label, status: String(res.statusCode) }),
+      (e: unknown) => {
+        logger.error({ err: e instanceof Error ? e.message : String(e) }, "request failed");
+        if (!res.headersSent) sendError(res, 500, "INTERNAL", "Internal error");
+        else res.destroy();
+      },
+    );
+  });
+  server.requestTimeout = 0;
+  server.headersTimeout = 30_000;
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(options.port, options.host, () => resolve());
+  });
+  port = (server.address() as AddressInfo).port;
+  const hostPart = options.host.includes(":") ? `[${options.host}]` : options.host;
+  logger.info({ host: options.host, port, isolation: engine.backend.isolation }, "listening");
+
+  let closing: Promise<void> | undefined;
+  return {
+    url: `http://${hostPart}:${port}`,
+    port,
+    metrics,
+    service,
+    close: () =>
+      (closing ??= (async () => {
+        const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
+        const drained = service.drain();
+        const bound = options.drainTimeoutMs ?? 90_000;
+        let timer: NodeJS.Timeout | undefined;
+        const flushed = drained.then(
+          () => new Promise<void>((r) => (openPosts === 0 ? r() : (postsIdle = r))),
+        );
+        await Promise.race([flushed, new Promise((r) => (timer = setTimeout(r, bound)))]);
+        clearTimeout(timer);
+        await sessions.closeAll();
+        server.closeAllConnections();
+        await stopped;
+        logger.info({}, "stopped");
+      })()),
+  };
+}
