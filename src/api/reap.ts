@@ -2,8 +2,10 @@
  * At server start: find and destroy sandboxes whose owning ScratchRun process is gone (crash,
  * kill -9). A sandbox is owned while its top process (the one whose parent is outside the
  * sandbox) is still the child of a live Node process; after its owner dies it is re-parented to
- * init. Sandboxes of other live ScratchRun processes on the host are left alone, unlike
- * `reapOrphans` in jail/cgroup.ts, which takes every cgroup.
+ * init. An empty cgroup says nothing about its owner (bwrap --die-with-parent empties a dead
+ * server's cgroups; a live one's are empty while being set up), so empty ones are removed only
+ * when this server recorded them as its own. Sandboxes of other live ScratchRun processes on the
+ * host are left alone, unlike `reapOrphans` in jail/cgroup.ts, which takes every cgroup.
  */
 import { readFileSync, readdirSync, readlinkSync, rmdirSync } from "node:fs";
 import { join } from "node:path";
@@ -21,6 +23,7 @@ export interface ProcInfo {
   ppid: number;
   uid: number;
   exe: string | null;
+  zombie: boolean;
 }
 
 export function readProc(pid: number): ProcInfo | null {
@@ -28,13 +31,14 @@ export function readProc(pid: number): ProcInfo | null {
     const status = readFileSync(`/proc/${pid}/status`, "utf8");
     const ppid = Number(/^PPid:\s+(\d+)/m.exec(status)?.[1] ?? 0);
     const uid = Number(/^Uid:\s+(\d+)/m.exec(status)?.[1] ?? -1);
+    const zombie = /^State:\s+Z/m.test(status);
     let exe: string | null = null;
     try {
       exe = readlinkSync(`/proc/${pid}/exe`);
     } catch {
       exe = null;
     }
-    return { pid, ppid, uid, exe };
+    return { pid, ppid, uid, exe, zombie };
   } catch {
     return null;
   }
@@ -123,41 +127,48 @@ async function destroyGroup(dirs: string[]): Promise<void> {
   }
 }
 
+async function cgroupsByName(host: CgroupHost): Promise<Map<string, string[]>> {
+  const m = new Map<string, string[]>();
+  for (const dir of await listScratchrunCgroups(host)) {
+    const name = dir.slice(dir.lastIndexOf("/") + 1);
+    if (!isValidCgroupName(name)) continue;
+    m.set(name, [...(m.get(name) ?? []), dir]);
+  }
+  return m;
+}
+
+/** Sandbox cgroups whose processes include a direct child of `ownerPid` (this server). */
+export async function ownedCgroups(
+  host: CgroupHost,
+  ownerPid: number = process.pid,
+): Promise<string[]> {
+  const out: string[] = [];
+  for (const [name, dirs] of await cgroupsByName(host))
+    if (cgroupPids(dirs).some((pid) => readProc(pid)?.ppid === ownerPid)) out.push(name);
+  return out;
+}
+
 export interface ReapReport {
   cgroups: string[];
   processes: number[];
 }
 
 /**
- * Destroys every orphaned sandbox: cgroups whose processes no live owner parents (an empty one
- * must stay empty across `graceMs`, since a live server's cgroup is briefly empty while it is
- * created and destroyed), and stray processes running as sandbox uids with no live owner.
+ * Destroys every orphaned sandbox: cgroups with processes that no live owner parents, cgroups
+ * `recorded` as this server's by its previous run (empty or not, unless a live owner holds them),
+ * and stray processes running as sandbox uids with no live owner.
  */
 export async function reapOrphanSandboxes(
-  options: { graceMs?: number; host?: CgroupHost; ownerExe?: string } = {},
+  options: { recorded?: readonly string[]; host?: CgroupHost; ownerExe?: string } = {},
 ): Promise<ReapReport> {
   const host = options.host ?? detectCgroups();
   const ownerExe = options.ownerExe ?? readlinkSync("/proc/self/exe");
-  const byName = async () => {
-    const m = new Map<string, string[]>();
-    for (const dir of await listScratchrunCgroups(host)) {
-      const name = dir.slice(dir.lastIndexOf("/") + 1);
-      if (!isValidCgroupName(name)) continue;
-      m.set(name, [...(m.get(name) ?? []), dir]);
-    }
-    return m;
-  };
+  const recorded = new Set(options.recorded ?? []);
   const orphans = new Map<string, string[]>();
-  const emptyAtFirstLook = new Set<string>();
-  for (const [name, dirs] of await byName()) {
+  for (const [name, dirs] of await cgroupsByName(host)) {
     const pids = cgroupPids(dirs);
-    if (pids.length === 0) emptyAtFirstLook.add(name);
-    else if (!isOwned(pids, readProc, ownerExe)) orphans.set(name, dirs);
-  }
-  if (emptyAtFirstLook.size > 0) {
-    await sleep(options.graceMs ?? 1500);
-    for (const [name, dirs] of await byName())
-      if (emptyAtFirstLook.has(name) && cgroupPids(dirs).length === 0) orphans.set(name, dirs);
+    if (pids.length === 0 ? recorded.has(name) : !isOwned(pids, readProc, ownerExe))
+      orphans.set(name, dirs);
   }
   for (const dirs of orphans.values()) await destroyGroup(dirs);
 
@@ -165,7 +176,7 @@ export async function reapOrphanSandboxes(
   for (const entry of readdirSync("/proc")) {
     if (!/^\d+$/.test(entry)) continue;
     const p = readProc(Number(entry));
-    if (!p || p.uid < UID_MIN || p.uid >= UID_MAX) continue;
+    if (!p || p.zombie || p.uid < UID_MIN || p.uid >= UID_MAX) continue;
     if (!isOwned([p.pid], readProc, ownerExe)) strays.push(p.pid);
   }
   strays.forEach(kill);

@@ -4,6 +4,7 @@ import { openDatabase } from "../store/db.js";
 import { scratchrunHome } from "../store/home.js";
 import { acquireHomeLock } from "../store/lock.js";
 import { RunStore } from "../store/runs.js";
+import { SandboxStore } from "../store/sandboxes.js";
 import { createLogger } from "./log.js";
 import { reapOrphanSandboxes } from "./reap.js";
 import { startApiServer } from "./server.js";
@@ -62,7 +63,9 @@ export async function runServe(
   const db = openDatabase(home);
   const lock = acquireHomeLock(home);
   const interrupted = new RunStore(db).markInterrupted();
-  const reaped = await reapOrphanSandboxes();
+  const sandboxes = new SandboxStore(db);
+  const reaped = await reapOrphanSandboxes({ recorded: sandboxes.names() });
+  sandboxes.clear();
   logger.info(
     {
       home,

@@ -7,6 +7,8 @@ import { parseExecRequest } from "../schema/validate.js";
 import type { Db } from "../store/db.js";
 import { KeyStore } from "../store/keys.js";
 import { RunStore } from "../store/runs.js";
+import { SandboxStore } from "../store/sandboxes.js";
+import { SandboxTracker } from "./tracker.js";
 import { VERSION } from "../version.js";
 import { FailureLimiter, parseBearer } from "./auth.js";
 import { readJsonBody } from "./body.js";
@@ -82,7 +84,8 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
   const runs = new RunStore(options.db);
   const metrics = new Metrics();
   const quota = new KeyQuota({ ...DEFAULT_KEY_LIMITS, ...options.keyLimits });
-  const service = new ExecService(engine, runs, quota, metrics, logger);
+  const tracker = new SandboxTracker(new SandboxStore(options.db));
+  const service = new ExecService(engine, runs, quota, metrics, logger, tracker);
   const sessions = new McpSessions(service, {
     maxPerKey: 32,
     maxTotal: 1024,

@@ -6,6 +6,7 @@ import type { RunStore } from "../store/runs.js";
 import type { Logger } from "./log.js";
 import type { Metrics } from "./metrics.js";
 import type { KeyQuota } from "./quota.js";
+import type { SandboxTracker } from "./tracker.js";
 
 /** A refusal the client should retry later: HTTP 429 with Retry-After, MCP "BUSY: ...". */
 export class RetryLater extends ScratchRunError {
@@ -40,6 +41,7 @@ export class ExecService {
     private readonly quota: KeyQuota,
     private readonly metrics: Metrics,
     private readonly log: Logger,
+    private readonly tracker?: SandboxTracker,
   ) {}
 
   get active(): number {
@@ -83,6 +85,7 @@ export class ExecService {
         ...options,
         onProgress: (p) => {
           if (p.stage === "starting") this.runs.started(runId);
+          if (p.stage === "running") void this.tracker?.sandboxRunning();
           options.onProgress?.(p);
         },
       });
@@ -112,6 +115,7 @@ export class ExecService {
       throw e;
     } finally {
       decision.release();
+      void this.tracker?.callEnded();
       this.inFlight--;
       if (this.inFlight === 0) for (const wake of this.idle.splice(0)) wake();
     }

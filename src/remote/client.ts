@@ -50,7 +50,7 @@ export class RemoteEngine {
     return this.info.network_note;
   }
 
-  get options(): Pick<EngineOptions, "runtimes"> {
+  get options(): EngineOptions {
     return { runtimes: this.info.runtimes };
   }
 

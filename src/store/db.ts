@@ -54,6 +54,10 @@ const MIGRATIONS: string[] = [
    );
    CREATE INDEX runs_status ON runs(status);
    CREATE INDEX runs_key ON runs(key_id, received_at);`,
+  // Sandbox cgroups this server saw as its own while they ran: after a crash, the next start
+  // destroys exactly these (they are empty once bwrap --die-with-parent has killed their
+  // processes, and an empty cgroup cannot otherwise be told apart from another server's).
+  `CREATE TABLE sandboxes (name TEXT PRIMARY KEY, server_pid INTEGER NOT NULL, seen_at INTEGER NOT NULL);`,
 ];
 
 /** Opens (creating if needed) the state database under `home`, owner-only, migrated. */
