@@ -16,8 +16,10 @@ export interface EngineOptions {
   forceNetworkNone?: boolean;
   /** Whether the backend can give sandboxes public egress at all. */
   publicNetworkAvailable?: boolean;
-  /** One line on what network calls get here (and why), for the tool description and doctor. */
+  /** One line on what network calls get here, for the tool description. */
   networkNote?: string;
+  /** Why, with the operator's fix, for the startup log. */
+  networkReason?: string;
   /** Runs after the backend closes (releases server-wide resources). */
   onClose?: () => Promise<void>;
   /** What each runtime really is (from the image manifest), for scratchrun_runtimes. */

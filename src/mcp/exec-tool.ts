@@ -23,7 +23,9 @@ export function execToolDefinition(isolation: string, networkNote: string) {
       "and SVG come back as images.",
       `Limits: timeout_ms default ${LIMITS.timeoutMs.default}, max ${LIMITS.timeoutMs.max};`,
       `memory_mb default ${LIMITS.memoryMb.default}, max ${LIMITS.memoryMb.max};`,
-      `stdout/stderr ${LIMITS.outputBytes.default / 1024} KiB each; up to ${LIMITS.returnFiles.maxCount} return files.`,
+      `stdout/stderr are stopped at ${LIMITS.outputBytes.default / 1024} KiB each, and output past max_output_bytes`,
+      `(default ${LIMITS.shownOutputBytes.default / 1024} KiB per stream) comes back as head and tail;`,
+      `up to ${LIMITS.returnFiles.maxCount} return files.`,
       "Pass secrets in `env`, never inside `code`; their values are redacted from the output.",
       "Call scratchrun_runtimes for exact versions and preinstalled packages.",
       `Isolation on this server: ${isolation}. Network: ${networkNote}.`,
@@ -59,7 +61,11 @@ const STAGE_MESSAGES: Record<Exclude<Progress["stage"], "output">, string> = {
 const PROGRESS_TICK_MS = 1000;
 
 /** Handles one tools/call: bad input and engine failures become isError results, never throws. */
-export async function callExecTool(engine: Engine, args: unknown, ctx: ToolCallContext) {
+export async function callExecTool(
+  engine: Pick<Engine, "execute">,
+  args: unknown,
+  ctx: ToolCallContext,
+) {
   let req;
   try {
     req = parseExecRequest(args);

@@ -86,7 +86,11 @@ export async function createEngineFromEnv(
   const network =
     choice === "namespace"
       ? await networkFromEnv(env)
-      : { provider: null, reason: "the microvm backend has no guest network yet" };
+      : {
+          provider: null,
+          summary: 'none on this server (every call runs with network "none")',
+          reason: "the microvm backend has no guest network yet",
+        };
   let backend: Backend;
   try {
     backend =
@@ -103,7 +107,8 @@ export async function createEngineFromEnv(
   }
   return new Engine(backend, {
     publicNetworkAvailable: network.provider !== null,
-    networkNote: network.reason,
+    networkNote: network.summary,
+    networkReason: network.reason,
     onClose: async () => network.provider?.close(),
     runtimes: { runtimes: manifest.runtimes, notes: manifest.notes },
     ...options,

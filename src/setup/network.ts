@@ -16,9 +16,15 @@ export type NetworkSetting = "auto" | "public" | "none";
 export interface NetworkPlan {
   /** null: every call runs with network "none". */
   provider: (NetworkProvider & { close(): Promise<void> }) | null;
-  /** Why calls get no network, for the tool description, doctor and the startup log. */
+  /** What calls get, in words for a model (the tool description). */
+  summary: string;
+  /** Why, with the operator's fix, for doctor and the startup log. */
   reason: string;
 }
+
+const NONE_SUMMARY = 'none on this server (every call runs with network "none")';
+const PUBLIC_SUMMARY =
+  '"public" reaches the internet; private ranges, cloud metadata and the host are always blocked';
 
 /**
  * Server-wide network setting. SCRATCHRUN_NETWORK=public requires egress and refuses to start
@@ -38,7 +44,7 @@ export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
       },
     );
   if (setting === "none")
-    return { provider: null, reason: "network disabled by SCRATCHRUN_NETWORK=none" };
+    return { provider: null, summary: NONE_SUMMARY, reason: "disabled by SCRATCHRUN_NETWORK=none" };
 
   let uplink: UplinkConfig;
   try {
@@ -56,7 +62,7 @@ export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
   if (missing) {
     if (setting === "public")
       throw new ScratchRunError("NOT_READY", missing.problem, { fix: missing.fix });
-    return { provider: null, reason: `${missing.problem}; ${missing.fix}` };
+    return { provider: null, summary: NONE_SUMMARY, reason: `${missing.problem}; ${missing.fix}` };
   }
 
   await reapOrphanNetworks(uplink);
@@ -65,7 +71,8 @@ export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
   const resolvPath = join(dir, "resolv.conf");
   writeFileSync(resolvPath, resolvConf(uplink), { mode: 0o644 });
   return {
-    reason: "public egress; private ranges, metadata and the host are blocked",
+    summary: PUBLIC_SUMMARY,
+    reason: "public egress through the nftables filter",
     provider: {
       async create(id: string) {
         const net = await createSandboxNetwork({ id, uplink });
