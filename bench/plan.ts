@@ -6,6 +6,8 @@ export interface Plan {
   mode: "full" | "quick";
   /** Timed samples per (system, runtime, workload); a system missing here uses `default`. */
   samples: Record<WorkloadId, { default: number } & Record<string, number>>;
+  /** Untimed calls before the timed ones (default 1); 0 where every call is a fresh process. */
+  warmup: { default: number } & Record<string, number>;
   /** Runtimes measured per system (default: all four). */
   runtimes: Record<string, readonly RuntimeName[]>;
   /** Workloads measured per system (default: both). */
@@ -34,6 +36,7 @@ export const FULL: Plan = {
     },
     realistic: { default: 10, microvm: 5, "microvm-nopool": 3 },
   },
+  warmup: { default: 1, "pyodide-node": 0, "pyodide-deno": 0, "microvm-nopool": 0 },
   runtimes: {},
   workloads: {},
   coldSamples: 5,
@@ -52,6 +55,7 @@ export const QUICK: Plan = {
     print: { default: 3, microvm: 2, "microvm-nopool": 2, "pyodide-node": 2, "pyodide-deno": 2 },
     realistic: { default: 3 },
   },
+  warmup: { default: 1, "pyodide-node": 0, "pyodide-deno": 0, "microvm-nopool": 0, microvm: 0 },
   runtimes: {
     microvm: ["python3.11"],
     "microvm-nopool": ["python3.11"],

@@ -81,7 +81,10 @@ function profile(r: BenchResults): string[] {
 
 export function renderMarkdown(r: BenchResults): string {
   const h = r.host;
-  const accel = h.kvm ? "KVM" : "TCG (no /dev/kvm: guest code runs 10–20× slower than on the host)";
+  const tcg = h.microvmIsolation ? h.microvmIsolation === "microvm-tcg" : !h.kvm;
+  const accel = tcg
+    ? "TCG (no usable KVM: code inside the VM runs 10–20× slower than on the host)"
+    : `KVM (${h.microvmIsolation ?? "/dev/kvm present"})`;
   const L: string[] = [
     `# ScratchRun benchmark (${r.mode})`,
     "",

@@ -68,7 +68,7 @@ export function renderSvg(r: BenchResults): string {
   return [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" font-size="11">`,
     `<rect width="100%" height="100%" fill="#fff"/>`,
-    `<text x="8" y="18" font-size="13">Warm print(1) latency, p50 bar, p90 whisker, log scale — ${esc(r.host.hostname)}, ${r.host.cpus} cores, ${r.host.kvm ? "KVM" : "TCG"}, ${r.date.slice(0, 10)} (${r.mode})</text>`,
+    `<text x="8" y="18" font-size="13">Warm print(1) latency, p50 bar, p90 whisker, log scale — ${esc(r.host.hostname)}, ${r.host.cpus} cores, ${r.host.microvmIsolation ?? (r.host.kvm ? "KVM" : "TCG")}, ${r.date.slice(0, 10)} (${r.mode})</text>`,
     ...ticks,
     ...out,
     ...legend,

@@ -9,7 +9,10 @@ export interface HostInfo {
   cpuModel: string;
   memMb: number;
   kernel: string;
+  /** /dev/kvm exists (it may still be unusable: see microvmIsolation). */
   kvm: boolean;
+  /** What the microVM server reported it runs under (microvm-kvm or microvm-tcg). */
+  microvmIsolation?: string;
   node: string;
 }
 

@@ -171,6 +171,8 @@ async function benchSystem(system: BenchSystem, plan: Plan, results: BenchResult
   try {
     const mcp = "waitWarm" in system ? (system as McpSystem) : null;
     const pooled = mcp !== null && system.id === "microvm";
+    const iso = /isolation (microvm-\w+)/.exec(mcp?.log() ?? "")?.[1];
+    if (iso) results.host.microvmIsolation = iso;
     if (pooled && mcp) await measurePool(mcp, plan, t0, results);
     for (const w of workloads) {
       const why = system.unsupported(w);
@@ -185,7 +187,8 @@ async function benchSystem(system: BenchSystem, plan: Plan, results: BenchResult
       }
       const n = samplesFor(plan, system.id, w.id);
       const before = pooled && mcp ? async () => void (await mcp.waitWarm(120_000)) : undefined;
-      const r = await measureLatency(system, w, n, before ? { before } : {});
+      const warmup = plan.warmup[system.id] ?? plan.warmup.default;
+      const r = await measureLatency(system, w, n, before ? { before, warmup } : { warmup });
       log(
         `${system.id} ${w.runtime} ${w.id}: p50 ${r.summary?.p50 ?? "-"} ms (n=${r.summary?.n ?? 0}, errors ${r.errors})${r.firstError ? ` ${r.firstError.slice(0, 200)}` : ""}`,
       );
@@ -262,13 +265,18 @@ async function benchCold(plan: Plan, results: BenchResults): Promise<void> {
     let errors = 0;
     for (let i = 0; i < plan.coldSamples; i++) {
       const s = namespaceSystem();
-      await s.start();
       try {
+        await s.start();
         const r = await measureLatency(s, w, 1, { warmup: 0 });
         samples.push(...r.samples);
         errors += r.errors;
+      } catch (e) {
+        errors++;
+        results.notes.push(
+          `cold ${rt}: ${e instanceof Error ? e.message : String(e)}; server said: ${s.log().slice(-300)}`,
+        );
       } finally {
-        await s.close();
+        await s.close().catch(() => {});
       }
     }
     results.cold.push({
