@@ -1,4 +1,4 @@
-import { pino, type Logger as PinoLogger } from "pino";
+import { pino, type DestinationStream, type Logger as PinoLogger } from "pino";
 
 export type Logger = Pick<PinoLogger, "info" | "warn" | "error">;
 
@@ -7,7 +7,10 @@ export type Logger = Pick<PinoLogger, "info" | "warn" | "error">;
  * each call site: ids, runtimes, statuses, timings; never keys, headers, code, env or output.
  * `redact` is a second line of defence in case a header object is ever passed.
  */
-export function createLogger(level = process.env.SCRATCHRUN_LOG_LEVEL ?? "info"): Logger {
+export function createLogger(
+  level = process.env.SCRATCHRUN_LOG_LEVEL ?? "info",
+  destination: DestinationStream = pino.destination(2),
+): Logger {
   return pino(
     {
       level,
@@ -17,6 +20,6 @@ export function createLogger(level = process.env.SCRATCHRUN_LOG_LEVEL ?? "info")
         censor: "[redacted]",
       },
     },
-    pino.destination(2),
+    destination,
   );
 }
