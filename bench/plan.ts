@@ -34,7 +34,7 @@ export const FULL: Plan = {
       microvm: 10,
       "microvm-nopool": 5,
     },
-    realistic: { default: 10, microvm: 5, "microvm-nopool": 3 },
+    realistic: { default: 10, microvm: 3, "microvm-nopool": 2 },
   },
   warmup: { default: 1, "pyodide-node": 0, "pyodide-deno": 0, "microvm-nopool": 0 },
   runtimes: {},
