@@ -74,6 +74,10 @@ export class MicrovmBackend implements Backend {
   readonly pool: WarmPool<MicroVm>;
   readonly mode: "restore" | "boot";
   private readonly live = new Set<MicroVm>();
+  /** VMs serving a call right now (taken from the pool or started for it). */
+  private readonly serving = new Set<MicroVm>();
+  /** What the backend has done so far: templates built, calls run in clones / cold boots. */
+  readonly counters = { templates: 0, clonedCalls: 0, bootedCalls: 0 };
   private readonly templates = new Map<string, Promise<Template>>();
   private readonly built = new Map<string, Template>();
   private closed = false;
@@ -109,7 +113,10 @@ export class MicrovmBackend implements Backend {
         ...(warm ? { warm } : {}),
       });
       this.templates.set(key, t);
-      t.then((v) => this.built.set(key, v)).catch((err: unknown) => {
+      t.then((v) => {
+        this.counters.templates++;
+        this.built.set(key, v);
+      }).catch((err: unknown) => {
         this.templateError = err;
         if (this.templates.get(key) === t) this.templates.delete(key);
       });
@@ -155,13 +162,18 @@ export class MicrovmBackend implements Backend {
     }
     if (vm) {
       try {
+        const cloned = vm.paused;
         await vm.activate(this.bootTimeoutMs);
+        if (cloned) this.counters.clonedCalls++;
+        else this.counters.bootedCalls++;
         return vm;
       } catch {
         await vm.destroy();
       }
     }
-    return this.boot(job.memoryMb, signal);
+    const booted = await this.boot(job.memoryMb, signal);
+    this.counters.bootedCalls++;
+    return booted;
   }
 
   private async boot(memoryMb: number, signal?: AbortSignal): Promise<MicroVm> {
@@ -184,6 +196,7 @@ export class MicrovmBackend implements Backend {
       this.pool.refillNow();
       throw err;
     });
+    this.serving.add(vm);
     try {
       const sandboxReadyMs = Date.now() - started;
       const request = {
@@ -205,13 +218,18 @@ export class MicrovmBackend implements Backend {
       };
     } finally {
       await vm.destroy();
+      this.serving.delete(vm);
       this.pool.refillNow();
     }
   }
 
-  /** Host pids of every process of every live VM (QEMU and its jail), for diagnostics and tests. */
-  async livePids(): Promise<number[]> {
-    const all = await Promise.all([...this.live].map((vm) => vm.pids()));
+  /**
+   * Host pids of every process of every live VM (QEMU and its jail), or with `servingOnly` only of
+   * the VMs running a call now; for diagnostics and tests.
+   */
+  async livePids(servingOnly = false): Promise<number[]> {
+    const vms = servingOnly ? this.serving : this.live;
+    const all = await Promise.all([...vms].map((vm) => vm.pids()));
     return all.flat();
   }
 

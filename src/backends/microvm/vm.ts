@@ -132,7 +132,10 @@ export class MicroVm {
       chmodSync(dir, 0o700);
       const guestMb = opts.memoryMb + GUEST_KERNEL_MB;
       cgroup = await createCgroup(ctx.cgroups, id, {
-        memoryBytes: (guestMb + QEMU_OVERHEAD_MB) * MiB,
+        // A clone's RAM is a private mapping of the template's memfd: a first touch of a page the
+        // template never used instantiates it in the memfd (charged here) and a write then copies
+        // it, so a clone can use up to twice its guest RAM on the host.
+        memoryBytes: ((mode.kind === "boot" ? 1 : 2) * guestMb + QEMU_OVERHEAD_MB) * MiB,
         pids: QEMU_PIDS,
         cpuQuotaPercent: 100,
       });
@@ -341,6 +344,14 @@ export class MicroVm {
       }
       await this.cgroup.killAll().catch(() => {});
       await this.exited;
+      // The jail's inner processes (bwrap's pid-namespace init, QEMU) are not our children and
+      // can outlive the outer process by a moment: wait until the cgroup is really empty.
+      for (let i = 0; i < 2500; i++) {
+        const left = await this.cgroup.pids().catch(() => []);
+        if (left.length === 0) break;
+        await this.cgroup.killAll().catch(() => {});
+        await sleep(2);
+      }
       await this.cgroup.destroy().catch(() => {});
       rmSync(this.dir, { recursive: true, force: true });
       this.ctx.uids.release(this.uid);

@@ -1,0 +1,163 @@
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { after, before, describe, test } from "node:test";
+import { createMicrovmBackend, type MicrovmBackend } from "../../src/backends/microvm/backend.js";
+import { seedMessage } from "../../src/backends/microvm/vm.js";
+import {
+  canRunMicrovm,
+  hostLeftovers,
+  makeTinyRoot,
+  shJob,
+  text,
+  type TinyRoot,
+} from "./fixture.js";
+
+const skip = canRunMicrovm();
+
+function running(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z";
+  } catch {
+    return false;
+  }
+}
+const signal = () => new AbortController().signal;
+
+test("the seed message is 64 fresh random bytes and the wall clock in ms, big-endian", () => {
+  const a = seedMessage(0x0102030405);
+  const b = seedMessage(0x0102030405);
+  assert.equal(a.length, 72);
+  assert.notDeepEqual(a.subarray(0, 64), b.subarray(0, 64));
+  assert.deepEqual([...a.subarray(64)], [0, 0, 0, 1, 2, 3, 4, 5]);
+});
+
+// One backend in restore mode for the whole file: its template is built once (~2-4 s under TCG)
+// and every call below runs in a clone restored from it.
+describe("microvm snapshot/restore", { skip: skip ?? false, timeout: 300_000 }, () => {
+  let root: TinyRoot;
+  let backend: MicrovmBackend;
+  let before0: Awaited<ReturnType<typeof hostLeftovers>>;
+
+  before(async () => {
+    root = makeTinyRoot();
+    before0 = await hostLeftovers();
+    backend = await createMicrovmBackend({
+      rootfsDir: root.rootfs,
+      disk: root.disk,
+      pool: { sizes: { bash: 2 }, mode: "restore" },
+    });
+    await backend.pool.whenFull();
+    assert.equal(backend.templateError, null);
+  });
+  after(async () => {
+    await backend?.close();
+    root.cleanup();
+    assert.deepEqual(await hostLeftovers(), before0, "a VM or template left something behind");
+  });
+
+  const run = (code: string, overrides: Parameters<typeof shJob>[1] = {}) =>
+    backend.run(shJob(code, overrides), { signal: signal() });
+
+  test("clones of one template do not share RNG output, boot id or /tmp; each serves one call", async () => {
+    const code =
+      "cat /tmp/mark 2>/dev/null; echo mark > /tmp/mark; cat /proc/sys/kernel/random/boot_id; " +
+      "head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'; echo; date +%s";
+    const templatesBefore = backend.counters.templates;
+    const clonedBefore = backend.counters.clonedCalls;
+    const results = await Promise.all([run(code), run(code), run(code)]);
+    assert.equal(backend.counters.templates, templatesBefore, "a new template was built");
+    assert.equal(backend.counters.clonedCalls - clonedBefore, 3, "a call did not run in a clone");
+    const seen = { boot: new Set<string>(), rnd: new Set<string>() };
+    for (const r of results) {
+      assert.equal(r.agent.failure, null);
+      assert.equal(r.agent.exit?.reason, "exited");
+      const [boot, rnd, secs] = text(r.agent.stdout).split("\n");
+      assert.match(boot ?? "", /^[0-9a-f-]{36}$/, "no 'mark' line: no clone saw another's /tmp");
+      assert.match(rnd ?? "", /^[0-9a-f]{64}$/);
+      seen.boot.add(boot!);
+      seen.rnd.add(rnd!);
+      // The guest clock was set from the host on restore, not left at the template's save time.
+      assert.ok(Math.abs(Number(secs) - Date.now() / 1000) < 120, `guest clock ${secs}`);
+    }
+    assert.equal(seen.boot.size, 3, "two clones share a boot id");
+    assert.equal(seen.rnd.size, 3, "two clones produced the same random bytes");
+  });
+
+  test("a clone is destroyed after its call: its processes are gone before run() settles", async () => {
+    let pidsDuring: number[] = [];
+    const r = await backend.run(shJob("echo hi; sleep 0.2"), {
+      signal: signal(),
+      onEvent: (e) => {
+        if (e.type === "started") void backend.livePids(true).then((p) => (pidsDuring = p));
+      },
+    });
+    assert.equal(text(r.agent.stdout), "hi\n");
+    assert.ok(pidsDuring.length > 0, "saw no process of the serving VM");
+    // Gone, or a zombie (killed, only waiting to be reaped by whoever inherited it).
+    for (const pid of pidsDuring) assert.ok(!running(pid), `pid ${pid} of a finished call runs on`);
+  });
+
+  test("OOM inside the VM is reported as oomKilled", async () => {
+    // Bounded: the guest has memory_mb + 64 MiB of RAM and QEMU's cgroup caps the host side.
+    // Three dd's each fill a 150 MB buffer from /dev/zero at once and hold it (blocked writing
+    // into a pipe nobody reads yet): 450 MB in a 320 MB guest, a quick and certain OOM.
+    const hog = "dd if=/dev/zero bs=150M count=1 2>/dev/null | sleep 5";
+    const r = await run(`(${hog}) & (${hog}) & (${hog}) & wait; echo survived`, {
+      timeoutMs: 60_000,
+    });
+    assert.equal(r.agent.failure, null);
+    assert.ok((r.agent.exit?.oomKills ?? 0) > 0, JSON.stringify(r.agent.exit));
+    assert.equal(r.oomKilled, true);
+  });
+
+  test("the deadline stops the code: reason timeout, partial output kept, VM gone", async () => {
+    const r = await run("echo partial; sleep 60; echo never", { timeoutMs: 1500 });
+    assert.equal(r.agent.failure, null);
+    assert.equal(r.agent.exit?.reason, "timeout");
+    assert.equal(text(r.agent.stdout), "partial\n");
+  });
+
+  test("the code (uid 1000) cannot signal init (root, PID 1)", async () => {
+    // The agent itself drops to the code's uid before running it (guest/agent.c), so the code
+    // can kill its own agent (ending its own call); init, which powers the VM off, stays out of
+    // reach.
+    const r = await run("kill -9 1 2>/dev/null && echo killed || echo denied");
+    assert.equal(r.agent.failure, null);
+    assert.equal(text(r.agent.stdout), "denied\n");
+  });
+
+  test("module loading is disabled in the guest", async () => {
+    const r = await run("cat /proc/sys/kernel/modules_disabled");
+    assert.equal(text(r.agent.stdout), "1\n");
+  });
+
+  test("QEMU killed mid-call: a clean failure, partial output kept, nothing left", async () => {
+    let killed = 0;
+    const outcome = await backend.run(shJob("echo before; sleep 60"), {
+      signal: signal(),
+      onEvent: (e) => {
+        if (e.type !== "stdout" || killed) return;
+        killed = -1;
+        // Only this call's VM is running code; pooled clones are paused, leave them alone.
+        void backend.livePids(true).then((pids) => {
+          for (const pid of pids) {
+            try {
+              process.kill(pid, "SIGKILL");
+              killed++;
+            } catch {
+              // raced with exit
+            }
+          }
+        });
+      },
+    });
+    assert.ok(killed > 0, "the test killed no process");
+    assert.equal(outcome.agent.exit, null);
+    assert.equal(outcome.agent.failure?.kind, "eof");
+    assert.equal(text(outcome.agent.stdout), "before\n");
+    // The pool still works after that.
+    const next = await run("echo after");
+    assert.equal(text(next.agent.stdout), "after\n");
+  });
+});
