@@ -1,8 +1,14 @@
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readFileSync, statfsSync } from "node:fs";
 import { join } from "node:path";
 import { detectCgroups } from "../jail/cgroup.js";
 import { findRootfs } from "../images/locate.js";
+
+import { imagesDir } from "../images/paths.js";
+import { DEFAULT_UPLINK } from "../net/index.js";
+import { detectAccel } from "../backends/microvm/accel.js";
+import { buildVmArtifacts } from "../backends/microvm/build.js";
 import { AGENT_DIR } from "./engine-factory.js";
+import { egressBlocker } from "./network.js";
 
 export interface Check {
   name: string;
@@ -68,16 +74,7 @@ export async function runChecks(env: NodeJS.ProcessEnv = process.env): Promise<C
         .join(", ");
       return { ok: true, detail: `${r.dir} (${versions})` };
     }),
-    check("kvm", false, () => {
-      const ok = existsSync("/dev/kvm");
-      return {
-        ok,
-        detail: ok
-          ? "/dev/kvm present: microvm runs hardware-virtualised"
-          : "no /dev/kvm: microvm would run under TCG (slower, QEMU is then not a boundary)",
-        fix: "enable virtualisation for this host (nested virt in a cloud VM) and load kvm_intel or kvm_amd",
-      };
-    }),
+    await kvmCheck(),
     check("qemu", false, () => ({
       ok: existsSync("/usr/bin/qemu-system-x86_64"),
       detail: existsSync("/usr/bin/qemu-system-x86_64")
@@ -85,12 +82,67 @@ export async function runChecks(env: NodeJS.ProcessEnv = process.env): Promise<C
         : "not found (needed by the microvm backend)",
       fix: apt("qemu-system-x86"),
     })),
-    check("nftables", false, () => ({
-      ok: existsSync("/usr/sbin/nft"),
-      detail: existsSync("/usr/sbin/nft")
-        ? "/usr/sbin/nft"
-        : "not found (needed for network: public)",
-      fix: apt("nftables"),
-    })),
+    check("network egress", false, () => {
+      if (env.SCRATCHRUN_NETWORK === "none")
+        return { ok: true, detail: "disabled by SCRATCHRUN_NETWORK=none" };
+      const blocker = egressBlocker({
+        ...DEFAULT_UPLINK,
+        enableForwarding: env.SCRATCHRUN_ENABLE_FORWARDING === "1",
+      });
+      return blocker
+        ? { ok: false, detail: `calls get network "none": ${blocker.problem}`, fix: blocker.fix }
+        : { ok: true, detail: 'network "public" available (nftables, forwarding on)' };
+    }),
+    check("disk", true, () => {
+      let dir = imagesDir(env);
+      while (!existsSync(dir)) dir = join(dir, "..");
+      const st = statfsSync(dir);
+      const freeGb = (st.bavail * st.bsize) / 1e9;
+      return {
+        ok: freeGb > 2,
+        detail: `${freeGb.toFixed(1)} GB free at ${dir} (the runtime image needs ~1 GB, its build ~2 GB)`,
+        fix: "free disk space or set SCRATCHRUN_IMAGES to a larger disk",
+      };
+    }),
   ];
+}
+
+/** KVM as the microvm backend will really use it: the device opens and a probe guest boots. */
+async function kvmCheck(): Promise<Check> {
+  const name = "kvm";
+  if (!existsSync("/dev/kvm"))
+    return {
+      name,
+      required: false,
+      ok: false,
+      detail:
+        "no /dev/kvm: the microvm backend runs under TCG (slower; QEMU is then not a boundary, the jail around it is)",
+      fix: "enable virtualisation for this host (nested virtualisation on a cloud VM) and load kvm_intel or kvm_amd",
+    };
+  try {
+    const artifacts = buildVmArtifacts();
+    const accel = await detectAccel(artifacts.kernel, artifacts.initramfs);
+    return accel === "kvm"
+      ? {
+          name,
+          required: false,
+          ok: true,
+          detail: "/dev/kvm works: microvm runs hardware-virtualised",
+        }
+      : {
+          name,
+          required: false,
+          ok: false,
+          detail:
+            "/dev/kvm is present but a probe guest did not boot under KVM: the microvm backend uses TCG",
+          fix: "check the host's KVM (nested virtualisation, MSR support); SCRATCHRUN_ACCEL=kvm forces it",
+        };
+  } catch (e) {
+    return {
+      name,
+      required: false,
+      ok: false,
+      detail: `cannot probe KVM: ${(e as Error).message}`,
+    };
+  }
 }

@@ -1,0 +1,52 @@
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { join } from "node:path";
+import { describe, test } from "node:test";
+import { REPO_ROOT } from "../helpers/mcp-client.js";
+
+const CLI = join(REPO_ROOT, "dist/src/bin/scratchrun.js");
+const doctor = (env: Record<string, string> = {}) =>
+  spawnSync(process.execPath, [CLI, "doctor"], {
+    env: { ...process.env, ...env },
+    encoding: "utf8",
+  });
+
+describe("scratchrun doctor", () => {
+  test("passes on a host set up by the README's command, naming every check", () => {
+    const r = doctor();
+    assert.equal(r.status, 0, r.stdout + r.stderr);
+    for (const name of [
+      "root",
+      "bubblewrap",
+      "cgroups",
+      "agent",
+      "runtime image",
+      "kvm",
+      "qemu",
+      "network egress",
+      "disk",
+    ])
+      assert.match(
+        r.stdout,
+        new RegExp(`^(ok|warn|FAIL)\\s+${name}:`, "m"),
+        `check ${name} is listed`,
+      );
+    assert.match(
+      r.stdout,
+      /runtime image: .*python3\.12 3\.12\.\d+.*python3\.11 3\.11\.\d+.*node20 v20\./,
+    );
+  });
+
+  test("a missing image fails with exit 1 and the exact command that fixes it", () => {
+    const r = doctor({ SCRATCHRUN_IMAGES: "/nonexistent/scratchrun-images" });
+    assert.equal(r.status, 1);
+    assert.match(r.stdout, /^FAIL\s+runtime image: no runtime image/m);
+    assert.match(r.stdout, /fix: npm run setup/);
+    assert.match(r.stdout, /1 required check\(s\) failed/);
+  });
+
+  test("SCRATCHRUN_NETWORK=none is reported as a choice, not a problem", () => {
+    const r = doctor({ SCRATCHRUN_NETWORK: "none" });
+    assert.match(r.stdout, /^ok\s+network egress: disabled by SCRATCHRUN_NETWORK=none/m);
+  });
+});
