@@ -1,0 +1,319 @@
+import assert from "node:assert/strict";
+import { readFileSync, readdirSync } from "node:fs";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { CallToolResultSchema } from "@modelcontextprotocol/sdk/types.js";
+import Ajv2020 from "ajv/dist/2020.js";
+import { buildOpenApiDocument } from "../../src/api/openapi.js";
+import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
+import { REPO_ROOT } from "../helpers/mcp-client.js";
+import { startService, waitFor, type ServiceHarness } from "./harness.js";
+
+const openapi = JSON.parse(readFileSync(join(REPO_ROOT, "openapi/openapi.json"), "utf8")) as {
+  components: { schemas: Record<string, object> };
+};
+const ajv = new Ajv2020.default({ strict: false, allErrors: true });
+const validators = Object.fromEntries(
+  Object.entries(openapi.components.schemas).map(([n, s]) => [n, ajv.compile(s)]),
+);
+function assertSchema(name: string, body: unknown): void {
+  const v = validators[name];
+  assert.ok(v, `schema ${name} exists`);
+  assert.ok(
+    v(body),
+    `${name}: ${JSON.stringify(v.errors)} in ${JSON.stringify(body).slice(0, 300)}`,
+  );
+}
+
+const ENV_SECRET = "sr-env-secret-value-7d41e0";
+
+describe("HTTP service on one engine", () => {
+  let h: ServiceHarness;
+  let base: HostSnapshot;
+  const keys: Record<string, string> = {};
+  const secrets: string[] = [ENV_SECRET];
+
+  before(async () => {
+    base = snapshot();
+    h = await startService(
+      { maxConcurrent: 2, maxQueued: 8, queueDeadlineMs: 20_000 },
+      { keyLimits: { maxConcurrent: 5, ratePerMinute: 100_000, burst: 100_000 } },
+    );
+    for (const name of ["a", "b", "c", "d", "revoked"]) {
+      keys[name] = h.keys.create(name).key;
+      secrets.push(keys[name]!);
+    }
+    h.keys.revoke("revoked");
+  });
+
+  after(async () => {
+    await h?.close();
+    await assertNoLeaks(base);
+  });
+
+  test("the checked-in OpenAPI document is the one the code builds", () => {
+    assert.deepEqual(openapi, JSON.parse(JSON.stringify(buildOpenApiDocument())));
+  });
+
+  test("missing, malformed, unknown and revoked keys get 401 and start no sandbox", async () => {
+    const before = h.runs.all().length;
+    const req = { runtime: "bash", code: "echo should-not-run" };
+    const wrong = keys.a!.slice(0, -4) + (keys.a!.endsWith("AAAA") ? "BBBB" : "AAAA");
+    for (const key of [undefined, "nonsense", wrong, keys.revoked]) {
+      const res = await h.post("/v1/exec", req, key);
+      assert.equal(res.status, 401, `key ${String(key).slice(0, 8)}`);
+      assert.match(res.headers.get("www-authenticate") ?? "", /^Bearer/);
+      assertSchema("Error", await res.json());
+    }
+    const mcp = await h.post("/mcp", { jsonrpc: "2.0", id: 1, method: "initialize" }, wrong);
+    assert.equal(mcp.status, 401);
+    assert.equal(h.runs.all().length, before, "no run was recorded");
+    assert.doesNotMatch(h.api.metrics.render(), /scratchrun_calls_total\{/);
+    // Control: the same request with a valid key does run.
+    const ok = await h.post("/v1/exec", req, keys.a);
+    assert.equal(ok.status, 200);
+    assert.equal(((await ok.json()) as { stdout: string }).stdout, "should-not-run\n");
+  });
+
+  test("a result matches the OpenAPI schema and carries returned files", async () => {
+    const res = await h.post(
+      "/v1/exec",
+      {
+        runtime: "python3.12",
+        code: "import os; open('/tmp/o.txt','w').write(os.environ['TOKEN'][:3]); print('py')",
+        env: { TOKEN: ENV_SECRET },
+        return_files: ["/tmp/o.txt", "/tmp/missing"],
+      },
+      keys.a,
+    );
+    assert.equal(res.status, 200);
+    const body = (await res.json()) as {
+      stdout: string;
+      files: { path: string; status: string; content_base64?: string }[];
+    };
+    assertSchema("ExecResult", body);
+    assert.equal(body.stdout, "py\n");
+    assert.equal(Buffer.from(body.files[0]!.content_base64!, "base64").toString(), "sr-");
+    assert.equal(body.files[1]!.status, "missing");
+    assert.equal(body.files[1]!.content_base64, undefined);
+  });
+
+  test("bad input is 400, wrong media type 415, an oversized body 413, all before any sandbox", async () => {
+    const before = h.runs.all().length;
+    const bad = await h.post("/v1/exec", { runtime: "cobol", code: "x", extra: 1 }, keys.a);
+    assert.equal(bad.status, 400);
+    const err = (await bad.json()) as { error: { code: string; message: string } };
+    assertSchema("Error", err);
+    assert.equal(err.error.code, "INVALID_INPUT");
+    assert.match(err.error.message, /runtime/);
+    assert.equal((await h.post("/v1/exec", "{not json", keys.a)).status, 400);
+    const media = await h.post("/v1/exec", "{}", keys.a, { "Content-Type": "text/plain" });
+    assert.equal(media.status, 415);
+    const big = await h.post(
+      "/v1/exec",
+      { runtime: "bash", code: "x".repeat(17 * 1024 * 1024) },
+      keys.a,
+    );
+    assert.equal(big.status, 413);
+    assertSchema("Error", await big.json());
+    assert.equal(h.runs.all().length, before);
+  });
+
+  test("a rebinding Host or foreign Origin is refused on a loopback bind", async () => {
+    const { port } = h.api;
+    const probe = (headers: Record<string, string>) =>
+      new Promise<number>((resolve, reject) => {
+        import("node:http").then(({ request }) => {
+          const r = request(
+            { host: "127.0.0.1", port, path: "/v1/exec", method: "POST", headers },
+            (res) => {
+              res.resume();
+              resolve(res.statusCode ?? 0);
+            },
+          );
+          r.on("error", reject);
+          r.end(JSON.stringify({ runtime: "bash", code: "echo x" }));
+        }, reject);
+      });
+    const auth = { Authorization: `Bearer ${keys.a}`, "Content-Type": "application/json" };
+    assert.equal(await probe({ ...auth, Host: `evil.example:${port}` }), 403);
+    assert.equal(
+      await probe({ ...auth, Host: `127.0.0.1:${port}`, Origin: "http://evil.example" }),
+      403,
+    );
+    assert.equal(
+      await probe({ ...auth, Host: `localhost:${port}`, Origin: `http://localhost:${port}` }),
+      200,
+    );
+  });
+
+  test("100 concurrent calls from 4 keys: each answered once, with its own output, within limits", async () => {
+    const names = ["a", "b", "c", "d"];
+    const before = new Set(h.runs.all().map((r) => r.id));
+    const calls = Array.from({ length: 100 }, async (_, i) => {
+      const key = names[i % names.length]!;
+      const token = `call-${i}-${key}`;
+      const res = await h.post(
+        "/v1/exec",
+        { runtime: "bash", code: `echo ${token}`, env: { T: ENV_SECRET } },
+        keys[key],
+      );
+      const body = (await res.json()) as { stdout?: string; error?: { code: string } };
+      return { i, key, token, status: res.status, retry: res.headers.get("retry-after"), body };
+    });
+    const results = await Promise.all(calls);
+    let ok = 0;
+    for (const r of results) {
+      if (r.status === 200) {
+        ok++;
+        assert.equal(r.body.stdout, `${r.token}\n`, `call ${r.i} got its own output`);
+      } else {
+        assert.equal(r.status, 429, `call ${r.i}: ${JSON.stringify(r.body)}`);
+        assert.equal(r.body.error?.code, "BUSY");
+        assert.ok(Number(r.retry) >= 1, "429 says when to retry");
+      }
+    }
+    assert.ok(ok >= 10, `a fair share ran (${ok})`);
+    assert.ok(ok < 100, "the limits refused some");
+
+    const rows = h.runs.all().filter((r) => !before.has(r.id));
+    const finished = rows.filter((r) => r.status === "finished");
+    assert.equal(finished.length, ok, "one finished record per answered call");
+    assert.ok(rows.every((r) => r.status === "finished" || r.status === "failed"));
+    const maxOverlap = (spans: [number, number][]) => {
+      const ev = spans.flatMap(([s, e]) => [
+        [s, 1],
+        [e, -1],
+      ]);
+      ev.sort((x, y) => x[0]! - y[0]! || x[1]! - y[1]!);
+      let cur = 0;
+      let max = 0;
+      for (const [, d] of ev) max = Math.max(max, (cur += d!));
+      return max;
+    };
+    const running = finished.map((r) => [r.started_at, r.finished_at] as [number, number]);
+    assert.ok(maxOverlap(running) <= 2, "never more sandboxes than maxConcurrent");
+    for (const name of names) {
+      const id = h.keys.list().find((k) => k.name === name)!.id;
+      const mine = rows
+        .filter((r) => r.key_id === id)
+        .map((r) => [r.received_at, r.finished_at] as [number, number]);
+      assert.ok(maxOverlap(mine) <= 5, `key ${name} never had more than 5 calls in flight`);
+    }
+    assert.match(
+      h.api.metrics.render(),
+      /scratchrun_calls_total\{runtime="bash",exit_reason="ok"\} \d+/,
+    );
+  });
+
+  test("the SDK's Streamable HTTP client calls the tool; sessions are bound to their key", async () => {
+    const client = new Client({ name: "api-test", version: "1" });
+    const transport = new StreamableHTTPClientTransport(new URL(`${h.api.url}/mcp`), {
+      requestInit: { headers: { Authorization: `Bearer ${keys.b}` } },
+    });
+    await client.connect(transport);
+    try {
+      const { tools } = await client.listTools();
+      assert.ok(tools.some((t) => t.name === "scratchrun_exec"));
+      const result = await client.callTool(
+        { name: "scratchrun_exec", arguments: { runtime: "node20", code: "console.log(6*7)" } },
+        CallToolResultSchema,
+      );
+      assert.equal(result.isError, false);
+      assert.equal((result.structuredContent as { stdout: string }).stdout, "42\n");
+      const other = await fetch(`${h.api.url}/mcp`, {
+        method: "POST",
+        headers: {
+          Authorization: `Bearer ${keys.c}`,
+          "Content-Type": "application/json",
+          Accept: "application/json, text/event-stream",
+          "Mcp-Session-Id": transport.sessionId!,
+          "Mcp-Protocol-Version": "2025-06-18",
+        },
+        body: JSON.stringify({ jsonrpc: "2.0", id: 9, method: "tools/list" }),
+      });
+      assert.equal(other.status, 404, "another key cannot use this session");
+      const rows = h.runs.all().filter((r) => r.transport === "mcp");
+      assert.equal(rows.length, 1);
+      assert.equal(rows[0]!.exit_reason, "ok");
+    } finally {
+      await transport.terminateSession().catch(() => {});
+      await client.close();
+    }
+  });
+
+  test("cancelling an MCP call or dropping a REST request ends its sandbox", async () => {
+    // MCP: the SDK sends notifications/cancelled when the signal aborts.
+    const client = new Client({ name: "api-test", version: "1" });
+    const transport = new StreamableHTTPClientTransport(new URL(`${h.api.url}/mcp`), {
+      requestInit: { headers: { Authorization: `Bearer ${keys.c}` } },
+    });
+    await client.connect(transport);
+    const countRunning = () => h.runs.all().filter((r) => r.status === "running").length;
+    try {
+      const ac = new AbortController();
+      const call = client
+        .callTool(
+          { name: "scratchrun_exec", arguments: { runtime: "bash", code: "sleep 25" } },
+          CallToolResultSchema,
+          { signal: ac.signal },
+        )
+        .catch((e: unknown) => e);
+      await waitFor("the MCP call to run", () => countRunning() === 1);
+      await waitFor(
+        "its sandbox to be recorded",
+        () => h.db.prepare("SELECT count(*) n FROM sandboxes").get() as { n: number } | undefined,
+      );
+      ac.abort();
+      await call;
+      const row = await waitFor("the run to end", () =>
+        h.runs
+          .all()
+          .find(
+            (r) =>
+              r.transport === "mcp" && r.status === "finished" && r.exit_reason === "cancelled",
+          ),
+      );
+      assert.ok(row);
+    } finally {
+      await transport.terminateSession().catch(() => {});
+      await client.close();
+    }
+    // REST: one of two clients goes away mid-call; only its sandbox ends.
+    const drop = (code: string, signal: AbortSignal) =>
+      fetch(`${h.api.url}/v1/exec`, {
+        method: "POST",
+        headers: { Authorization: `Bearer ${keys.d}`, "Content-Type": "application/json" },
+        body: JSON.stringify({ runtime: "bash", code }),
+        signal,
+      }).catch((e: unknown) => e);
+    const first = new AbortController();
+    const second = new AbortController();
+    const calls = [drop("sleep 25", first.signal), drop("sleep 26", second.signal)];
+    await waitFor("both REST calls to run", () => countRunning() === 2);
+    first.abort();
+    await waitFor("the dropped call to be cancelled", () =>
+      h.runs.all().find((r) => r.transport === "rest" && r.exit_reason === "cancelled"),
+    );
+    assert.equal(countRunning(), 1, "the other call is untouched");
+    second.abort();
+    await Promise.all(calls);
+    await waitFor("the second call to end", () => countRunning() === 0);
+  });
+
+  test("records and logs hold no key, env value or output", async () => {
+    h.db.pragma("wal_checkpoint(TRUNCATE)");
+    const files = readdirSync(h.home).map((f) => join(h.home, f));
+    const stores = files.map((f) => readFileSync(f)).concat([Buffer.from(h.logText())]);
+    for (const secret of [...secrets, "should-not-run", "call-7-d"])
+      for (const [i, data] of stores.entries())
+        assert.equal(
+          data.includes(secret),
+          false,
+          `${secret.slice(0, 12)} found in ${files[i] ?? "log"}`,
+        );
+    assert.match(h.logText(), /"msg":"run finished"/, "the log is not empty");
+  });
+});
