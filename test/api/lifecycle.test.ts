@@ -1,0 +1,143 @@
+import assert from "node:assert/strict";
+import { spawn, type ChildProcess } from "node:child_process";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+import { openDatabase, type Db } from "../../src/store/db.js";
+import { KeyStore } from "../../src/store/keys.js";
+import { RunStore } from "../../src/store/runs.js";
+import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
+import { REPO_ROOT, startServer, type McpHarness } from "../helpers/mcp-client.js";
+import { waitFor } from "./harness.js";
+
+const CLI = join(REPO_ROOT, "dist/src/bin/scratchrun.js");
+
+interface Served {
+  child: ChildProcess;
+  url: string;
+  stderr: () => string;
+  exited: Promise<number | null>;
+}
+
+/** Starts `scratchrun serve` as an operator would, on a free loopback port. */
+async function serve(home: string, extra: string[] = []): Promise<Served> {
+  const child = spawn(
+    process.execPath,
+    [CLI, "serve", "--host", "127.0.0.1", "--port", "0", ...extra],
+    {
+      env: { ...process.env, SCRATCHRUN_HOME: home, SCRATCHRUN_ISOLATION: "namespace" },
+      stdio: ["ignore", "ignore", "pipe"],
+    },
+  );
+  let err = "";
+  child.stderr!.on("data", (d: Buffer) => (err += d.toString()));
+  const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+  const url = await waitFor(
+    "the server to listen",
+    () => /serving on (http:\/\/\S+)/.exec(err)?.[1],
+    60_000,
+  );
+  return { child, url, stderr: () => err, exited };
+}
+
+describe("lifecycle: crash recovery, graceful shutdown, remote mode", () => {
+  let home: string;
+  let db: Db;
+  let key: string;
+  let base: HostSnapshot;
+
+  before(() => {
+    base = snapshot();
+    home = mkdtempSync(join(tmpdir(), "sr-api-life-"));
+    db = openDatabase(home);
+    key = new KeyStore(db).create("life").key;
+  });
+
+  after(async () => {
+    db.close();
+    rmSync(home, { recursive: true, force: true });
+    await assertNoLeaks(base);
+  });
+
+  test("kill -9 mid-run, then restart: the sandbox is reaped and the run marked failed", async () => {
+    const first = await serve(home);
+    const call = fetch(`${first.url}/v1/exec`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${key}`, "Content-Type": "application/json" },
+      body: JSON.stringify({ runtime: "bash", code: "sleep 28" }),
+    }).catch((e: unknown) => e);
+    const runs = new RunStore(db);
+    const run = await waitFor("the run to be running", () =>
+      runs.all().find((r) => r.status === "running"),
+    );
+    const { name } = await waitFor(
+      "its sandbox to be recorded",
+      () => db.prepare("SELECT name FROM sandboxes").get() as { name: string } | undefined,
+    );
+    first.child.kill("SIGKILL");
+    await first.exited;
+    await call;
+    const dir = `/sys/fs/cgroup/memory/scratchrun/${name}`;
+    assert.ok(
+      existsSync(dir) || existsSync(`/sys/fs/cgroup/scratchrun/${name}`),
+      "the dead server left its sandbox cgroup behind (else this test proves nothing)",
+    );
+
+    const second = await serve(home);
+    assert.equal(existsSync(dir), false, "the restart reaped the orphaned sandbox");
+    const row = runs.get(run.id)!;
+    assert.equal(row.status, "failed");
+    assert.equal(row.error_code, "INTERRUPTED");
+    assert.match(second.stderr(), /"interrupted_runs":1/);
+
+    // Graceful shutdown: a call in flight at SIGTERM still gets its result.
+    const inflight = fetch(`${second.url}/v1/exec`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${key}`, "Content-Type": "application/json" },
+      body: JSON.stringify({ runtime: "bash", code: "sleep 1; echo drained" }),
+    });
+    await waitFor("the call to run", () => runs.all().some((r) => r.status === "running"));
+    second.child.kill("SIGTERM");
+    const res = await inflight;
+    assert.equal(res.status, 200);
+    assert.equal(((await res.json()) as { stdout: string }).stdout, "drained\n");
+    assert.equal(await second.exited, 0);
+    assert.equal(existsSync(join(home, "server.pid")), false, "the lock is released");
+  });
+
+  test("remote mode: scratchrun-mcp with SCRATCHRUN_URL gives the embedded result", async () => {
+    const server = await serve(home);
+    let remote: McpHarness | undefined;
+    let embedded: McpHarness | undefined;
+    try {
+      remote = await startServer({ SCRATCHRUN_URL: server.url, SCRATCHRUN_API_KEY: key });
+      embedded = await startServer({ SCRATCHRUN_ISOLATION: "namespace" });
+      const args = {
+        runtime: "python3.12",
+        code: "import sys; print('out'); print('err', file=sys.stderr); open('/tmp/r.svg','w').write('<svg xmlns=\"http://www.w3.org/2000/svg\"/>'); open('/tmp/t.txt','w').write('text'); sys.exit(3)",
+        return_files: ["/tmp/r.svg", "/tmp/t.txt", "/tmp/none"],
+        network: "none",
+      };
+      const [r, e] = await Promise.all([remote.call(args), embedded.call(args)]);
+      const strip = (x: typeof r) => {
+        const c = JSON.parse(JSON.stringify(x).replace(/ · \d+ ms · /g, " · ")) as typeof r;
+        delete (c.structuredContent as { duration_ms?: number } | undefined)?.duration_ms;
+        return c;
+      };
+      assert.equal(r.isError, false);
+      assert.deepEqual(strip(r), strip(e));
+      assert.equal((r.structuredContent as { exit_code: number }).exit_code, 3);
+      const [rt, et] = await Promise.all([remote.client.listTools(), embedded.client.listTools()]);
+      assert.deepEqual(rt, et, "the same tools are listed");
+      const bad = await remote.call({ runtime: "bash" });
+      const badLocal = await embedded.call({ runtime: "bash" });
+      assert.deepEqual(bad, badLocal, "validation errors are identical too");
+    } finally {
+      await remote?.close();
+      await embedded?.close();
+      server.child.kill("SIGTERM");
+      await server.exited;
+    }
+  });
+});
