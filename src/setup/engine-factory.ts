@@ -95,7 +95,13 @@ export async function createEngineFromEnv(
   try {
     backend =
       choice === "microvm"
-        ? await createMicrovmBackend({ rootfsDir, pool: { sizes: poolSizes(env) } })
+        ? await createMicrovmBackend({
+            rootfsDir,
+            pool: {
+              sizes: poolSizes(env),
+              mode: env.SCRATCHRUN_POOL_MODE === "boot" ? "boot" : "restore",
+            },
+          })
         : new NamespaceBackend({
             rootfsDir,
             agentDir: AGENT_DIR,
