@@ -88,7 +88,7 @@ export function renderMarkdown(r: BenchResults): string {
   const L: string[] = [
     `# ScratchRun benchmark (${r.mode})`,
     "",
-    `${r.date.slice(0, 16).replace("T", " ")} UTC on \`${h.hostname}\`: ${h.cpus} × ${h.cpuModel}, ${Math.round(h.memMb / 1024)} GiB, Linux ${h.kernel}, Node ${h.node}, microVM accel ${accel}. Run took ${r.durationSec} s.`,
+    `${r.date.slice(0, 16).replace("T", " ")} UTC on \`${h.hostname}\`: ${h.cpus} × ${h.cpuModel}, ${Math.round(h.memMb / 1024)} GiB, Linux ${h.kernel}, Node ${h.node}, microVM accel ${accel}. Run took ${r.durationSec} s${h.loadAvg ? `; 1-min load average ${h.loadAvg.start.toFixed(1)} at start, ${h.loadAvg.end.toFixed(1)} at end (anything above ${h.cpus} means other work shared the CPUs)` : ""}.`,
     "",
     "Every ScratchRun number is end to end through the MCP SDK's stdio client; every row is many runs (median ± half the IQR, ms). Peers run the same code in the same run.",
     "",

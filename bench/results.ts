@@ -14,6 +14,8 @@ export interface HostInfo {
   /** What the microVM server reported it runs under (microvm-kvm or microvm-tcg). */
   microvmIsolation?: string;
   node: string;
+  /** 1-minute load average when the run started and ended: other work on the host skews numbers. */
+  loadAvg?: { start: number; end: number };
 }
 
 export interface LatencyRow {

@@ -2,7 +2,7 @@
 // `npm run bench [-- --quick] [--out DIR] [--only id,id]`: measures ScratchRun end to end through
 // the MCP stdio client, side by side with the floor and the peers, in one run on one machine.
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { cpus, hostname, release, tmpdir, totalmem } from "node:os";
+import { cpus, hostname, loadavg, release, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { findRootfs } from "../src/images/locate.js";
@@ -39,6 +39,7 @@ function hostInfo(): HostInfo {
     kernel: release(),
     kvm: existsSync("/dev/kvm"),
     node: process.version,
+    loadAvg: { start: loadavg()[0] ?? 0, end: 0 },
   };
 }
 
@@ -133,6 +134,7 @@ async function main(): Promise<void> {
     rmSync(work, { recursive: true, force: true });
   }
   results.durationSec = Math.round((Date.now() - started) / 1000);
+  if (results.host.loadAvg) results.host.loadAvg.end = loadavg()[0] ?? 0;
   mkdirSync(values.out, { recursive: true });
   const day = results.date.slice(0, 10);
   const jsonPath = join(
