@@ -8,6 +8,8 @@ Usage:
   scratchrun run --runtime <python3.12|python3.11|node20|bash> [options] <file | ->
   scratchrun mcp                 start the stdio MCP server (same as scratchrun-mcp)
   scratchrun doctor              check what this host can do, and how to fix what is missing
+  scratchrun serve [--host H] [--port N]   the HTTP service: REST /v1/exec, MCP at /mcp (--help)
+  scratchrun keys create --name N | list | revoke <id|name>   API keys of the HTTP service
 
 Run options (the same as the scratchrun_exec tool's parameters):
   --runtime R            python3.12 | python3.11 | node20 | bash (required)
@@ -34,6 +36,10 @@ export async function main(argv: string[]): Promise<number> {
     case "mcp":
       await runMcpStdio();
       return new Promise<number>(() => {});
+    case "serve":
+      return (await import("../api/serve-command.js")).runServe(rest);
+    case "keys":
+      return (await import("../api/keys-command.js")).runKeys(rest);
     case "doctor":
       return runDoctor(rest);
     case undefined:

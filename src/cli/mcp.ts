@@ -1,13 +1,17 @@
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
+import { Engine } from "../engine/engine.js";
 import { createEngineFromEnv } from "../setup/engine-factory.js";
 import { createMcpServer } from "../mcp/server.js";
+import { RemoteEngine, remoteOptionsFromEnv } from "../remote/client.js";
 
 /**
  * The stdio MCP server: what `npx -y @scratchrun/mcp-server` runs. Logs go to stderr only;
- * stdout carries JSON-RPC.
+ * stdout carries JSON-RPC. With SCRATCHRUN_URL set it forwards every call to that ScratchRun
+ * server (remote mode) instead of running sandboxes here.
  */
 export async function runMcpStdio(): Promise<void> {
-  const engine = await createEngineFromEnv();
+  const remote = remoteOptionsFromEnv();
+  const engine = remote ? await RemoteEngine.connect(remote) : await createEngineFromEnv();
   const server = createMcpServer(engine);
   const transport = new StdioServerTransport();
   let closing = false;
@@ -22,5 +26,7 @@ export async function runMcpStdio(): Promise<void> {
   process.on("SIGTERM", () => void shutdown());
   process.stdin.on("end", () => void shutdown());
   await server.connect(transport);
-  process.stderr.write(`scratchrun-mcp: ready (isolation ${engine.backend.isolation})\n`);
+  process.stderr.write(
+    `scratchrun-mcp: ready (isolation ${engine.backend.isolation}; network: ${engine instanceof Engine ? (engine.options.networkReason ?? engine.networkNote) : engine.networkNote})\n`,
+  );
 }

@@ -1,4 +1,4 @@
-import type { Engine } from "../engine/engine.js";
+import type { EngineOptions } from "../engine/engine.js";
 
 export const RUNTIMES_TOOL_NAME = "scratchrun_runtimes";
 
@@ -12,7 +12,7 @@ export const runtimesToolDefinition = {
 };
 
 /** The image manifest as text a model can read, plus the same data structured. */
-export function callRuntimesTool(engine: Engine) {
+export function callRuntimesTool(engine: { readonly options: Pick<EngineOptions, "runtimes"> }) {
   const info = engine.options.runtimes;
   if (!info)
     return { content: [{ type: "text" as const, text: "No runtime information on this server." }] };

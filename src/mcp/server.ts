@@ -6,13 +6,22 @@ import {
   ErrorCode,
   SetLevelRequestSchema,
 } from "@modelcontextprotocol/sdk/types.js";
-import type { Engine } from "../engine/engine.js";
+import type { Engine, EngineOptions } from "../engine/engine.js";
 import { VERSION } from "../version.js";
 import { callExecTool, EXEC_TOOL_NAME, execToolDefinition } from "./exec-tool.js";
 import { callRuntimesTool, RUNTIMES_TOOL_NAME, runtimesToolDefinition } from "./runtimes-tool.js";
 
+/**
+ * What the MCP server needs of an engine: the local Engine, the HTTP service's per-key view of
+ * it, or the remote client that forwards to a ScratchRun server.
+ */
+export type ExecEngine = Pick<Engine, "execute" | "networkNote"> & {
+  readonly backend: { readonly isolation: string };
+  readonly options: Pick<EngineOptions, "runtimes">;
+};
+
 /** An MCP server exposing `scratchrun_exec` on top of one engine; transport-agnostic. */
-export function createMcpServer(engine: Engine): Server {
+export function createMcpServer(engine: ExecEngine): Server {
   const server = new Server(
     { name: "scratchrun", version: VERSION },
     {

@@ -155,7 +155,7 @@ for (const backend of TEST_BACKENDS) {
 describe("a dropped connection ends the server's sandboxes", () => {
   test("closing the client mid-call leaves nothing behind", async () => {
     const base = snapshot();
-    const h = await startServer({ SCRATCHRUN_ISOLATION: TEST_BACKENDS[0] });
+    const h = await startServer({ SCRATCHRUN_ISOLATION: "namespace" });
     const call = h.call({ runtime: "bash", code: "sleep 25", timeout_ms: 30000 }).catch(() => null);
     await new Promise((r) => setTimeout(r, 800));
     await h.close();

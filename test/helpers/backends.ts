@@ -1,10 +1,16 @@
 /**
  * The backends the shared suites run against. Every backend the product ships is listed here;
  * a suite runs once per backend (parametrised, never copied), and nothing is skipped because a
- * host "can't": a missing QEMU or image fails the run.
+ * host "can't": a missing QEMU or image fails the run. SCRATCHRUN_TEST_BACKENDS narrows the list
+ * for a developer's quick loop; CI (CI=true) always runs every backend.
  */
-export const TEST_BACKENDS = ["namespace"] as const;
-export type TestBackend = (typeof TEST_BACKENDS)[number];
+const ALL = ["namespace", "microvm"] as const;
+export type TestBackend = (typeof ALL)[number];
+
+export const TEST_BACKENDS: readonly TestBackend[] =
+  process.env.CI === "true" || !process.env.SCRATCHRUN_TEST_BACKENDS
+    ? ALL
+    : ALL.filter((b) => process.env.SCRATCHRUN_TEST_BACKENDS?.split(",").includes(b));
 
 /** Names of env vars whose values tests plant in the server and then hunt for. */
 export const SERVER_SECRET = "sr-test-server-secret-4f1c9a";
