@@ -6,7 +6,7 @@ import {
   assertAllRefused,
   py,
   securityServer,
-  TEST_BACKENDS,
+  SECURITY_BACKENDS,
   type SecurityServer,
 } from "./harness.js";
 
@@ -15,7 +15,7 @@ import {
  * the test asserts the attempt failed the way the promise says. Ids: docs/SECURITY.md and
  * docs/THREAT-MODEL.md.
  */
-for (const backend of TEST_BACKENDS) {
+for (const backend of SECURITY_BACKENDS) {
   describe(`security: escape [${backend}]`, () => {
     let s: SecurityServer;
     const token = `sr-canary-${randomBytes(8).toString("hex")}`;

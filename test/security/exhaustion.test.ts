@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { assertNoLeaks, snapshot } from "../helpers/leaks.js";
-import { py, securityServer, TEST_BACKENDS, type SecurityServer } from "./harness.js";
+import { py, securityServer, SECURITY_BACKENDS, type SecurityServer } from "./harness.js";
 
 const MiB = 1024 * 1024;
 
@@ -10,7 +10,7 @@ const MiB = 1024 * 1024;
  * proofs run first (node:test runs a file's tests in order) and the hostile cases refuse to run
  * unless the limit they rely on was just shown to hold here.
  */
-for (const backend of TEST_BACKENDS) {
+for (const backend of SECURITY_BACKENDS) {
   describe(`security: exhaustion [${backend}]`, () => {
     let s: SecurityServer;
     const proven = { memory: false, pids: false };

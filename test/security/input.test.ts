@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { after, before, describe, test } from "node:test";
 import { MCP_BIN, textOf } from "../helpers/mcp-client.js";
-import { securityServer, TEST_BACKENDS, type SecurityServer } from "./harness.js";
+import { securityServer, SECURITY_BACKENDS, type SecurityServer } from "./harness.js";
 
 const MiB = 1024 * 1024;
 const ok = { runtime: "bash", code: "true" };
@@ -12,7 +12,7 @@ const ok = { runtime: "bash", code: "true" };
  * NUL and `__proto__` keys, raw malformed JSON-RPC, and secrets that must not leak. Ids:
  * SEC-INPUT-*, SEC-SECRETS in docs/THREAT-MODEL.md; API-BADINPUT in docs/SPECIFICATION.md.
  */
-for (const backend of TEST_BACKENDS) {
+for (const backend of SECURITY_BACKENDS) {
   describe(`security: input [${backend}]`, () => {
     let s: SecurityServer;
     before(async () => {
@@ -278,7 +278,7 @@ for (const backend of TEST_BACKENDS) {
 }
 
 /** Hole H3b: one stdin line over the SDK's 10 MiB read buffer closes the server's transport. */
-for (const backend of TEST_BACKENDS) {
+for (const backend of SECURITY_BACKENDS) {
   describe(`security: oversized JSON-RPC line [${backend}]`, () => {
     test(
       "SEC-INPUT-RPC: a 12 MB line is refused and the server keeps serving",

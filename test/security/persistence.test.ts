@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { py, securityServer, TEST_BACKENDS, type SecurityServer } from "./harness.js";
+import { py, securityServer, SECURITY_BACKENDS, type SecurityServer } from "./harness.js";
 
 /**
  * SEC-FRESH beyond files: kernel objects one call leaves (SysV shared memory and message queues,
@@ -29,7 +29,7 @@ const look = py(
   "    except OSError as e: print(name, e.errno)",
 );
 
-for (const backend of TEST_BACKENDS) {
+for (const backend of SECURITY_BACKENDS) {
   describe(`security: persistence [${backend}]`, () => {
     let s: SecurityServer;
     before(async () => {
