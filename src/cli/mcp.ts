@@ -1,5 +1,6 @@
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import { Engine } from "../engine/engine.js";
+import { LIMITS } from "../schema/limits.js";
 import { createEngineFromEnv } from "../setup/engine-factory.js";
 import { createMcpServer } from "../mcp/server.js";
 import { RemoteEngine, remoteOptionsFromEnv } from "../remote/client.js";
@@ -13,7 +14,9 @@ export async function runMcpStdio(): Promise<void> {
   const remote = remoteOptionsFromEnv();
   const engine = remote ? await RemoteEngine.connect(remote) : await createEngineFromEnv();
   const server = createMcpServer(engine);
-  const transport = new StdioServerTransport();
+  const transport = new StdioServerTransport(process.stdin, process.stdout, {
+    maxBufferSize: LIMITS.requestLineBytes.max,
+  });
   let closing = false;
   const shutdown = async () => {
     if (closing) return;

@@ -1,6 +1,7 @@
 import type { BackendOutcome } from "../backends/types.js";
 import type { ExecRequest, ExecResult, ExitReason } from "../schema/exec.js";
 import { isTextMime, mimeTypeOf } from "./mime.js";
+import { normaliseSandboxPath } from "../schema/paths.js";
 import { headTail, redactSecrets } from "./shape-output.js";
 
 const decoder = new TextDecoder("utf-8", { fatal: false });
@@ -90,6 +91,7 @@ export function toExecOutcome(
   const stderr = headTail(redact(decoder.decode(agent.stderr)), req.max_output_bytes);
 
   const files: FileOut[] = [];
+  const received = new Set(agent.files.map((f) => f.path));
   const infos = agent.files.map((f) => {
     const mimeType = mimeTypeOf(f.path);
     if (f.status === "ok") {
@@ -103,6 +105,12 @@ export function toExecOutcome(
     }
     return { path: f.path, status: f.status, size_bytes: f.size, mime_type: mimeType };
   });
+  // A sandbox that broke off after its exit report still owes the files it never sent.
+  for (const path of req.return_files) {
+    const p = normaliseSandboxPath(path);
+    if (p.ok && !received.has(p.path))
+      infos.push({ path: p.path, status: "error", size_bytes: 0, mime_type: mimeTypeOf(p.path) });
+  }
 
   const exit = agent.exit;
   const result: ExecResult = {
@@ -120,7 +128,12 @@ export function toExecOutcome(
     stderr_omitted_bytes: stderr.omittedBytes,
     files: infos,
   };
-  if (v.message) result.message = v.message;
+  const lateFailure =
+    agent.exit && agent.failure
+      ? `The sandbox broke off after the code finished (${agent.failure.detail}); files it did not send are marked error.`
+      : undefined;
+  const message = [v.message, lateFailure].filter(Boolean).join(" ");
+  if (message) result.message = message;
   if (outcome.blockedConnections !== undefined)
     result.network_blocked_packets = outcome.blockedConnections;
   return { result, files };

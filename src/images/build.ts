@@ -193,6 +193,17 @@ async function addUserAndMountPoints(rootfs: string): Promise<void> {
     await appendFile(join(rootfs, "etc/shadow"), "user:!:19000:0:99999:7:::\n");
   for (const dir of IN_IMAGE.mountPoints) await mkdir(join(rootfs, dir), { recursive: true });
   await chown(join(rootfs, "home/user"), 1000, 1000);
+  // Nothing of the build host: its name and resolvers stay out of the image. resolv.conf is a
+  // file so a sandbox with network can get its own bound over it.
+  await writeFile(join(rootfs, "etc/hostname"), "sandbox\n");
+  await writeFile(
+    join(rootfs, "etc/hosts"),
+    "127.0.0.1 localhost\n127.0.1.1 sandbox\n::1 localhost\n",
+  );
+  await writeFile(
+    join(rootfs, "etc/resolv.conf"),
+    "# no network; a sandbox with network gets its own\n",
+  );
 }
 
 const CHECK_PY312 =

@@ -1,36 +1,88 @@
+import { closeSync, mkdirSync, openSync, readFileSync, unlinkSync, writeSync } from "node:fs";
+import { join } from "node:path";
+
 /**
  * Host uids for sandboxes. Each live sandbox runs as its own unprivileged host uid, so two
  * sandboxes never share an owner (no signals, no /proc access between them, no shared files).
- * A uid returns to the pool only after its sandbox is fully destroyed.
+ * A uid is reserved host-wide with a lock file naming the owning server's pid, so two servers on
+ * one host never hand out the same uid; a lock whose pid is dead is taken over. A uid returns to
+ * the pool only after its sandbox is fully destroyed.
  */
 export const SANDBOX_UID_BASE = 6_200_000;
 export const SANDBOX_UID_COUNT = 4096;
+export const UID_LOCK_DIR = "/run/scratchrun/uids";
+
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
 
 export class UidPool {
-  private readonly free: number[] = [];
-  private readonly used = new Set<number>();
+  private readonly held = new Set<number>();
+  private next: number;
 
   constructor(
     readonly base = SANDBOX_UID_BASE,
     readonly count = SANDBOX_UID_COUNT,
+    readonly lockDir = UID_LOCK_DIR,
   ) {
-    for (let i = count - 1; i >= 0; i--) this.free.push(base + i);
+    mkdirSync(lockDir, { recursive: true, mode: 0o700 });
+    this.next = Math.floor(Math.random() * count);
   }
 
   acquire(): number {
-    const uid = this.free.pop();
-    if (uid === undefined) throw new Error("no free sandbox uid");
-    this.used.add(uid);
-    return uid;
+    for (let i = 0; i < this.count; i++) {
+      const uid = this.base + ((this.next + i) % this.count);
+      if (this.held.has(uid) || !this.tryLock(uid)) continue;
+      this.next = (this.next + i + 1) % this.count;
+      this.held.add(uid);
+      return uid;
+    }
+    throw new Error(`no free sandbox uid in ${this.base}..${this.base + this.count - 1}`);
   }
 
   release(uid: number): void {
-    if (!this.used.delete(uid)) return;
-    this.free.push(uid);
+    if (!this.held.delete(uid)) return;
+    try {
+      unlinkSync(join(this.lockDir, String(uid)));
+    } catch {
+      // already gone: nothing to release
+    }
   }
 
-  /** True when `uid` belongs to the sandbox range (for leak checks and orphan reaping). */
+  /** True when `uid` belongs to this pool's range (for leak checks and orphan reaping). */
   owns(uid: number): boolean {
     return uid >= this.base && uid < this.base + this.count;
+  }
+
+  private tryLock(uid: number): boolean {
+    const path = join(this.lockDir, String(uid));
+    for (let attempt = 0; attempt < 2; attempt++) {
+      try {
+        const fd = openSync(path, "wx", 0o600);
+        writeSync(fd, String(process.pid));
+        closeSync(fd);
+        return true;
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
+      }
+      let owner = NaN;
+      try {
+        owner = Number(readFileSync(path, "utf8"));
+      } catch {
+        continue; // released between our open and read: try again
+      }
+      if (Number.isInteger(owner) && owner > 0 && pidAlive(owner)) return false;
+      try {
+        unlinkSync(path); // its server died: the uid's sandbox was reaped with it
+      } catch {
+        // another server took it over first
+      }
+    }
+    return false;
   }
 }

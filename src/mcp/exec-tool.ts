@@ -4,6 +4,7 @@ import { isScratchRunError } from "../errors.js";
 import { execInputSchema, execOutputSchema } from "../schema/exec.js";
 import { LIMITS } from "../schema/limits.js";
 import { parseExecRequest } from "../schema/validate.js";
+import { fitAnswerBudget } from "./answer-budget.js";
 import { toContentBlocks } from "./content.js";
 import { LineStreamer } from "./stream-log.js";
 
@@ -102,9 +103,10 @@ export async function callExecTool(
       },
     });
     lines?.flush();
+    const answer = fitAnswerBudget(outcome);
     return {
-      content: toContentBlocks(outcome),
-      structuredContent: outcome.result,
+      content: toContentBlocks(answer),
+      structuredContent: answer.result,
       isError: false,
     };
   } catch (e) {

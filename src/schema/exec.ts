@@ -45,6 +45,12 @@ export const execInputShape = {
     .default({})
     .superRefine((env, ctx) => {
       const entries = Object.entries(env);
+      const total = entries.reduce((n, [k, v]) => n + utf8Bytes(k) + utf8Bytes(v) + 2, 0);
+      if (total > LIMITS.env.maxTotalBytes)
+        ctx.addIssue({
+          code: "custom",
+          message: `env totals ${total} bytes; at most ${LIMITS.env.maxTotalBytes}`,
+        });
       if (entries.length > LIMITS.env.maxEntries)
         ctx.addIssue({
           code: "custom",

@@ -7,14 +7,23 @@ export const LIMITS = {
   memoryMb: { default: 256, min: 32, max: 512 },
   /** Code, UTF-8 bytes. */
   codeBytes: { max: 1024 * 1024 },
-  env: { maxEntries: 64, maxNameBytes: 128, maxValueBytes: 32 * 1024 },
-  files: { maxCount: 64, maxFileBytes: 5 * 1024 * 1024, maxTotalBytes: 10 * 1024 * 1024 },
-  returnFiles: { maxCount: 32, maxFileBytes: 10 * 1024 * 1024, maxTotalBytes: 20 * 1024 * 1024 },
+  /** maxTotalBytes keeps the whole environment well inside the kernel's exec limits. */
+  env: { maxEntries: 64, maxNameBytes: 128, maxValueBytes: 32 * 1024, maxTotalBytes: 256 * 1024 },
+  files: { maxCount: 64, maxFileBytes: 5 * 1024 * 1024, maxTotalBytes: 8 * 1024 * 1024 },
+  /**
+   * Returned files travel base64-encoded inside one MCP message, and MCP stdio clients refuse
+   * messages over 10 MiB: 6 MiB of files is 8 MiB of base64.
+   */
+  returnFiles: { maxCount: 32, maxFileBytes: 4 * 1024 * 1024, maxTotalBytes: 6 * 1024 * 1024 },
+  /** One MCP answer never grows past this; files that would push it over are left out, said so. */
+  answerBytes: { max: 9 * 1024 * 1024 },
+  /** Largest JSON-RPC line the stdio server reads (a request's files are at most 8 MiB). */
+  requestLineBytes: { max: 64 * 1024 * 1024 },
   pathBytes: { max: 1024 },
   /** Per stream, what the sandbox may write before it is stopped with exit_reason output_limit. */
   outputBytes: { default: 1024 * 1024, min: 1024, max: 1024 * 1024 },
   /** Per stream, what the result shows (head and tail); max_output_bytes chooses within this. */
-  shownOutputBytes: { default: 32 * 1024, min: 1024, max: 1024 * 1024 },
+  shownOutputBytes: { default: 32 * 1024, min: 1024, max: 256 * 1024 },
   /** Images larger than this come back as a resource with a note instead of inline. */
   inlineImageBytes: { max: 2 * 1024 * 1024 },
   /** Size of each RAM-backed writable area (/tmp and the working directory), MiB. */

@@ -1,0 +1,45 @@
+import type { ExecOutcome } from "../engine/result.js";
+import { LIMITS } from "../schema/limits.js";
+
+/** Bytes a file adds to the answer: base64 for binary, JSON-escaped text otherwise (upper bound). */
+function fileCost(content: Buffer): number {
+  return Math.max(
+    Math.ceil(content.length / 3) * 4,
+    JSON.stringify(content.toString("utf8")).length,
+  );
+}
+
+/**
+ * Keeps one MCP answer under the byte budget a stdio client accepts: the streams appear twice
+ * (text block and structured content), so the rest of the budget goes to files, smallest first;
+ * a file that does not fit is left out, its status set to total_limit and the reason said.
+ */
+export function fitAnswerBudget(
+  outcome: ExecOutcome,
+  budget: number = LIMITS.answerBytes.max,
+): ExecOutcome {
+  const r = outcome.result;
+  const streams = 2 * (JSON.stringify(r.stdout).length + JSON.stringify(r.stderr).length);
+  let room = budget - streams - 64 * 1024; // the rest of the summary, metadata and framing
+  const keep = new Set<string>();
+  for (const f of [...outcome.files].sort((a, b) => a.content.length - b.content.length)) {
+    const cost = fileCost(f.content);
+    if (cost <= room) {
+      room -= cost;
+      keep.add(f.path);
+    }
+  }
+  if (keep.size === outcome.files.length) return outcome;
+  const dropped = outcome.files.filter((f) => !keep.has(f.path)).map((f) => f.path);
+  const note = `Left out of this answer to keep it under ${budget} bytes (MCP stdio clients refuse larger messages): ${dropped.join(", ")}.`;
+  return {
+    files: outcome.files.filter((f) => keep.has(f.path)),
+    result: {
+      ...r,
+      files: r.files.map((f) =>
+        dropped.includes(f.path) && f.status === "ok" ? { ...f, status: "total_limit" } : f,
+      ),
+      message: r.message ? `${r.message} ${note}` : note,
+    },
+  };
+}
