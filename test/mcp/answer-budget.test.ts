@@ -55,7 +55,10 @@ describe("fitAnswerBudget", () => {
     assert.ok(answerSize(o) > 4 << 20);
     const fitted = fitAnswerBudget(o, 4 << 20);
     assert.ok(answerSize(fitted) <= 4 << 20, `${answerSize(fitted)}`);
-    assert.ok(fitted.files.some((f) => f.path === "/tmp/small"), "the small file is kept");
+    assert.ok(
+      fitted.files.some((f) => f.path === "/tmp/small"),
+      "the small file is kept",
+    );
     const statuses = Object.fromEntries(fitted.result.files.map((f) => [f.path, f.status]));
     assert.equal(statuses["/tmp/small"], "ok");
     const left = fitted.result.files.filter((f) => f.status === "total_limit").map((f) => f.path);
