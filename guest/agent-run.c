@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -49,7 +50,8 @@ struct spawn_error {
   int stage;
   int err;
 };
-static const char *const stage_names[] = {"setup", "chdir", "execve"};
+static const char *const stage_names[] = {"setup", "chdir", "execve", "drop privileges"};
+enum { STAGE_SETUP, STAGE_CHDIR, STAGE_EXEC, STAGE_CREDS };
 
 /* Marks every fd >= 3 close-on-exec: the fds are gone once execve succeeds, while the
  * exec-error pipe keeps working until then. */
@@ -69,24 +71,49 @@ static void child_fail(int errfd, int stage) {
   _exit(127);
 }
 
+/* In the forked child: becomes the code's uid/gid for good (real, effective, saved; no groups).
+ * Only this child drops: the agent keeps its ids, so the code cannot signal or ptrace it. */
+static int drop_privileges(const struct request *req) {
+  if (req->uid == KEEP_ID) return 0;
+  if (setgroups(0, NULL) < 0 || setresgid(req->gid, req->gid, req->gid) < 0 ||
+      setresuid(req->uid, req->uid, req->uid) < 0)
+    return -1;
+  uid_t ru, eu, su;
+  gid_t rg, eg, sg;
+  if (getresuid(&ru, &eu, &su) < 0 || getresgid(&rg, &eg, &sg) < 0 || ru != req->uid ||
+      eu != req->uid || su != req->uid || rg != req->gid || eg != req->gid || sg != req->gid ||
+      getgroups(0, NULL) != 0) {
+    errno = EPERM;
+    return -1;
+  }
+  if (req->uid != 0 && setuid(0) == 0) {
+    errno = EPERM; /* could regain root */
+    return -1;
+  }
+  return 0;
+}
+
 /* In the forked child: never returns. */
 static void child_exec(const struct request *req, pid_t agent, int devnull, int out_w, int err_w,
                        int errfd) {
-  if (setsid() < 0) child_fail(errfd, 0);
-  if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) child_fail(errfd, 0);
+  if (setsid() < 0) child_fail(errfd, STAGE_SETUP);
+  /* Before PR_SET_PDEATHSIG: changing credentials clears the parent-death signal. */
+  if (drop_privileges(req) < 0) child_fail(errfd, STAGE_CREDS);
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) child_fail(errfd, STAGE_SETUP);
   if (getppid() != agent) _exit(127); /* the agent died before PDEATHSIG was armed */
-  if (dup2(devnull, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0) child_fail(errfd, 0);
-  if (chdir(req->cwd) < 0) child_fail(errfd, 1);
+  if (dup2(devnull, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)
+    child_fail(errfd, STAGE_SETUP);
+  if (chdir(req->cwd) < 0) child_fail(errfd, STAGE_CHDIR);
   umask(022);
   for (int s = 1; s < NSIG; s++)
     if (s != SIGKILL && s != SIGSTOP) (void)signal(s, SIG_DFL); /* SIGPIPE was ignored */
   sigset_t none;
   sigemptyset(&none);
-  if (sigprocmask(SIG_SETMASK, &none, NULL) < 0) child_fail(errfd, 0);
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) child_fail(errfd, 0);
+  if (sigprocmask(SIG_SETMASK, &none, NULL) < 0) child_fail(errfd, STAGE_SETUP);
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) child_fail(errfd, STAGE_SETUP);
   cloexec_from_3();
   execve(req->argv[0], req->argv, req->envp);
-  child_fail(errfd, 2);
+  child_fail(errfd, STAGE_EXEC);
 }
 
 struct stream {
@@ -193,9 +220,13 @@ void run_code(int host_in, int host_out, const struct request *req, struct run_r
     close(errp[0]);
     close(sfd);
     res->reason = R_SPAWN_FAILED;
-    int st = se.stage >= 0 && se.stage <= 2 ? se.stage : 0;
-    snprintf(res->message, sizeof res->message, "%s %s: %s", stage_names[st],
-             st == 1 ? req->cwd : req->argv[0], strerror(se.err));
+    int st = se.stage >= STAGE_SETUP && se.stage <= STAGE_CREDS ? se.stage : STAGE_SETUP;
+    if (st == STAGE_CREDS)
+      snprintf(res->message, sizeof res->message, "%s to %u:%u: %s", stage_names[st], req->uid,
+               req->gid, strerror(se.err));
+    else
+      snprintf(res->message, sizeof res->message, "%s %s: %s", stage_names[st],
+               st == STAGE_CHDIR ? req->cwd : req->argv[0], strerror(se.err));
     return;
   }
 

@@ -33,7 +33,8 @@ void kill_tree(void);
  * the code come back to it). */
 void kill_and_reap(void);
 
-/* Runs req's argv. Sends S once the code runs, O/E while it runs. host_in is polled for K and
+/* Runs req's argv in a forked child that alone drops to req's uid/gid (the agent keeps its own
+ * ids). Sends S once the code runs, O/E while it runs. host_in is polled for K and
  * EOF (EOF: kill tree and _exit). Returns once the tree is dead and the pipes are drained. */
 void run_code(int host_in, int host_out, const struct request *req, struct run_result *res);
 

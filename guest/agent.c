@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/fsuid.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -138,29 +139,23 @@ static int setup_failed(int out, const char *msg) {
   return 0;
 }
 
-static int drop_privileges(const struct request *req, char *err, size_t errlen) {
+/* Request files are written, and return files read, with the code's identity: fsuid/fsgid set to
+ * it and no supplementary groups (changing the fsuid away from 0 also clears the filesystem
+ * capabilities). The agent's own real, effective and saved ids stay what they are, so code running
+ * as another uid can neither signal nor ptrace it; only the forked child drops for good
+ * (agent-run.c). */
+static int use_code_fs_identity(const struct request *req, char *err, size_t errlen) {
   if (req->uid == KEEP_ID) return 0;
   if (setgroups(0, NULL) < 0) {
     snprintf(err, errlen, "setgroups: %s", strerror(errno));
     return -1;
   }
-  if (setresgid(req->gid, req->gid, req->gid) < 0) {
-    snprintf(err, errlen, "setresgid %u: %s", req->gid, strerror(errno));
-    return -1;
-  }
-  if (setresuid(req->uid, req->uid, req->uid) < 0) {
-    snprintf(err, errlen, "setresuid %u: %s", req->uid, strerror(errno));
-    return -1;
-  }
-  uid_t ru, eu, su;
-  gid_t rg, eg, sg;
-  if (getresuid(&ru, &eu, &su) < 0 || getresgid(&rg, &eg, &sg) < 0 || ru != req->uid ||
-      eu != req->uid || su != req->uid || rg != req->gid || eg != req->gid || sg != req->gid) {
-    snprintf(err, errlen, "credentials did not change as requested");
-    return -1;
-  }
-  if (req->uid != 0 && setuid(0) == 0) {
-    snprintf(err, errlen, "could regain uid 0 after dropping privileges");
+  (void)setfsgid(req->gid);
+  (void)setfsuid(req->uid);
+  /* setfsuid/setfsgid report no errors; an invalid id (-1) changes nothing and returns the
+   * current value, which is how the result is checked. */
+  if ((uint32_t)setfsuid((uid_t)-1) != req->uid || (uint32_t)setfsgid((gid_t)-1) != req->gid) {
+    snprintf(err, errlen, "filesystem identity %u:%u not taken", req->uid, req->gid);
     return -1;
   }
   return 0;
@@ -186,7 +181,8 @@ static int agent_main(const struct agent_opts *o) {
     }
     in = out = fd;
   }
-  /* The code may share our uid (namespace backend): keep it from ptracing or reading us. */
+  /* The code may share our uid (namespace backend, uid "keep"): keep it from ptracing or reading
+   * us. With a uid to run as, the code does not share it (see use_code_fs_identity). */
   (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0) {
     fprintf(stderr, "agent: PR_SET_CHILD_SUBREAPER: %s\n", strerror(errno));
@@ -214,7 +210,7 @@ static int agent_main(const struct agent_opts *o) {
   struct request req;
   char err[256];
   if (parse_request(payload, plen, &req, err, sizeof err) < 0) return setup_failed(out, err);
-  if (drop_privileges(&req, err, sizeof err) < 0) return setup_failed(out, err);
+  if (use_code_fs_identity(&req, err, sizeof err) < 0) return setup_failed(out, err);
   if (write_request_files(&req, err, sizeof err) < 0) return setup_failed(out, err);
 
   uint32_t oom_before = read_oom_kills(o);

@@ -17,6 +17,7 @@ import {
 } from "node:fs";
 import { copyFileSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import type { SandboxJob } from "../../src/backends/types.js";
 import { detectCgroups, listScratchrunCgroups } from "../../src/jail/cgroup.js";
 
@@ -39,7 +40,12 @@ export function canRunMicrovm(): string | null {
   return null;
 }
 
-export function makeTinyRoot(): TinyRoot {
+/** Test fixture programs (test/microvm/fixtures/<name>.c), built static into the tiny root's /bin. */
+export type FixtureProgram = "poke";
+
+const FIXTURES = fileURLToPath(new URL("../../../test/microvm/fixtures/", import.meta.url));
+
+export function makeTinyRoot(opts: { programs?: FixtureProgram[] } = {}): TinyRoot {
   const dir = mkdtempSync("/tmp/scratchrun-microvm-test-");
   chmodSync(dir, 0o755); // QEMU's unprivileged uid must reach the disk image
   const rootfs = join(dir, "rootfs");
@@ -50,6 +56,13 @@ export function makeTinyRoot(): TinyRoot {
   copyFileSync("/bin/busybox", join(rootfs, "bin/busybox"));
   chmodSync(join(rootfs, "bin/busybox"), 0o755);
   symlinkSync("busybox", join(rootfs, "bin/sh"));
+  for (const name of opts.programs ?? []) {
+    const out = join(rootfs, "bin", name);
+    execFileSync("gcc", ["-static", "-O2", "-Wall", "-o", out, join(FIXTURES, `${name}.c`)], {
+      stdio: ["ignore", "ignore", "inherit"],
+    });
+    chmodSync(out, 0o755);
+  }
   const disk = join(dir, "root.erofs");
   execFileSync("mkfs.erofs", ["-T0", disk, rootfs], { stdio: "ignore" });
   chmodSync(disk, 0o644);

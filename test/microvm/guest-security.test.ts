@@ -1,0 +1,113 @@
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import { createMicrovmBackend, type MicrovmBackend } from "../../src/backends/microvm/backend.js";
+import {
+  canRunMicrovm,
+  hostLeftovers,
+  makeTinyRoot,
+  shJob,
+  text,
+  type TinyRoot,
+} from "./fixture.js";
+
+const skip = canRunMicrovm();
+const signal = () => new AbortController().signal;
+
+/** Parses `poke` output ("<what> ok" | "<what> <errno name>") into a map. */
+function pokes(out: string): Record<string, string> {
+  return Object.fromEntries(
+    out
+      .trim()
+      .split("\n")
+      .map((l) => l.split(" ") as [string, string]),
+  );
+}
+
+// Security cases from inside the guest. One restore-mode backend for the file: the template is
+// built once and every call runs in a fresh clone of it. `poke` (fixtures/poke.c) makes the
+// attempts and prints the errno of each, so a refusal is visible as what it is (EPERM), not as
+// an absence of effect.
+describe("microvm guest security", { skip: skip ?? false, timeout: 300_000 }, () => {
+  let root: TinyRoot;
+  let backend: MicrovmBackend;
+  let before0: Awaited<ReturnType<typeof hostLeftovers>>;
+
+  before(async () => {
+    root = makeTinyRoot({ programs: ["poke"] });
+    before0 = await hostLeftovers();
+    backend = await createMicrovmBackend({
+      rootfsDir: root.rootfs,
+      disk: root.disk,
+      pool: { sizes: { bash: 1 }, mode: "restore" },
+    });
+    await backend.pool.whenFull();
+  });
+  after(async () => {
+    await backend?.close();
+    root.cleanup();
+    assert.deepEqual(await hostLeftovers(), before0, "a VM or template left something behind");
+  });
+
+  const run = (code: string) => backend.run(shJob(code), { signal: signal() });
+
+  test("SEC-VM-AGENT: the code (uid 1000) cannot signal, stop or ptrace the agent: EPERM", async () => {
+    // $PPID of the code's shell is the agent (it forks and execs the code directly). The agent
+    // keeps root; only the code's process dropped to uid 1000.
+    const r = await run(
+      "echo \"agent_uid $(awk '/^Uid/{print $2}' /proc/$PPID/status)\"; id -u; /bin/poke agent $PPID; echo alive",
+    );
+    assert.equal(r.agent.failure, null, "the call ended cleanly: the agent survived");
+    assert.equal(r.agent.exit?.reason, "exited");
+    const out = text(r.agent.stdout);
+    const lines = out.trim().split("\n");
+    assert.equal(lines[0], "agent_uid 0");
+    assert.equal(lines[1], "1000");
+    assert.equal(lines.at(-1), "alive");
+    assert.deepEqual(pokes(lines.slice(2, -1).join("\n")), {
+      signal0: "EPERM",
+      sigstop: "EPERM",
+      sigterm: "EPERM",
+      sigkill: "EPERM",
+      attach: "EPERM",
+      seize: "EPERM",
+      mem: "EACCES",
+    });
+  });
+
+  test("SEC-VM-AGENT control: the same attempts on a process of the code's own uid succeed", async () => {
+    // Proves poke can do what it tries, so the EPERMs above come from the agent's privileges.
+    const r = await run("sleep 30 & /bin/poke agent $!; wait; echo waited");
+    const lines = text(r.agent.stdout).trim().split("\n");
+    assert.deepEqual(pokes(lines.slice(0, -1).join("\n")), {
+      signal0: "ok",
+      sigstop: "ok",
+      sigterm: "ok",
+      sigkill: "ok",
+      // The target is already dead (SIGKILL above): ESRCH, not EPERM.
+      attach: "ESRCH",
+      seize: "ESRCH",
+      mem: "ENOENT",
+    });
+  });
+
+  test("request files are written and return files read as the code's uid, without groups", async () => {
+    // The agent stays root but takes the code's filesystem identity: a root-only file (the
+    // agent's own binary, 0500 root) is not returned, the request file belongs to uid 1000.
+    const r = await backend.run(
+      shJob("stat -c '%u:%g %a' /home/user/sub/in /home/user/sub; id -G", {
+        files: [{ path: "/home/user/sub/in", mode: 0o600, content: Buffer.from("x") }],
+        returnFiles: ["/run/scratchrun-agent", "/home/user/sub/in"],
+      }),
+      { signal: signal() },
+    );
+    assert.equal(r.agent.failure, null);
+    assert.equal(text(r.agent.stdout), "1000:1000 600\n1000:1000 755\n1000\n");
+    assert.deepEqual(
+      r.agent.files.map((f) => [f.path, f.status]),
+      [
+        ["/run/scratchrun-agent", "error"],
+        ["/home/user/sub/in", "ok"],
+      ],
+    );
+  });
+});
