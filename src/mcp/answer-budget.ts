@@ -1,12 +1,12 @@
-import type { ExecOutcome } from "../engine/result.js";
+import { isTextMime } from "../engine/mime.js";
+import type { ExecOutcome, FileOut } from "../engine/result.js";
 import { LIMITS } from "../schema/limits.js";
 
-/** Bytes a file adds to the answer: base64 for binary, JSON-escaped text otherwise (upper bound). */
-function fileCost(content: Buffer): number {
-  return Math.max(
-    Math.ceil(content.length / 3) * 4,
-    JSON.stringify(content.toString("utf8")).length,
-  );
+/** Bytes a file adds to the answer: JSON-escaped text for text types, base64 otherwise. */
+function fileCost(file: FileOut): number {
+  const base64 = Math.ceil(file.content.length / 3) * 4;
+  if (!isTextMime(file.mimeType)) return base64;
+  return Math.max(base64, JSON.stringify(file.content.toString("utf8")).length);
 }
 
 /**
@@ -23,7 +23,7 @@ export function fitAnswerBudget(
   let room = budget - streams - 64 * 1024; // the rest of the summary, metadata and framing
   const keep = new Set<string>();
   for (const f of [...outcome.files].sort((a, b) => a.content.length - b.content.length)) {
-    const cost = fileCost(f.content);
+    const cost = fileCost(f);
     if (cost <= room) {
       room -= cost;
       keep.add(f.path);

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { assertNoLeaks, snapshot } from "../helpers/leaks.js";
+import { textOf } from "../helpers/mcp-client.js";
 import { py, securityServer, SECURITY_BACKENDS, type SecurityServer } from "./harness.js";
 
 const MiB = 1024 * 1024;
@@ -154,64 +155,49 @@ for (const backend of SECURITY_BACKENDS) {
       }
     });
 
-    // Hole H3 (docs/THREAT-MODEL.md): an answer carrying 18 MiB of files as base64 is one
-    // JSON-RPC line of ~25 MB; the SDK's stdio client refuses lines over 10 MiB and drops the
-    // connection (the server then exits). Todo until the MCP layer bounds its answer. Each runs
-    // on its own server so the lost connection cannot take the other cases with it.
-    test(
-      "SEC-FILECAP: files past the 20 MiB total come back total_limit, a later small one ok",
-      { todo: "H3: the answer exceeds the stdio client's 10 MiB message limit" },
-      async () => {
-        const own = await securityServer(backend);
-        try {
-          const r = await own.run({
-            runtime: "bash",
-            code: "for f in a b c; do head -c 9437184 /dev/zero > /tmp/$f; done; echo tiny > /tmp/d",
-            return_files: ["/tmp/a", "/tmp/b", "/tmp/c", "/tmp/d"],
-            memory_mb: 128,
-          });
-          assert.deepEqual(
-            r.files.map((f) => [f.status, f.size_bytes]),
-            [
-              ["ok", 9 * MiB],
-              ["ok", 9 * MiB],
-              ["total_limit", 9 * MiB],
-              ["ok", 5],
-            ],
-          );
-        } finally {
-          await own.close();
-        }
-      },
-    );
+    // Hole H3 (docs/THREAT-MODEL.md), closed: returned files are capped at 4 MiB each and 6 MiB
+    // together, and one MCP answer stays under 9 MiB, so it always reaches a stdio client.
+    test("SEC-FILECAP: files past the 6 MiB total come back total_limit, a later small one ok", async () => {
+      const r = await s.run({
+        runtime: "bash",
+        code: "for f in a b c; do head -c 2621440 /dev/zero > /tmp/$f; done; echo tiny > /tmp/d",
+        return_files: ["/tmp/a", "/tmp/b", "/tmp/c", "/tmp/d"],
+        memory_mb: 128,
+      });
+      assert.deepEqual(
+        r.files.map((f) => [f.status, f.size_bytes]),
+        [
+          ["ok", 2.5 * MiB],
+          ["ok", 2.5 * MiB],
+          ["total_limit", 2.5 * MiB],
+          ["ok", 5],
+        ],
+      );
+    });
 
-    test(
-      "SEC-TRANSPORT: a big returned file or control-byte output never breaks the connection",
-      { todo: "H3: no byte budget for one MCP answer yet" },
-      async () => {
-        const own = await securityServer(backend);
-        try {
-          const big = await own.h.call({
-            runtime: "bash",
-            code: "head -c 9437184 /dev/urandom > /tmp/big",
-            return_files: ["/tmp/big"],
-            memory_mb: 128,
-          });
-          assert.notEqual(big.isError, true);
-          const ctl = await own.h.call({
-            runtime: "python3.11",
-            // 1 MB of U+0001 is 6 MB once JSON-escaped, twice (text block + structuredContent).
-            code: py("import sys", "sys.stdout.write('\\x01' * 1000000)"),
-            max_output_bytes: 1024 * 1024,
-          });
-          assert.notEqual(ctl.isError, true);
-          const alive = await own.run({ runtime: "bash", code: "echo alive" });
-          assert.equal(alive.stdout, "alive\n");
-        } finally {
-          await own.close();
-        }
-      },
-    );
+    test("SEC-TRANSPORT: a big returned file or control-byte output never breaks the connection", async () => {
+      const big = await s.h.call({
+        runtime: "bash",
+        code: "head -c 9437184 /dev/urandom > /tmp/big; head -c 4194304 /dev/urandom > /tmp/edge",
+        return_files: ["/tmp/big", "/tmp/edge"],
+        memory_mb: 128,
+      });
+      assert.notEqual(big.isError, true, textOf(big));
+      const files = (big.structuredContent as { files: { status: string }[] }).files;
+      assert.deepEqual(
+        files.map((f) => f.status),
+        ["too_large", "ok"],
+      );
+      const ctl = await s.h.call({
+        runtime: "python3.11",
+        // 1 MB of U+0001 is 6 MB once JSON-escaped, twice (text block + structuredContent).
+        code: py("import sys", "sys.stdout.write('\\x01' * 1000000)"),
+        max_output_bytes: 256 * 1024,
+      });
+      assert.notEqual(ctl.isError, true, textOf(ctl));
+      const alive = await s.run({ runtime: "bash", code: "echo alive" });
+      assert.equal(alive.stdout, "alive\n");
+    });
 
     test("SEC-NOFOLLOW: FIFO, socket, directory, /dev/zero and /proc/self/mem are never read", async () => {
       const r = await s.run({
