@@ -14,3 +14,8 @@ export const TEST_BACKENDS: readonly TestBackend[] =
 
 /** Names of env vars whose values tests plant in the server and then hunt for. */
 export const SERVER_SECRET = "sr-test-server-secret-4f1c9a";
+
+/** The isolation a result must report for a backend: microvm says whether KVM or TCG ran it. */
+export function expectedIsolation(backend: TestBackend): RegExp {
+  return backend === "namespace" ? /^namespace$/ : /^microvm-(kvm|tcg)$/;
+}
