@@ -41,12 +41,25 @@ export class NamespaceBackend implements Backend {
   private readonly cgroups: CgroupHost;
   private readonly seccomp = renderSeccompFilter();
   private readonly live = new Set<ChildProcess>();
+  /** Every run() in flight, so close() can wait for their teardown. */
+  private readonly inflight = new Set<Promise<unknown>>();
+  private readonly closing = new AbortController();
 
   constructor(private readonly options: NamespaceBackendOptions) {
     this.cgroups = detectCgroups();
   }
 
-  async run(job: SandboxJob, options: RunOptions): Promise<BackendOutcome> {
+  run(job: SandboxJob, options: RunOptions): Promise<BackendOutcome> {
+    if (this.closing.signal.aborted) return Promise.reject(new Error("backend is closed"));
+    const signal = AbortSignal.any([options.signal, this.closing.signal]);
+    const p = this.runOnce(job, { ...options, signal });
+    this.inflight.add(p);
+    const forget = () => this.inflight.delete(p);
+    p.then(forget, forget);
+    return p;
+  }
+
+  private async runOnce(job: SandboxJob, options: RunOptions): Promise<BackendOutcome> {
     const started = Date.now();
     const id = `ns-${randomBytes(6).toString("hex")}`;
     const uid = this.uids.acquire();
@@ -129,7 +142,10 @@ export class NamespaceBackend implements Backend {
     }
   }
 
+  /** Cancels every call in flight and waits until each sandbox is torn down (cgroup, netns, uid). */
   async close(): Promise<void> {
+    this.closing.abort();
     for (const child of this.live) child.kill("SIGKILL");
+    await Promise.allSettled([...this.inflight]);
   }
 }
