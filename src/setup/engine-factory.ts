@@ -82,15 +82,9 @@ export async function createEngineFromEnv(
 ): Promise<Engine> {
   const choice = isolationChoice(env);
   const { rootfsDir, manifest } = namespacePreflight(env);
-  // The microVM backend has no guest network yet: its calls run with network "none".
-  const network =
-    choice === "namespace"
-      ? await networkFromEnv(env)
-      : {
-          provider: null,
-          summary: 'none on this server (every call runs with network "none")',
-          reason: "the microvm backend has no guest network yet",
-        };
+  // Both backends: public egress when the host can give it (a veth per sandbox for the
+  // namespace backend, a tap per VM for the microVM backend), else every call runs with "none".
+  const network = await networkFromEnv(env);
   let backend: Backend;
   try {
     backend =
@@ -101,6 +95,7 @@ export async function createEngineFromEnv(
               sizes: poolSizes(env),
               mode: env.SCRATCHRUN_POOL_MODE === "boot" ? "boot" : "restore",
             },
+            ...(network.provider ? { network: network.provider } : {}),
           })
         : new NamespaceBackend({
             rootfsDir,

@@ -1,6 +1,7 @@
 import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import type { VmNetworkProvider } from "../backends/microvm/guest-net.js";
 import type { NetworkProvider } from "../backends/namespace/backend.js";
 import { ScratchRunError } from "../errors.js";
 import {
@@ -15,7 +16,7 @@ export type NetworkSetting = "auto" | "public" | "none";
 
 export interface NetworkPlan {
   /** null: every call runs with network "none". */
-  provider: (NetworkProvider & { close(): Promise<void> }) | null;
+  provider: (NetworkProvider & VmNetworkProvider & { close(): Promise<void> }) | null;
   /** What calls get, in words for a model (the tool description). */
   summary: string;
   /** Why, with the operator's fix, for doctor and the startup log. */
@@ -79,6 +80,20 @@ export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
         return {
           netnsPath: net.netnsPath,
           resolvConf: resolvPath,
+          blockedCount: () => net.blockedCount(),
+          teardown: () => net.teardown(),
+        };
+      },
+      // The microVM backend: the sandbox side is a tap QEMU (uid) opens inside the namespace.
+      async createTap(id: string, tap: { name: string; uid: number }) {
+        const net = await createSandboxNetwork({ id, uplink, attach: { kind: "tap", ...tap } });
+        return {
+          netnsPath: net.netnsPath,
+          tapName: net.sandboxIfname,
+          sandboxV4: net.addresses.sandboxV4,
+          prefixV4: net.addresses.prefixV4,
+          gatewayV4: net.addresses.gatewayV4,
+          resolvConf: net.resolvConf,
           blockedCount: () => net.blockedCount(),
           teardown: () => net.teardown(),
         };

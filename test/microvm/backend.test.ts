@@ -3,6 +3,7 @@ import { after, before, describe, test } from "node:test";
 import { createMicrovmBackend, type MicrovmBackend } from "../../src/backends/microvm/backend.js";
 import {
   canRunMicrovm,
+  assertNoLeftovers,
   hostLeftovers,
   makeTinyRoot,
   shJob,
@@ -23,7 +24,7 @@ describe("microvm backend", { skip: skip ?? false, timeout: 300_000 }, () => {
   });
   after(async () => {
     root.cleanup();
-    assert.deepEqual(await hostLeftovers(), before0, "a VM left a directory or cgroup behind");
+    await assertNoLeftovers(before0, "a VM left a directory or cgroup behind");
   });
 
   test("runs code as the unprivileged guest user in its own kernel; two calls never share a VM", async () => {

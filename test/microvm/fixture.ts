@@ -3,6 +3,7 @@
  * writable mount points, and /home/user owned by uid 1000. The backend is what is under test,
  * not the runtime image, so the tests need no built image (and run in ~2 s per boot under TCG).
  */
+import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import {
   chmodSync,
@@ -14,6 +15,7 @@ import {
   readFileSync,
   readlinkSync,
   rmSync,
+  statSync,
 } from "node:fs";
 import { copyFileSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
@@ -125,6 +127,82 @@ export async function hostLeftovers(): Promise<{
     }
   }
   return { dirs, cgroups, helpers, memfds };
+}
+
+/** pid -> ppid of every process now. */
+function parents(): Map<number, number> {
+  const m = new Map<number, number>();
+  for (const pid of readdirSync("/proc").filter((n) => /^\d+$/.test(n))) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      m.set(Number(pid), Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]));
+    } catch {
+      // exited while we looked
+    }
+  }
+  return m;
+}
+
+function descendsFromUs(pid: number, ppids: Map<number, number>): boolean {
+  for (let p = pid, i = 0; p > 1 && i < 64; p = ppids.get(p) ?? 0, i++)
+    if (p === process.pid) return true;
+  return false;
+}
+
+/**
+ * Asserts that nothing new since `before` is left on the host by this process. Other engineers'
+ * tests run VMs on the same host at the same time: a new cgroup holding a process that does not
+ * descend from this test process, or a new VM directory owned by the uid of such a process, is
+ * theirs and ignored; entries that are neither (being created or removed) are re-checked for a
+ * few seconds before they count as leaks.
+ */
+export async function assertNoLeftovers(
+  before: Awaited<ReturnType<typeof hostLeftovers>>,
+  message: string,
+): Promise<void> {
+  let fresh: unknown = null;
+  for (let i = 0; i < 50; i++) {
+    const now = await hostLeftovers();
+    const ppids = parents();
+    const foreignUids = new Set<number>();
+    for (const pid of ppids.keys()) {
+      if (descendsFromUs(pid, ppids)) continue;
+      try {
+        foreignUids.add(statSync(`/proc/${pid}`).uid);
+      } catch {
+        // exited
+      }
+    }
+    const foreignCgroup = (path: string): boolean => {
+      try {
+        return readFileSync(join(path, "cgroup.procs"), "utf8")
+          .split("\n")
+          .filter((l) => l !== "")
+          .some((pid) => !descendsFromUs(Number(pid), ppids));
+      } catch {
+        return false;
+      }
+    };
+    const foreignDir = (name: string): boolean => {
+      try {
+        const uid = statSync(join("/tmp", name)).uid;
+        return uid !== 0 && foreignUids.has(uid);
+      } catch {
+        return true; // gone
+      }
+    };
+    const cur = {
+      dirs: now.dirs.filter((d) => !before.dirs.includes(d) && !foreignDir(d)),
+      cgroups: now.cgroups.filter((c) => !before.cgroups.includes(c) && !foreignCgroup(c)),
+      helpers: now.helpers - before.helpers,
+      memfds: now.memfds - before.memfds,
+    };
+    if (cur.dirs.length === 0 && cur.cgroups.length === 0 && cur.helpers <= 0 && cur.memfds <= 0)
+      return;
+    fresh = cur;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.fail(`${message}: ${JSON.stringify(fresh)}`);
 }
 
 export const text = (b: Uint8Array) => Buffer.from(b).toString("utf8");

@@ -3,6 +3,7 @@ import { after, before, describe, test } from "node:test";
 import { createMicrovmBackend, type MicrovmBackend } from "../../src/backends/microvm/backend.js";
 import {
   canRunMicrovm,
+  assertNoLeftovers,
   hostLeftovers,
   makeTinyRoot,
   shJob,
@@ -45,7 +46,7 @@ describe("microvm guest security", { skip: skip ?? false, timeout: 300_000 }, ()
   after(async () => {
     await backend?.close();
     root.cleanup();
-    assert.deepEqual(await hostLeftovers(), before0, "a VM or template left something behind");
+    await assertNoLeftovers(before0, "a VM or template left something behind");
   });
 
   const run = (code: string) => backend.run(shJob(code), { signal: signal() });

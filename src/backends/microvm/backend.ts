@@ -14,6 +14,7 @@ import type { Backend, BackendOutcome, Isolation, RunOptions, SandboxJob } from 
 import { detectAccel, hostTscKhz, isolationOf, QEMU_BINARY, type Accel } from "./accel.js";
 import { buildVmArtifacts, ensureRootDisk, type VmArtifacts } from "./build.js";
 import { runtimeArgv } from "../../images/manifest.js";
+import type { VmNetworkProvider } from "./guest-net.js";
 import { WarmPool } from "./pool.js";
 import { createTemplate, type Template } from "./snapshot.js";
 import { MicroVm, type HostContext } from "./vm.js";
@@ -39,6 +40,12 @@ export interface MicrovmBackendOptions {
   pool?: PoolOptions;
   /** Cold boot deadline (default 30 s: TCG boots take ~2 s, more on a loaded host). */
   bootTimeoutMs?: number;
+  /**
+   * Public egress for calls with network "public" (src/setup/network.ts adapts src/net). Absent:
+   * such calls are refused. Pooled VMs are then prepared with a network (off the call's path);
+   * a call with network "none" that takes one has it torn down before the guest resumes.
+   */
+  network?: VmNetworkProvider;
 }
 
 export interface PoolOptions {
@@ -88,6 +95,7 @@ export class MicrovmBackend implements Backend {
     private readonly ctx: HostContext,
     private readonly bootTimeoutMs: number,
     poolOptions: PoolOptions = {},
+    private readonly network: VmNetworkProvider | null = null,
   ) {
     this.isolation = isolationOf(ctx.accel);
     this.mode = poolOptions.mode ?? "restore";
@@ -130,21 +138,39 @@ export class MicrovmBackend implements Backend {
     return vm;
   }
 
-  /** A pooled VM: a paused clone of the runtime's template (restore mode), else a booted VM. */
+  /**
+   * A pooled VM: a paused clone of the runtime's template (restore mode), else a booted VM
+   * waiting for its seed. With a network provider it gets a network now, since most calls ask
+   * for "public" (the default) and building one costs tens of ms of ip/nft commands.
+   */
   private async prepare(runtime: RuntimeName, memoryMb: number): Promise<MicroVm> {
-    if (this.mode === "boot") return this.boot(memoryMb);
+    const publicNet = this.network !== null;
+    if (this.mode === "boot") return this.boot(memoryMb, undefined, publicNet);
     if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
     const t = await this.template(runtime, memoryMb);
     if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
-    return this.clone(t, memoryMb);
+    return this.clone(t, memoryMb, undefined, publicNet);
   }
 
-  private async clone(t: Template, memoryMb: number, signal?: AbortSignal): Promise<MicroVm> {
-    const vm = await MicroVm.start(
-      this.ctx,
-      { memoryMb, readyTimeoutMs: this.bootTimeoutMs, ...(signal ? { signal } : {}) },
-      { kind: "clone", image: t.image },
-    );
+  private bootOptions(memoryMb: number, signal: AbortSignal | undefined, publicNet: boolean) {
+    return {
+      memoryMb,
+      readyTimeoutMs: this.bootTimeoutMs,
+      ...(signal ? { signal } : {}),
+      ...(publicNet && this.network ? { network: this.network } : {}),
+    };
+  }
+
+  private async clone(
+    t: Template,
+    memoryMb: number,
+    signal: AbortSignal | undefined,
+    publicNet: boolean,
+  ): Promise<MicroVm> {
+    const vm = await MicroVm.start(this.ctx, this.bootOptions(memoryMb, signal, publicNet), {
+      kind: "clone",
+      image: t.image,
+    });
     return this.track(vm);
   }
 
@@ -154,16 +180,21 @@ export class MicrovmBackend implements Backend {
    * Then resumed to READY. A clone that fails to come up is replaced by a cold boot.
    */
   private async acquire(job: SandboxJob, signal: AbortSignal): Promise<MicroVm> {
+    const publicNet = job.network === "public";
     let vm = this.pool.take(job.runtime, job.memoryMb, { refill: false });
+    if (vm && publicNet && !vm.hasNetwork) {
+      void vm.destroy(); // cannot happen with a provider; never serve "public" without a network
+      vm = null;
+    }
     if (!vm && this.mode === "restore") {
       const t = this.built.get(`${job.runtime}/${job.memoryMb}`);
-      if (t) vm = await this.clone(t, job.memoryMb, signal).catch(() => null);
+      if (t) vm = await this.clone(t, job.memoryMb, signal, publicNet).catch(() => null);
       else void this.template(job.runtime, job.memoryMb).catch(() => {});
     }
     if (vm) {
       try {
         const cloned = vm.paused;
-        await vm.activate(this.bootTimeoutMs);
+        await vm.activate(this.bootTimeoutMs, job.network);
         if (cloned) this.counters.clonedCalls++;
         else this.counters.bootedCalls++;
         return vm;
@@ -171,25 +202,37 @@ export class MicrovmBackend implements Backend {
         await vm.destroy();
       }
     }
-    const booted = await this.boot(job.memoryMb, signal);
+    const booted = await this.boot(job.memoryMb, signal, publicNet);
+    try {
+      await booted.activate(this.bootTimeoutMs, job.network);
+    } catch (cause) {
+      await booted.destroy();
+      throw new ScratchRunError(
+        "SANDBOX_FAILED",
+        `microVM did not become ready: ${String(cause)}`,
+        {
+          cause,
+        },
+      );
+    }
     this.counters.bootedCalls++;
     return booted;
   }
 
-  private async boot(memoryMb: number, signal?: AbortSignal): Promise<MicroVm> {
+  private async boot(
+    memoryMb: number,
+    signal: AbortSignal | undefined,
+    publicNet: boolean,
+  ): Promise<MicroVm> {
     if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
-    const vm = await MicroVm.boot(this.ctx, {
-      memoryMb,
-      readyTimeoutMs: this.bootTimeoutMs,
-      ...(signal ? { signal } : {}),
-    });
+    const vm = await MicroVm.boot(this.ctx, this.bootOptions(memoryMb, signal, publicNet));
     return this.track(vm);
   }
 
   async run(job: SandboxJob, options: RunOptions): Promise<BackendOutcome> {
-    if (job.network !== "none")
-      throw new ScratchRunError("INVALID_INPUT", "the microVM backend has no guest network yet", {
-        fix: 'Pass network: "none", or use SCRATCHRUN_ISOLATION=namespace for network access',
+    if (job.network === "public" && !this.network)
+      throw new ScratchRunError("INVALID_INPUT", "this microVM backend has no network provider", {
+        fix: 'Pass network: "none", or start the server with public egress (SCRATCHRUN_NETWORK)',
       });
     const started = Date.now();
     const vm = await this.acquire(job, options.signal).catch((err: unknown) => {
@@ -210,11 +253,13 @@ export class MicrovmBackend implements Backend {
         alreadyReady: true,
         ...(options.onEvent ? { onEvent: options.onEvent } : {}),
       });
+      const blocked = await vm.blockedCount();
       return {
         agent,
         isolation: this.isolation,
         oomKilled: (agent.exit?.oomKills ?? 0) > 0,
         sandboxReadyMs,
+        ...(blocked !== undefined ? { blockedConnections: blocked } : {}),
       };
     } finally {
       await vm.destroy();
@@ -278,5 +323,10 @@ export async function createMicrovmBackend(
     kvmGid: accel === "kvm" ? kvmGroupId() : null,
     scratchMb: LIMITS.scratchMb,
   };
-  return new MicrovmBackend(ctx, options.bootTimeoutMs ?? 30_000, options.pool);
+  return new MicrovmBackend(
+    ctx,
+    options.bootTimeoutMs ?? 30_000,
+    options.pool,
+    options.network ?? null,
+  );
 }

@@ -14,6 +14,11 @@ export interface JailSpec {
   runDir: string;
   /** Pass /dev/kvm through (KVM only). */
   kvm: boolean;
+  /**
+   * "tap": QEMU keeps the network namespace it was started in (the sandbox's, entered by
+   * spawn-qemu.ts) and gets /dev/net/tun to open its tap there. "none": a new, empty one.
+   */
+  net: "tap" | "none";
 }
 
 const BWRAP = "/usr/bin/bwrap";
@@ -28,13 +33,15 @@ function checkHostPath(path: string, what: string): string {
 export function renderJailArgs(spec: JailSpec, qemuArgs: readonly string[]): string[] {
   const args = [
     BWRAP,
-    ...["--unshare-all", "--die-with-parent", "--new-session", "--clearenv"],
+    ...["--unshare-all", ...(spec.net === "tap" ? ["--share-net"] : [])],
+    ...["--die-with-parent", "--new-session", "--clearenv"],
     ...["--cap-drop", "ALL"],
     ...["--ro-bind", "/usr", "/usr"],
     ...["--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64"],
     ...["--symlink", "usr/bin", "/bin"],
     ...["--proc", "/proc", "--dev", "/dev"],
     ...(spec.kvm ? ["--dev-bind", "/dev/kvm", "/dev/kvm"] : []),
+    ...(spec.net === "tap" ? ["--dev-bind", "/dev/net/tun", "/dev/net/tun"] : []),
     ...["--ro-bind", checkHostPath(spec.kernel, "kernel"), IN_JAIL.kernel],
     ...["--ro-bind", checkHostPath(spec.initramfs, "initramfs"), IN_JAIL.initramfs],
     ...["--ro-bind", checkHostPath(spec.disk, "disk"), IN_JAIL.disk],

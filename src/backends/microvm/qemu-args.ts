@@ -39,10 +39,36 @@ export interface QemuSpec {
    */
   snapshot?: { mode: "save" | "restore" };
   /**
+   * The VM's one NIC. Every VM has it, so templates and clones have the same devices; the backend
+   * decides what is behind it: a tap (opened from QEMU's network namespace, the sandbox's) or a
+   * hub port with nothing else on the hub (frames go nowhere). `mac` is per VM.
+   */
+  nic: { mac: string; backend: { kind: "tap"; ifname: string } | { kind: "none" } };
+  /**
    * Template only: an interpreter the guest init runs once (from the read-only disk, before the
    * snapshot) so its files are in the guest page cache of every clone. Absolute path, no spaces.
    */
   warm?: string;
+}
+
+const MAC = /^([0-9a-f]{2}:){5}[0-9a-f]{2}$/;
+const IFNAME = /^[A-Za-z0-9_.-]{1,15}$/;
+
+/**
+ * The NIC's QEMU arguments. A tap without vnet headers offers the guest exactly the features a
+ * hub port does (no offloads), so a clone restores a template's device state whichever backend
+ * either of them has.
+ */
+export function nicArgs(nic: QemuSpec["nic"]): string[] {
+  if (!MAC.test(nic.mac)) throw new Error(`bad MAC ${JSON.stringify(nic.mac)}`);
+  const b = nic.backend;
+  if (b.kind === "tap" && !IFNAME.test(b.ifname))
+    throw new Error(`bad tap name ${JSON.stringify(b.ifname)}`);
+  const netdev =
+    b.kind === "tap"
+      ? `tap,id=n0,ifname=${b.ifname},script=no,downscript=no,vnet_hdr=off`
+      : "hubport,id=n0,hubid=0";
+  return ["-netdev", netdev, "-device", `virtio-net-device,netdev=n0,mac=${nic.mac}`];
 }
 
 /** The warm-up interpreter goes on the kernel command line: keep it one plain token. */
@@ -63,7 +89,6 @@ export function kernelCommandLine(spec: QemuSpec): string {
     "random.trust_cpu=on",
     "rdinit=/init",
     `scratchrun.scratch_mb=${spec.scratchMb}`,
-    ...(spec.snapshot ? ["scratchrun.seed=1"] : []),
     ...(spec.warm ? [`scratchrun.warm=${checkWarmPath(spec.warm)}`] : []),
   ].join(" ");
 }
@@ -90,16 +115,13 @@ export function renderQemuArgs(spec: QemuSpec): string[] {
     ...["-append", kernelCommandLine(spec)],
     ...["-drive", `if=none,id=root,file=${IN_JAIL.disk},format=raw,readonly=on`],
     ...["-device", "virtio-blk-device,drive=root"],
-    // Port 0 is reserved for a console; the agent port (and the seed port) follow it.
-    ...["-device", `virtio-serial-device,max_ports=${spec.snapshot ? 3 : 2}`],
+    ...nicArgs(spec.nic),
+    // Port 0 is reserved for a console; the agent port and the seed port follow it.
+    ...["-device", "virtio-serial-device,max_ports=3"],
     ...["-chardev", `socket,id=channel,path=${IN_JAIL.channel}`],
     ...["-device", `virtserialport,chardev=channel,name=${CHANNEL_PORT_NAME}`],
-    ...(spec.snapshot
-      ? [
-          ...["-chardev", `socket,id=seed,path=${IN_JAIL.seed},server=on,wait=off`],
-          ...["-device", `virtserialport,chardev=seed,name=${SEED_PORT_NAME}`],
-        ]
-      : []),
+    ...["-chardev", `socket,id=seed,path=${IN_JAIL.seed},server=on,wait=off`],
+    ...["-device", `virtserialport,chardev=seed,name=${SEED_PORT_NAME}`],
     ...["-qmp", `unix:${IN_JAIL.qmp},server=on,wait=off`],
     ...(spec.snapshot?.mode === "restore" ? ["-S", "-incoming", "defer"] : []),
   ];

@@ -13,6 +13,8 @@ export interface QemuSpawn {
   argv: string[];
   /** Host fd that becomes fd 3 of the jailed program. */
   fd3?: number;
+  /** Network namespace to enter (as root, before dropping to uid); absent: stay in the host's. */
+  netnsPath?: string;
 }
 
 export function spawnQemuJailed(spec: QemuSpawn): ChildProcess {
@@ -27,11 +29,16 @@ export function spawnQemuJailed(spec: QemuSpawn): ChildProcess {
     "--inh-caps=-all",
     "--",
   ];
+  const netns = spec.netnsPath ? ["/usr/bin/nsenter", `--net=${spec.netnsPath}`, "--"] : [];
   const stdio: ("pipe" | "ignore" | number)[] = ["pipe", "pipe", "pipe"];
   if (spec.fd3 !== undefined) stdio.push(spec.fd3);
-  return spawn("/bin/sh", ["-c", script, "sh", ...spec.cgroupProcsFiles, ...drop, ...spec.argv], {
-    stdio,
-    env: {},
-    detached: true,
-  });
+  return spawn(
+    "/bin/sh",
+    ["-c", script, "sh", ...spec.cgroupProcsFiles, ...netns, ...drop, ...spec.argv],
+    {
+      stdio,
+      env: {},
+      detached: true,
+    },
+  );
 }

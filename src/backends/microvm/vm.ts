@@ -15,6 +15,13 @@ import type { UidPool } from "../../jail/uids.js";
 import { waitForReady } from "../../protocol/session.js";
 import type { Accel } from "./accel.js";
 import type { VmArtifacts } from "./build.js";
+import {
+  encodeSeed,
+  guestConfigOf,
+  randomMac,
+  type VmNetwork,
+  type VmNetworkProvider,
+} from "./guest-net.js";
 import { renderJailArgs } from "./jail-args.js";
 import { Qmp } from "./qmp.js";
 import { renderQemuArgs, type QemuSpec } from "./qemu-args.js";
@@ -52,27 +59,28 @@ export interface TemplateImage {
 }
 
 /**
- * How a VM starts. boot: cold boot to READY. template: cold boot into `ramFd` (shared) until the
- * guest blocks in reseed-rng, for saveState(). clone: restore `image` paused; activate() runs it.
+ * How a VM starts. boot: cold boot until the guest init waits for its seed (reseed-rng);
+ * activate() then seeds it and waits for READY. template: the same into `ramFd` (shared), for
+ * saveState(). clone: restore `image` paused; activate() resumes, seeds and waits for READY.
  */
 export type StartMode =
   | { kind: "boot" }
   | { kind: "template"; ramFd: number; warm?: string }
   | { kind: "clone"; image: TemplateImage };
 
-/** Seed message for reseed-rng.c: 64 bytes of host entropy, u64 BE wall clock in ms. */
-export function seedMessage(nowMs = Date.now()): Buffer {
-  const msg = Buffer.alloc(72);
-  randomBytes(64).copy(msg, 0);
-  msg.writeBigUInt64BE(BigInt(nowMs), 64);
-  return msg;
-}
+/** The tap's name inside the VM's own network namespace (one tap per namespace). */
+export const TAP_NAME = "tap0";
 
 export interface BootOptions {
   /** memory_mb of the call; the guest gets this plus GUEST_KERNEL_MB. */
   memoryMb: number;
   readyTimeoutMs: number;
   signal?: AbortSignal;
+  /**
+   * Give the VM a "public" network: a tap in a sandbox network namespace from this provider, QEMU
+   * started inside that namespace. Absent: the NIC is a hub port with nothing behind it.
+   */
+  network?: VmNetworkProvider;
 }
 
 export class MicroVm {
@@ -83,8 +91,14 @@ export class MicroVm {
   private stderrTail = "";
   private qmp: Qmp | null = null;
   private seed: Socket | null = null;
-  /** A restored clone that has not been resumed yet (activate() pending). */
+  /** A restored clone that has not been resumed yet. */
   paused = false;
+  /** Why the network teardown in destroy() failed, if it did (reaping removes the rest). */
+  teardownError: unknown = null;
+  /** Waiting in reseed-rng for its seed (activate() pending). */
+  pending = false;
+  /** Network mode the guest was seeded with (set by activate()). */
+  networkMode: "public" | "none" | null = null;
 
   private constructor(
     readonly id: string,
@@ -94,6 +108,10 @@ export class MicroVm {
     private readonly dir: string,
     private readonly cgroup: Cgroup,
     readonly child: ChildProcess,
+    /** This VM's MAC (unique per VM; the guest sets it from the seed, clones included). */
+    readonly mac: string,
+    /** The VM's "public" network, or null (hub port: nothing behind the NIC). */
+    private net: VmNetwork | null,
   ) {
     this.exited = new Promise((resolve) => child.once("close", () => resolve()));
     child.on("error", () => {});
@@ -126,6 +144,7 @@ export class MicroVm {
     let cgroup: Cgroup | null = null;
     let server: Server | null = null;
     let vm: MicroVm | null = null;
+    let net: VmNetwork | null = null;
     try {
       dir = mkdtempSync(join(tmpdir(), "scratchrun-vm-"));
       chownSync(dir, uid, gid);
@@ -139,6 +158,11 @@ export class MicroVm {
         pids: QEMU_PIDS,
         cpuQuotaPercent: 100,
       });
+      if (opts.network) {
+        if (mode.kind === "template") throw new Error("a template has no network");
+        net = await opts.network.createTap(id, { name: TAP_NAME, uid });
+      }
+      const mac = randomMac();
       const channelPath = join(dir, "channel.sock");
       const srv = createServer();
       server = srv;
@@ -156,6 +180,10 @@ export class MicroVm {
         tscKhz: ctx.tscKhz,
         scratchMb: ctx.scratchMb,
         tcgCacheMb: 64,
+        nic: {
+          mac,
+          backend: net ? { kind: "tap" as const, ifname: net.tapName } : { kind: "none" as const },
+        },
         ...(mode.kind === "template" ? { snapshot: { mode: "save" as const } } : {}),
         ...(mode.kind === "clone" ? { snapshot: { mode: "restore" as const } } : {}),
         ...(mode.kind === "template" && mode.warm ? { warm: mode.warm } : {}),
@@ -169,6 +197,7 @@ export class MicroVm {
           disk: ctx.disk,
           runDir: dir,
           kvm: ctx.accel === "kvm",
+          net: net ? "tap" : "none",
         },
         renderQemuArgs(spec),
       );
@@ -184,19 +213,21 @@ export class MicroVm {
         gid,
         argv,
         ...(fd3 !== undefined ? { fd3 } : {}),
+        ...(net ? { netnsPath: net.netnsPath } : {}),
       });
-      vm = new MicroVm(id, opts.memoryMb, ctx, uid, dir, cgroup, child);
+      vm = new MicroVm(id, opts.memoryMb, ctx, uid, dir, cgroup, child, mac, net);
+      net = null; // the VM owns it now: destroy() tears it down
       const v = vm;
       const deadline = Date.now() + opts.readyTimeoutMs;
+      // The sockets exist once QEMU has parsed its arguments; connect before the guest runs
+      // (the seed port must look connected to the guest, see reseed-rng.c).
+      v.seed = await raceBoot(
+        connectRetry(join(dir, "seed.sock"), v, deadline),
+        v,
+        opts,
+        "no seed port",
+      );
       if (mode.kind !== "boot") {
-        // Both sockets exist once QEMU has parsed its arguments; connect before the guest runs
-        // (the seed port must look connected to the guest, see reseed-rng.c).
-        v.seed = await raceBoot(
-          connectRetry(join(dir, "seed.sock"), v, deadline),
-          v,
-          opts,
-          "no seed port",
-        );
         v.qmp = await raceBoot(
           connectRetry(join(dir, "qmp.sock"), v, deadline).then((s) => Qmp.over(s)),
           v,
@@ -208,26 +239,17 @@ export class MicroVm {
       srv.close();
       server = null;
       v.channel = socket;
-      if (mode.kind === "template") {
-        await raceBoot(readByte(v.seed!, 0x57), v, opts, "template not ready");
-        return v;
-      }
       if (mode.kind === "clone") {
         await raceBoot(v.restore(mode.image), v, opts, "restore did not complete");
         v.paused = true;
-        return v;
+      } else {
+        await raceBoot(readByte(v.seed!, 0x57), v, opts, "guest did not reach its seed step");
       }
-      const readyAbort = new AbortController();
-      const ready = await raceBoot(
-        waitForReady(socket, readyAbort.signal),
-        v,
-        opts,
-        "no READY",
-      ).finally(() => readyAbort.abort());
-      if (!ready.ok) throw new Error(`agent: ${ready.failure.detail}`);
+      v.pending = mode.kind !== "template";
       return v;
     } catch (cause) {
       server?.close();
+      await net?.teardown().catch(() => {});
       const detail = vm?.qemuDiagnostics ? ` (QEMU: ${vm.qemuDiagnostics.slice(-400)})` : "";
       if (vm) await vm.destroy();
       else {
@@ -305,14 +327,30 @@ export class MicroVm {
   }
 
   /**
-   * Clone: resumes the guest, hands it fresh host entropy and the wall clock (reseed-rng runs
-   * before the agent exists), and waits for the agent's READY. No-op for a booted VM.
+   * Makes the VM serve one call: with network "none" its network (if any) is torn down first, so
+   * nothing but a tap in an unnamed, uplink-less namespace is left behind the NIC; a clone is
+   * resumed; then the guest gets its seed (fresh entropy, the wall clock, its MAC and, for
+   * "public", its address; reseed-rng runs before the agent exists) and the agent's READY is
+   * awaited. Once per VM.
    */
-  async activate(timeoutMs: number): Promise<void> {
-    if (!this.paused) return;
-    this.paused = false;
-    await this.qmp!.execute("cont");
-    this.seed!.write(seedMessage());
+  async activate(timeoutMs: number, network: "public" | "none" = "none"): Promise<void> {
+    if (!this.pending) throw new Error("VM already activated");
+    this.pending = false;
+    if (network === "public" && !this.net) throw new Error("this VM has no network");
+    if (network === "none" && this.net) await this.net.teardown();
+    this.networkMode = network;
+    if (this.paused) {
+      this.paused = false;
+      await this.qmp!.execute("cont");
+    }
+    this.seed!.write(
+      encodeSeed({
+        entropy: randomBytes(64),
+        nowMs: Date.now(),
+        mac: this.mac,
+        net: network === "public" && this.net ? guestConfigOf(this.net) : null,
+      }),
+    );
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), timeoutMs);
     try {
@@ -326,9 +364,20 @@ export class MicroVm {
       abort.abort();
     }
     this.seed!.destroy();
-    this.qmp!.close();
+    this.qmp?.close();
     this.seed = null;
     this.qmp = null;
+  }
+
+  /** True when the VM has a sandbox network (pooled VMs on a server with egress). */
+  get hasNetwork(): boolean {
+    return this.net !== null;
+  }
+
+  /** Packets the egress filter dropped for this VM's call; undefined without a live network. */
+  async blockedCount(): Promise<number | undefined> {
+    if (!this.net || this.networkMode !== "public") return undefined;
+    return this.net.blockedCount().catch(() => undefined);
   }
 
   /** Kills QEMU and removes everything this VM had on the host. Idempotent. */
@@ -353,6 +402,11 @@ export class MicroVm {
         await sleep(2);
       }
       await this.cgroup.destroy().catch(() => {});
+      // After QEMU: the tap's namespace dies with its last process; the names, the host link and
+      // the nft tables go here.
+      await this.net?.teardown().catch((err: unknown) => {
+        this.teardownError = err;
+      });
       rmSync(this.dir, { recursive: true, force: true });
       this.ctx.uids.release(this.uid);
     })();
