@@ -16,8 +16,9 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 
+# ripgrep and socat: the benchmark's sandbox-runtime peer refuses to start without them.
 APT_PACKAGES=(bubblewrap qemu-system-x86 linux-image-cloud-amd64 busybox-static mmdebstrap
-  nftables iproute2 erofs-utils squashfs-tools cpio util-linux gcc libc6-dev)
+  nftables iproute2 erofs-utils squashfs-tools cpio util-linux gcc libc6-dev ripgrep socat)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -49,5 +50,8 @@ npm run build --silent
 
 step "runtime image (cached; rebuilt only when its recipe changes)"
 node scripts/build-images.mjs
+
+step "microVM guest: kernel, initramfs, root disk (cached)"
+node scripts/build-vm.mjs >/dev/null
 
 step "ready: start the stdio MCP server with: npx --no-install scratchrun-mcp"
