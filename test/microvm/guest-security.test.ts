@@ -111,4 +111,44 @@ describe("microvm guest security", { skip: skip ?? false, timeout: 300_000 }, ()
       ],
     );
   });
+
+  test("SEC-VM-CLONES: clones of one template differ in boot id, getrandom() output and MAC", async () => {
+    const code =
+      "cat /proc/sys/kernel/random/boot_id; /bin/poke random -; cat /sys/class/net/eth0/address";
+    const clonedBefore = backend.counters.clonedCalls;
+    const results = await Promise.all([run(code), run(code), run(code)]);
+    assert.equal(backend.counters.clonedCalls - clonedBefore, 3, "a call did not run in a clone");
+    const seen = { boot: new Set<string>(), rnd: new Set<string>(), mac: new Set<string>() };
+    for (const r of results) {
+      assert.equal(r.agent.failure, null);
+      const [boot, rnd, mac] = text(r.agent.stdout).trim().split("\n");
+      assert.match(boot ?? "", /^[0-9a-f-]{36}$/);
+      assert.match(rnd ?? "", /^[0-9a-f]{64}$/);
+      assert.match(mac ?? "", /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/);
+      // Locally administered unicast: never a vendor's address, never multicast.
+      assert.equal(parseInt(mac!.slice(0, 2), 16) & 0x03, 0x02, mac);
+      seen.boot.add(boot!);
+      seen.rnd.add(rnd!);
+      seen.mac.add(mac!);
+    }
+    assert.equal(seen.boot.size, 3, "two clones share a boot id");
+    assert.equal(seen.rnd.size, 3, "two clones produced the same getrandom() bytes");
+    assert.equal(seen.mac.size, 3, "two clones share a MAC");
+  });
+
+  test("SEC-VM-DEVICES: the code cannot open the virtio-serial ports or the root disk", async () => {
+    // The agent's channel and the seed port are the host's control paths; /dev/vda is the
+    // runtime disk under the overlay. All root-only device nodes: EACCES for uid 1000.
+    const r = await run(
+      'for p in /sys/class/virtio-ports/*; do n=${p##*/}; echo "port $(cat $p/name)"; ' +
+        "/bin/poke open /dev/$n; done; echo disk; /bin/poke open /dev/vda",
+    );
+    assert.equal(r.agent.failure, null);
+    const out = text(r.agent.stdout);
+    assert.match(out, /port scratchrun\.0\n/, "the agent's port was tried");
+    assert.match(out, /port scratchrun\.seed\n/, "the seed port was tried");
+    const attempts = out.split("\n").filter((l) => /^(read|write) /.test(l));
+    assert.equal(attempts.length, 6, out);
+    for (const a of attempts) assert.match(a, / EACCES$/, out);
+  });
 });
