@@ -24,6 +24,7 @@ Run options (the same as the scratchrun_exec tool's parameters):
   --no-redact-env        show env values in the output instead of [redacted:NAME]
   --out-dir DIR          write returned files into DIR
   --json                 print the structured result as JSON
+  --isolation B          microvm | namespace (overrides SCRATCHRUN_ISOLATION; also for mcp)
 
 Environment: SCRATCHRUN_ISOLATION=namespace|microvm chooses the backend.
 `;
@@ -34,7 +35,7 @@ export async function main(argv: string[]): Promise<number> {
     case "run":
       return runCommand(rest);
     case "mcp":
-      await runMcpStdio();
+      await runMcpStdio(rest);
       return new Promise<number>(() => {});
     case "serve":
       return (await import("../api/serve-command.js")).runServe(rest);

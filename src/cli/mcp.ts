@@ -1,7 +1,8 @@
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import { Engine } from "../engine/engine.js";
 import { LIMITS } from "../schema/limits.js";
-import { createEngineFromEnv } from "../setup/engine-factory.js";
+import { parseArgs } from "node:util";
+import { createEngineFromEnv, withIsolation } from "../setup/engine-factory.js";
 import { createMcpServer } from "../mcp/server.js";
 import { RemoteEngine, remoteOptionsFromEnv } from "../remote/client.js";
 
@@ -10,9 +11,12 @@ import { RemoteEngine, remoteOptionsFromEnv } from "../remote/client.js";
  * stdout carries JSON-RPC. With SCRATCHRUN_URL set it forwards every call to that ScratchRun
  * server (remote mode) instead of running sandboxes here.
  */
-export async function runMcpStdio(): Promise<void> {
+export async function runMcpStdio(argv: string[] = []): Promise<void> {
+  const { values } = parseArgs({ args: argv, options: { isolation: { type: "string" } } });
   const remote = remoteOptionsFromEnv();
-  const engine = remote ? await RemoteEngine.connect(remote) : await createEngineFromEnv();
+  const engine = remote
+    ? await RemoteEngine.connect(remote)
+    : await createEngineFromEnv(withIsolation(process.env, values.isolation));
   const server = createMcpServer(engine);
   const transport = new StdioServerTransport(process.stdin, process.stdout, {
     maxBufferSize: LIMITS.requestLineBytes.max,

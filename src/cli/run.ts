@@ -3,7 +3,7 @@ import { basename, join } from "node:path";
 import { parseArgs } from "node:util";
 import { isScratchRunError } from "../errors.js";
 import { execInputShape } from "../schema/exec.js";
-import { createEngineFromEnv } from "../setup/engine-factory.js";
+import { createEngineFromEnv, withIsolation } from "../setup/engine-factory.js";
 
 /**
  * How each schema field is given on the command line. Typed against the schema's keys, so a new
@@ -40,6 +40,7 @@ export function parseRunArgs(argv: string[]): {
   input: Record<string, unknown>;
   outDir?: string;
   json: boolean;
+  isolation?: string;
 } {
   const { values, positionals } = parseArgs({
     args: argv,
@@ -57,6 +58,7 @@ export function parseRunArgs(argv: string[]): {
       "no-redact-env": { type: "boolean", default: false },
       "out-dir": { type: "string" },
       json: { type: "boolean", default: false },
+      isolation: { type: "string" },
     },
   });
   let code = values.code;
@@ -89,6 +91,7 @@ export function parseRunArgs(argv: string[]): {
     input,
     json: values.json ?? false,
     ...(values["out-dir"] ? { outDir: values["out-dir"] } : {}),
+    ...(values.isolation ? { isolation: values.isolation } : {}),
   };
 }
 
@@ -100,7 +103,13 @@ export async function runCommand(argv: string[]): Promise<number> {
     process.stderr.write(`scratchrun run: ${e instanceof Error ? e.message : String(e)}\n`);
     return 2;
   }
-  const engine = await createEngineFromEnv();
+  let engine;
+  try {
+    engine = await createEngineFromEnv(withIsolation(process.env, parsed.isolation));
+  } catch (e) {
+    process.stderr.write(`scratchrun run: ${e instanceof Error ? e.message : String(e)}\n`);
+    return 2;
+  }
   const controller = new AbortController();
   process.once("SIGINT", () => controller.abort());
   try {

@@ -16,6 +16,11 @@ export type IsolationChoice = "namespace" | "microvm";
 /** Where `npm run build` puts the static agent binary. */
 export const AGENT_DIR = join(PACKAGE_ROOT, "build", "guest");
 
+/** The environment with a command line's --isolation laid over SCRATCHRUN_ISOLATION. */
+export function withIsolation(env: NodeJS.ProcessEnv, flag: string | undefined): NodeJS.ProcessEnv {
+  return flag === undefined ? env : { ...env, SCRATCHRUN_ISOLATION: flag };
+}
+
 export function isolationChoice(env: NodeJS.ProcessEnv = process.env): IsolationChoice {
   const v = env.SCRATCHRUN_ISOLATION ?? "namespace";
   if (v === "namespace" || v === "microvm") return v;
