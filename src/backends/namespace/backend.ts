@@ -121,6 +121,9 @@ export class NamespaceBackend implements Backend {
           ...(options.onEvent ? { onEvent: options.onEvent } : {}),
         },
       );
+      // After DONE the agent exits by itself and takes the sandbox with it: give it a moment so
+      // killAll finds an empty cgroup instead of polling for exiting processes.
+      await Promise.race([exited, new Promise((r) => setTimeout(r, 100).unref())]);
       await cgroup.killAll();
       const stats = await cgroup.stats();
       const blocked = net ? await net.blockedCount().catch(() => undefined) : undefined;
