@@ -1,7 +1,9 @@
 import assert from "node:assert/strict";
 import { readdirSync, readFileSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
+import { createMicrovmBackend, type MicrovmBackend } from "../../src/backends/microvm/backend.js";
 import { listSandboxNetworkResources } from "../../src/net/resources.js";
+import { networkFromEnv, type NetworkPlan } from "../../src/setup/network.js";
 import { startServer, type McpHarness } from "../helpers/mcp-client.js";
 import {
   BLOCKED_HOSTS,
@@ -13,7 +15,15 @@ import {
   type Check,
   type ProbeResult,
 } from "../net/topology.js";
-import { canRunMicrovm } from "./fixture.js";
+import {
+  assertNoLeftovers,
+  canRunMicrovm,
+  hostLeftovers,
+  makeTinyRoot,
+  shJob,
+  text,
+  type TinyRoot,
+} from "./fixture.js";
 
 const skip = canRunMicrovm();
 
@@ -225,6 +235,105 @@ describe(
       assert.equal(s.network, "none");
       assert.equal(s.network_blocked_packets, undefined);
       assert.doesNotMatch(topo.logSince(mark, "pub"), /scratchrun-probe/, "pub got a packet");
+    });
+  },
+);
+
+/**
+ * Two VMs at once on one uplink (the backend directly, busybox in a tiny root): one serves TCP
+ * echo on its own address for a few seconds, the other tries every sandbox address of the first
+ * slots meanwhile. Wall clocks (both set from the host's by the seed) prove the windows overlap,
+ * and the server's own connection to itself proves it was listening.
+ */
+describe(
+  "two simultaneous microVMs cannot reach each other",
+  {
+    skip: skip ?? false,
+    timeout: 300_000,
+  },
+  () => {
+    let topo: Topology;
+    let root: TinyRoot;
+    let plan: NetworkPlan;
+    let backend: MicrovmBackend;
+    let before0: Awaited<ReturnType<typeof hostLeftovers>>;
+
+    before(async () => {
+      topo = await new Topology().build();
+      root = makeTinyRoot();
+      before0 = await hostLeftovers();
+      plan = await networkFromEnv({
+        SCRATCHRUN_NETWORK: "public",
+        SCRATCHRUN_UPLINK_NETNS: topo.uplinkNs,
+        SCRATCHRUN_NET_PREFIX: topo.uplink.prefix,
+        SCRATCHRUN_DNS: RESOLVER,
+        SCRATCHRUN_ENABLE_FORWARDING: "1",
+      });
+      assert.ok(plan.provider, plan.reason);
+      backend = await createMicrovmBackend({
+        rootfsDir: root.rootfs,
+        disk: root.disk,
+        network: plan.provider,
+        pool: { sizes: { bash: 2 }, mode: "restore" },
+      });
+      await backend.pool.whenFull();
+    });
+    after(async () => {
+      await backend?.close();
+      await plan?.provider?.close();
+      const left = await listSandboxNetworkResources(topo.uplink);
+      await topo.destroy();
+      root.cleanup();
+      assert.deepEqual(
+        left,
+        { netns: [], links: [], tables: [] },
+        "sandbox networks were torn down",
+      );
+      await assertNoLeftovers(before0, "a VM or template left something behind");
+    });
+
+    test("the listener is never reached from the other VM", async () => {
+      const server = shJob(
+        "own=$(ip -4 -o addr show eth0 | awk '{print $4}' | cut -d/ -f1); echo \"own $own\"; " +
+          'nc -ll -p 7000 -e /home/user/echo.sh & sleep 0.5; echo "start $(date +%s)"; ' +
+          'echo self | timeout 2 nc $own 7000; sleep 6; echo "end $(date +%s)"',
+        {
+          timeoutMs: 20_000,
+          files: [
+            {
+              path: "/home/user/echo.sh",
+              mode: 0o755,
+              content: Buffer.from("#!/bin/sh\nexec /bin/busybox cat\n"),
+            },
+          ],
+        },
+      );
+      const client = shJob(
+        'sleep 1.5; echo "probe $(date +%s)"; for i in 2 6 10 14 18 22 26 30; do ' +
+          '(echo from-b | timeout 2 nc 10.250.0.$i 7000 | sed "s/^/reply $i /") & done; wait; ' +
+          'echo "probed $(date +%s)"',
+        { timeoutMs: 20_000 },
+      );
+      server.network = "public";
+      client.network = "public";
+      const run = (j: typeof server) => backend.run(j, { signal: new AbortController().signal });
+      const [a, b] = await Promise.all([run(server), run(client)]);
+      type Outcome = typeof a;
+      const out = (r: Outcome) => text(r.agent.stdout);
+      const field = (r: Outcome, k: string) =>
+        new RegExp(`^${k} (\\S+)$`, "m").exec(out(r))?.[1] ?? "";
+      const own = field(a, "own");
+      assert.match(own, /^10\.250\.0\.(2|6|10|14|18|22|26|30)$/, out(a));
+      assert.match(out(a), /^self$/m, "control: the listener answered its own VM");
+      const [start, end, probe, probed] = [
+        Number(field(a, "start")),
+        Number(field(a, "end")),
+        Number(field(b, "probe")),
+        Number(field(b, "probed")),
+      ];
+      assert.ok(start <= probe && probed <= end, `windows overlap: ${out(a)} / ${out(b)}`);
+      assert.doesNotMatch(out(b), /^reply /m, `the other VM reached the listener: ${out(b)}`);
+      assert.ok((b.blockedConnections ?? 0) > 0, "the filter counted the attempts");
     });
   },
 );
