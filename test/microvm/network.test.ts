@@ -292,6 +292,29 @@ describe(
       await assertNoLeftovers(before0, "a VM or template left something behind");
     });
 
+    test("a cold-booted VM (empty boot-mode pool) gets its network on demand, IPv4 only", async () => {
+      // The on-demand path: network created, QEMU booted into it, guest seeded with its address.
+      const cold = await createMicrovmBackend({
+        rootfsDir: root.rootfs,
+        disk: root.disk,
+        network: plan.provider!,
+        pool: { mode: "boot" },
+      });
+      try {
+        const job = shJob(
+          `echo tok | timeout 3 nc ${PUBLIC} 7; ip -o addr show eth0 | awk '{print $3}'; ` +
+            "cat /proc/sys/net/ipv6/conf/eth0/disable_ipv6",
+        );
+        job.network = "public";
+        const r = await cold.run(job, { signal: new AbortController().signal });
+        assert.equal(r.agent.failure, null);
+        assert.equal(text(r.agent.stdout), "tok\ninet\n1\n");
+        assert.equal(cold.counters.bootedCalls, 1);
+      } finally {
+        await cold.close();
+      }
+    });
+
     test("the listener is never reached from the other VM", async () => {
       const server = shJob(
         "own=$(ip -4 -o addr show eth0 | awk '{print $4}' | cut -d/ -f1); echo \"own $own\"; " +
