@@ -41,6 +41,10 @@ export function hostFloor(rootfsDir: string, manifest: Manifest): BenchSystem {
         "-C",
         inside,
         ...imageEnv(manifest),
+        // The chroot is the real image, writable to root: caches go to the work dir, never
+        // into the image's /home/user.
+        `HOME=${inside}`,
+        `MPLCONFIGDIR=${inside}`,
         ...argvOf(manifest, workload),
       ]);
       return judge(workload, r, dir);
