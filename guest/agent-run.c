@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -71,10 +72,17 @@ static void child_fail(int errfd, int stage) {
   _exit(127);
 }
 
+/* Processes and threads the code may have in a VM (the namespace backend's pids.max). */
+#define SANDBOX_NPROC 128
+
 /* In the forked child: becomes the code's uid/gid for good (real, effective, saved; no groups).
  * Only this child drops: the agent keeps its ids, so the code cannot signal or ptrace it. */
 static int drop_privileges(const struct request *req) {
   if (req->uid == KEEP_ID) return 0;
+  /* The guest has no pids cgroup: bound the code's processes and threads the way the namespace
+   * backend's cgroup does (LIMITS.pids). Counted per real uid, which only the code uses. */
+  struct rlimit nproc = {SANDBOX_NPROC, SANDBOX_NPROC};
+  if (setrlimit(RLIMIT_NPROC, &nproc) < 0) return -1;
   if (setgroups(0, NULL) < 0 || setresgid(req->gid, req->gid, req->gid) < 0 ||
       setresuid(req->uid, req->uid, req->uid) < 0)
     return -1;

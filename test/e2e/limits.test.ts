@@ -37,7 +37,7 @@ for (const backend of TEST_BACKENDS) {
           "print('started', len(procs))",
           "for p in procs: p.kill()",
         ].join("\n"),
-        timeout_ms: 20000,
+        timeout_ms: 30000,
       });
       assert.equal(s.exit_reason, "ok", s.stderr);
       const started = Number(/started (\d+)/.exec(s.stdout)?.[1]);
