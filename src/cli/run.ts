@@ -105,7 +105,9 @@ export async function runCommand(argv: string[]): Promise<number> {
   }
   let engine;
   try {
-    engine = await createEngineFromEnv(withIsolation(process.env, parsed.isolation));
+    // One call, then exit: no warm pool to fill unless asked for.
+    const env = { SCRATCHRUN_POOL_SIZE: "0", ...process.env };
+    engine = await createEngineFromEnv(withIsolation(env, parsed.isolation));
   } catch (e) {
     process.stderr.write(`scratchrun run: ${e instanceof Error ? e.message : String(e)}\n`);
     return 2;

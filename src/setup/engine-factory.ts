@@ -22,7 +22,9 @@ export function withIsolation(env: NodeJS.ProcessEnv, flag: string | undefined):
 }
 
 export function isolationChoice(env: NodeJS.ProcessEnv = process.env): IsolationChoice {
-  const v = env.SCRATCHRUN_ISOLATION ?? "namespace";
+  // The product's promise is a microVM per call: that is the default, KVM where it works, TCG
+  // otherwise (every result says which). "namespace" is the faster, weaker choice.
+  const v = env.SCRATCHRUN_ISOLATION ?? "microvm";
   if (v === "namespace" || v === "microvm") return v;
   throw new ScratchRunError(
     "NOT_READY",
