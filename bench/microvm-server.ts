@@ -13,7 +13,8 @@ async function main(): Promise<void> {
   const sizes = JSON.parse(process.env.BENCH_POOL ?? "{}") as Partial<Record<RuntimeName, number>>;
   const rootfs = findRootfs();
   if (!rootfs.ok) throw new Error(rootfs.error);
-  const backend = await createMicrovmBackend({ rootfsDir: rootfs.dir, pool: { sizes } });
+  const mode = process.env.BENCH_POOL_MODE === "boot" ? "boot" : "restore";
+  const backend = await createMicrovmBackend({ rootfsDir: rootfs.dir, pool: { sizes, mode } });
   const engine = new Engine(backend, { forceNetworkNone: true });
   const server = createMcpServer(engine);
   const transport = new StdioServerTransport();

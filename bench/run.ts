@@ -77,7 +77,12 @@ function microvmSystem(id: string, pool: Plan["microvmPool"]): McpSystem {
     id,
     label: pooled ? "ScratchRun microVM, warm pool (MCP)" : "naive microVM, boot per call (MCP)",
     script: BENCH_MICROVM_SERVER,
-    env: { ...scratchrunEnv(), BENCH_POOL: JSON.stringify(pool) },
+    // The naive microVM cold-boots every call (no snapshot either): the baseline the pool beats.
+    env: {
+      ...scratchrunEnv(),
+      BENCH_POOL: JSON.stringify(pool),
+      BENCH_POOL_MODE: pooled ? "restore" : "boot",
+    },
     pool,
     skip: (w) =>
       pooled && (pool[w.runtime] ?? 0) === 0 ? `no pooled VM for ${w.runtime} in this plan` : null,

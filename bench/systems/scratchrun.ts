@@ -89,6 +89,8 @@ export function mcpSystem(o: McpSystemOptions): McpSystem {
               runtime: w.runtime,
               code: w.code,
               network: "none",
+              // The realistic call under TCG takes seconds: give it the most the tool allows.
+              ...(w.id === "realistic" ? { timeout_ms: 30_000 } : {}),
               ...(w.returnFiles.length ? { return_files: w.returnFiles } : {}),
             },
           },
