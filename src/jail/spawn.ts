@@ -8,8 +8,11 @@ export interface JailedSpawn {
   gid: number;
   /** Program and arguments, run after entering the cgroups and dropping to uid/gid. */
   argv: string[];
-  /** Extra fds for the child beyond 0-2 (e.g. a seccomp program on fd 3). */
-  extraFds?: number;
+  /**
+   * The child's fds from 3 up: "pipe" (e.g. a seccomp program to write), a host fd to inherit
+   * (e.g. a snapshot's RAM memfd), or "ignore" to leave that number unused.
+   */
+  stdioExtra?: ("pipe" | "ignore" | number)[];
   /** Run inside this network namespace (nsenter --net); none means the caller unshares it. */
   netnsPath?: string;
 }
@@ -37,8 +40,12 @@ export function spawnJailed(spec: JailedSpawn): ChildProcess {
     "--",
   ];
   const netns = spec.netnsPath ? [NSENTER, `--net=${spec.netnsPath}`, "--"] : [];
-  const stdio: ("pipe" | "ignore")[] = ["pipe", "pipe", "pipe"];
-  for (let i = 0; i < (spec.extraFds ?? 0); i++) stdio.push("pipe");
+  const stdio: ("pipe" | "ignore" | number)[] = [
+    "pipe",
+    "pipe",
+    "pipe",
+    ...(spec.stdioExtra ?? []),
+  ];
   return spawn(
     "/bin/sh",
     ["-c", script, "sh", ...spec.cgroupProcsFiles, ...netns, ...drop, ...spec.argv],

@@ -1,7 +1,12 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { TEST_BACKENDS } from "../helpers/backends.js";
-import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
+import {
+  assertNoLeaks,
+  assertServerFdsBack,
+  snapshot,
+  type HostSnapshot,
+} from "../helpers/leaks.js";
 import { startServer, type McpHarness } from "../helpers/mcp-client.js";
 
 /**
@@ -13,12 +18,17 @@ for (const backend of TEST_BACKENDS) {
   describe(`limits [${backend}]`, () => {
     let h: McpHarness;
     let base: HostSnapshot;
+    let fds = 0;
     const proven = { pids: false, memory: false };
     before(async () => {
       base = snapshot();
       h = await startServer({ SCRATCHRUN_ISOLATION: backend });
+      // One call first: the server's fds after it are its steady state.
+      await h.exec({ runtime: "bash", code: "true" });
+      fds = h.serverFds();
     });
     after(async () => {
+      if (backend === "namespace") await assertServerFdsBack(() => h.serverFds(), fds);
       await h.close();
       await assertNoLeaks(base);
     });

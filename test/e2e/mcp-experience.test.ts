@@ -5,7 +5,12 @@ import {
   LoggingMessageNotificationSchema,
 } from "@modelcontextprotocol/sdk/types.js";
 import { TEST_BACKENDS } from "../helpers/backends.js";
-import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
+import {
+  assertNoLeaks,
+  assertServerFdsBack,
+  snapshot,
+  type HostSnapshot,
+} from "../helpers/leaks.js";
 import {
   startServer,
   textOf,
@@ -17,11 +22,16 @@ for (const backend of TEST_BACKENDS) {
   describe(`MCP experience [${backend}]`, () => {
     let h: McpHarness;
     let base: HostSnapshot;
+    let fds = 0;
     before(async () => {
       base = snapshot();
       h = await startServer({ SCRATCHRUN_ISOLATION: backend });
+      // One call first: the server's fds after it are its steady state.
+      await h.exec({ runtime: "bash", code: "true" });
+      fds = h.serverFds();
     });
     after(async () => {
+      if (backend === "namespace") await assertServerFdsBack(() => h.serverFds(), fds);
       await h.close();
       await assertNoLeaks(base);
     });

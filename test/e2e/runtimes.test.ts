@@ -1,18 +1,28 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { expectedIsolation, TEST_BACKENDS } from "../helpers/backends.js";
-import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
+import {
+  assertNoLeaks,
+  assertServerFdsBack,
+  snapshot,
+  type HostSnapshot,
+} from "../helpers/leaks.js";
 import { startServer, textOf, type McpHarness } from "../helpers/mcp-client.js";
 
 for (const backend of TEST_BACKENDS) {
   describe(`runtimes and parameters [${backend}]`, () => {
     let h: McpHarness;
     let base: HostSnapshot;
+    let fds = 0;
     before(async () => {
       base = snapshot();
       h = await startServer({ SCRATCHRUN_ISOLATION: backend });
+      // One call first: the server's fds after it are its steady state.
+      await h.exec({ runtime: "bash", code: "true" });
+      fds = h.serverFds();
     });
     after(async () => {
+      if (backend === "namespace") await assertServerFdsBack(() => h.serverFds(), fds);
       await h.close();
       await assertNoLeaks(base);
     });

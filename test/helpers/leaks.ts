@@ -109,3 +109,21 @@ export async function assertNoLeaks(
     await new Promise((r) => setTimeout(r, 50));
   }
 }
+
+/**
+ * The server's open fds come back to their baseline once its calls are done (polls briefly:
+ * pipes of a finished sandbox close asynchronously). Only meaningful without a warm pool, whose
+ * VMs hold sockets of their own.
+ */
+export async function assertServerFdsBack(count: () => number, baseline: number, waitMs = 3000) {
+  const deadline = Date.now() + waitMs;
+  for (;;) {
+    const now = count();
+    if (now <= baseline) return;
+    if (Date.now() > deadline)
+      assert.fail(
+        `the server holds ${now} fds, ${now - baseline} more than its baseline ${baseline}`,
+      );
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}

@@ -1,6 +1,7 @@
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { CallToolResultSchema, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import { readdirSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -34,6 +35,8 @@ export interface McpHarness {
   ): Promise<CallToolResult>;
   exec(args: Record<string, unknown>): Promise<{ result: CallToolResult; s: ExecStructured }>;
   stderr(): string;
+  /** Open fds of the server process (for the fd leak check). */
+  serverFds(): number;
   close(): Promise<void>;
 }
 
@@ -72,6 +75,7 @@ export async function startServer(env: Record<string, string> = {}): Promise<Mcp
       return { result, s: result.structuredContent as unknown as ExecStructured };
     },
     stderr: () => stderr,
+    serverFds: () => readdirSync(`/proc/${transport.pid}/fd`).length,
     close: () => client.close(),
   };
 }

@@ -1,3 +1,4 @@
+import { skipOutsideCi } from "../helpers/ci.js";
 /**
  * Real cgroups on this host (v1 or v2), entered by the wrapper shell before bwrap, exactly as the
  * namespace backend does. Order matters and node:test runs a file's tests in sequence: the bounded
@@ -31,12 +32,12 @@ const PROVEN: CgroupLimits = { memoryBytes: 64 * MiB, pids: 16, cpuQuotaPercent:
 const proven = { pids: false, memory: false };
 
 let host: CgroupHost | undefined;
-let skip = hostCanJail();
+let skip = skipOutsideCi(hostCanJail());
 if (!skip) {
   try {
     host = detectCgroups({ parentName: "scratchrun-jailtest" });
   } catch (e) {
-    skip = `no usable cgroups: ${(e as Error).message}`;
+    skip = skipOutsideCi(`no usable cgroups: ${(e as Error).message}`);
   }
 }
 const h = (): CgroupHost => host ?? assert.fail("no cgroup host");

@@ -82,9 +82,10 @@ describe("the NIC and the jail around it", () => {
     nic,
   });
   const jail = (net: "tap" | "none") =>
-    renderJailArgs({ kernel: "/k", initramfs: "/i", disk: "/d", runDir: "/r", kvm: false, net }, [
-      "-x",
-    ]);
+    renderJailArgs(
+      { kernel: "/k", initramfs: "/i", disk: "/d", runDir: "/r", kvm: false, net, seccompFd: 4 },
+      ["-x"],
+    );
 
   test("a tap without vnet headers, or a hub port with nothing behind it; same device", () => {
     const tap = nicArgs({ mac: "02:00:00:00:00:01", backend: { kind: "tap", ifname: "tap0" } });

@@ -1,3 +1,4 @@
+import { skipOutsideCi } from "../helpers/ci.js";
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { createMicrovmBackend, type MicrovmBackend } from "../../src/backends/microvm/backend.js";
@@ -11,7 +12,7 @@ import {
   type TinyRoot,
 } from "./fixture.js";
 
-const skip = canRunMicrovm();
+const skip = skipOutsideCi(canRunMicrovm());
 const signal = () => new AbortController().signal;
 
 /** Parses `poke` output ("<what> ok" | "<what> <errno name>") into a map. */

@@ -1,3 +1,4 @@
+import { skipOutsideCi } from "../helpers/ci.js";
 import assert from "node:assert/strict";
 import { readdirSync, readFileSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
@@ -25,7 +26,7 @@ import {
   type TinyRoot,
 } from "./fixture.js";
 
-const skip = canRunMicrovm();
+const skip = skipOutsideCi(canRunMicrovm());
 
 /** pid -> [ppid, comm] of every process now. */
 function processTable(): Map<number, [number, string]> {

@@ -1,3 +1,4 @@
+import { skipOutsideCi } from "../helpers/ci.js";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
@@ -13,7 +14,7 @@ import {
   type TinyRoot,
 } from "./fixture.js";
 
-const skip = canRunMicrovm();
+const skip = skipOutsideCi(canRunMicrovm());
 
 function running(pid: number): boolean {
   try {

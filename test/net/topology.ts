@@ -6,6 +6,7 @@
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import { dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { inNetns, mustRun, runCommand } from "../../src/net/commands.js";
 import { uplinkConfig, type UplinkConfig } from "../../src/net/uplink.js";
@@ -282,6 +283,10 @@ export async function probe(
           "/dev",
           "--tmpfs",
           "/tmp",
+          // The checkout may itself live under /tmp: keep the probe scripts visible.
+          "--ro-bind",
+          dirname(PROBE),
+          dirname(PROBE),
           ...(opts.resolvConfPath ? ["--ro-bind", opts.resolvConfPath, "/etc/resolv.conf"] : []),
         ];
   const argv = [

@@ -3,6 +3,7 @@
  * the agent's kill(-1, SIGKILL) can only ever reach the sandbox. Never start the agent outside a
  * pid namespace (it refuses anyway).
  */
+import { dirname } from "node:path";
 import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
@@ -39,6 +40,10 @@ export function bwrapArgs(o: JailOptions = {}): string[] {
     "1777",
     "--tmpfs",
     "/tmp",
+    // The checkout may itself live under /tmp (CI clones anywhere): keep the agent visible.
+    "--ro-bind",
+    dirname(AGENT),
+    dirname(AGENT),
     ...(o.asPid1 ? ["--as-pid-1"] : []),
     ...(o.extra ?? []),
     "--",

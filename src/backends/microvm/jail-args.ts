@@ -16,9 +16,11 @@ export interface JailSpec {
   kvm: boolean;
   /**
    * "tap": QEMU keeps the network namespace it was started in (the sandbox's, entered by
-   * spawn-qemu.ts) and gets /dev/net/tun to open its tap there. "none": a new, empty one.
+   * spawnJailed) and gets /dev/net/tun to open its tap there. "none": a new, empty one.
    */
   net: "tap" | "none";
+  /** fd carrying our seccomp program (on top of QEMU's own -sandbox). */
+  seccompFd: number;
 }
 
 const BWRAP = "/usr/bin/bwrap";
@@ -47,6 +49,7 @@ export function renderJailArgs(spec: JailSpec, qemuArgs: readonly string[]): str
     ...["--ro-bind", checkHostPath(spec.disk, "disk"), IN_JAIL.disk],
     ...["--bind", checkHostPath(spec.runDir, "runDir"), IN_JAIL.runDir],
     ...["--chdir", IN_JAIL.runDir],
+    ...["--seccomp", String(spec.seccompFd)],
     "--",
     QEMU_BINARY,
     ...qemuArgs,

@@ -25,7 +25,12 @@ import {
 import { renderJailArgs } from "./jail-args.js";
 import { Qmp } from "./qmp.js";
 import { renderQemuArgs, type QemuSpec } from "./qemu-args.js";
-import { spawnQemuJailed } from "./spawn-qemu.js";
+import { renderSeccompFilter } from "../../jail/seccomp.js";
+import { spawnJailed } from "../../jail/spawn.js";
+
+/** The namespace backend's seccomp policy, applied to the jailed QEMU too (bwrap --seccomp). */
+const QEMU_SECCOMP = renderSeccompFilter();
+const QEMU_SECCOMP_FD = 4;
 
 const MiB = 1024 * 1024;
 
@@ -115,6 +120,7 @@ export class MicroVm {
   ) {
     this.exited = new Promise((resolve) => child.once("close", () => resolve()));
     child.on("error", () => {});
+    for (const stream of child.stdio) stream?.on("error", () => {}); // EPIPE if QEMU dies early
     child.stderr?.setEncoding("utf8");
     child.stderr?.on("data", (s: string) => {
       this.stderrTail = (this.stderrTail + s).slice(-STDERR_TAIL);
@@ -198,6 +204,7 @@ export class MicroVm {
           runDir: dir,
           kvm: ctx.accel === "kvm",
           net: net ? "tap" : "none",
+          seccompFd: QEMU_SECCOMP_FD,
         },
         renderQemuArgs(spec),
       );
@@ -207,14 +214,16 @@ export class MicroVm {
           : mode.kind === "clone"
             ? mode.image.ramFd
             : undefined;
-      const child = spawnQemuJailed({
+      // fd 3: the snapshot's RAM (QEMU opens /proc/self/fd/3); fd 4: our seccomp program.
+      const child = spawnJailed({
         cgroupProcsFiles: cgroup.procsFiles,
         uid,
         gid,
         argv,
-        ...(fd3 !== undefined ? { fd3 } : {}),
+        stdioExtra: [fd3 ?? "ignore", "pipe"],
         ...(net ? { netnsPath: net.netnsPath } : {}),
       });
+      (child.stdio[QEMU_SECCOMP_FD] as NodeJS.WritableStream | null)?.end(QEMU_SECCOMP);
       vm = new MicroVm(id, opts.memoryMb, ctx, uid, dir, cgroup, child, mac, net);
       net = null; // the VM owns it now: destroy() tears it down
       const v = vm;

@@ -92,7 +92,7 @@ export class NamespaceBackend implements Backend {
         uid,
         gid: uid,
         argv,
-        extraFds: 1,
+        stdioExtra: ["pipe"],
         ...(net ? { netnsPath: net.netnsPath } : {}),
       });
       this.live.add(child);
