@@ -1,5 +1,6 @@
 import { skipOutsideCi } from "../helpers/ci.js";
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
 import { createMicrovmBackend, type MicrovmBackend } from "../../src/backends/microvm/backend.js";
 import {
@@ -68,6 +69,39 @@ describe("microvm backend", { skip: skip ?? false, timeout: 300_000 }, () => {
         { signal: signal() },
       );
       assert.equal(text(r.agent.stdout).split("\n").slice(-3).join("|"), "denied|tmpfs|");
+    } finally {
+      await backend.close();
+    }
+  });
+
+  test("QEMU runs under two seccomp filters: its own -sandbox and our policy", async () => {
+    const backend = await createMicrovmBackend({
+      rootfsDir: root.rootfs,
+      disk: root.disk,
+      pool: { mode: "boot" },
+    });
+    try {
+      let seen: string[] = [];
+      await backend.run(shJob("echo up; sleep 1"), {
+        signal: signal(),
+        onEvent: (e) => {
+          if (e.type !== "stdout" || seen.length) return;
+          seen = ["pending"];
+          void backend.livePids().then((pids) => {
+            seen = pids.flatMap((pid) => {
+              try {
+                const status = readFileSync(`/proc/${pid}/status`, "utf8");
+                if (!/^Name:\s+qemu-system/m.test(status)) return [];
+                return [/^Seccomp_filters:\s+(\d+)/m.exec(status)?.[1] ?? "none"];
+              } catch {
+                return [];
+              }
+            });
+          });
+        },
+      });
+      assert.ok(seen.length >= 1 && seen[0] !== "pending", `no QEMU process seen: ${seen}`);
+      for (const n of seen) assert.ok(Number(n) >= 2, `QEMU has ${n} seccomp filters`);
     } finally {
       await backend.close();
     }
