@@ -1,13 +1,8 @@
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { TEST_BACKENDS } from "../helpers/backends.js";
-import {
-  assertNoLeaks,
-  assertServerFdsBack,
-  snapshot,
-  type HostSnapshot,
-} from "../helpers/leaks.js";
-import { startServer, type McpHarness } from "../helpers/mcp-client.js";
+import { assertNoLeaks } from "../helpers/leaks.js";
+import { serverForSuite } from "../helpers/suite.js";
 
 /**
  * Resource limits. The bounded proofs come first in this file (node:test runs a file's tests in
@@ -16,22 +11,8 @@ import { startServer, type McpHarness } from "../helpers/mcp-client.js";
  */
 for (const backend of TEST_BACKENDS) {
   describe(`limits [${backend}]`, () => {
-    let h: McpHarness;
-    let base: HostSnapshot;
-    let fds = 0;
+    const h = serverForSuite(backend);
     const proven = { pids: false, memory: false };
-    before(async () => {
-      base = snapshot();
-      h = await startServer({ SCRATCHRUN_ISOLATION: backend });
-      // One call first: the server's fds after it are its steady state.
-      await h.exec({ runtime: "bash", code: "true" });
-      fds = h.serverFds();
-    });
-    after(async () => {
-      if (backend === "namespace") await assertServerFdsBack(() => h.serverFds(), fds);
-      await h.close();
-      await assertNoLeaks(base);
-    });
 
     test("bounded: the process limit holds (children start one by one until refused)", async () => {
       const { s } = await h.exec({
@@ -90,7 +71,7 @@ for (const backend of TEST_BACKENDS) {
       );
       const { s } = await h.exec({ runtime: "bash", code: ":(){ :|:& };:", timeout_ms: 3000 });
       assert.ok(["timeout", "ok", "error", "killed"].includes(s.exit_reason), s.exit_reason);
-      await assertNoLeaks(base, 3000, { whileServing: true });
+      await assertNoLeaks(h.base(), 3000, { whileServing: true });
       const after = await h.exec({ runtime: "bash", code: "echo alive" });
       assert.equal(after.s.stdout, "alive\n");
     });
@@ -142,7 +123,7 @@ for (const backend of TEST_BACKENDS) {
         code: "(sleep 300 &); nohup sleep 301 >/dev/null 2>&1 & setsid sleep 302 & echo started",
       });
       assert.equal(s.stdout, "started\n");
-      await assertNoLeaks(base, 3000, { whileServing: true });
+      await assertNoLeaks(h.base(), 3000, { whileServing: true });
       const next = await h.exec({
         runtime: "bash",
         code: "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c '[s]leep 30' || true",

@@ -1,40 +1,17 @@
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import {
   CallToolResultSchema,
   LoggingMessageNotificationSchema,
 } from "@modelcontextprotocol/sdk/types.js";
 import { TEST_BACKENDS } from "../helpers/backends.js";
-import {
-  assertNoLeaks,
-  assertServerFdsBack,
-  snapshot,
-  type HostSnapshot,
-} from "../helpers/leaks.js";
-import {
-  startServer,
-  textOf,
-  type ExecStructured,
-  type McpHarness,
-} from "../helpers/mcp-client.js";
+import { assertNoLeaks, snapshot } from "../helpers/leaks.js";
+import { startServer, textOf, type ExecStructured } from "../helpers/mcp-client.js";
+import { serverForSuite } from "../helpers/suite.js";
 
 for (const backend of TEST_BACKENDS) {
   describe(`MCP experience [${backend}]`, () => {
-    let h: McpHarness;
-    let base: HostSnapshot;
-    let fds = 0;
-    before(async () => {
-      base = snapshot();
-      h = await startServer({ SCRATCHRUN_ISOLATION: backend });
-      // One call first: the server's fds after it are its steady state.
-      await h.exec({ runtime: "bash", code: "true" });
-      fds = h.serverFds();
-    });
-    after(async () => {
-      if (backend === "namespace") await assertServerFdsBack(() => h.serverFds(), fds);
-      await h.close();
-      await assertNoLeaks(base);
-    });
+    const h = serverForSuite(backend);
 
     test("progress: stages and elapsed time, always increasing", async () => {
       const events: { progress: number; message?: string }[] = [];
@@ -90,7 +67,7 @@ for (const backend of TEST_BACKENDS) {
       );
       setTimeout(() => controller.abort(), 700);
       await assert.rejects(call);
-      await assertNoLeaks(base, 5000, { whileServing: true });
+      await assertNoLeaks(h.base(), 5000, { whileServing: true });
       assert.ok(Date.now() - started < 20_000, "the sandbox did not run to its timeout");
       const next = await h.exec({ runtime: "bash", code: "echo next" });
       assert.equal(next.s.stdout, "next\n");

@@ -1,0 +1,55 @@
+import { after, before } from "node:test";
+import type { TestBackend } from "./backends.js";
+import { assertNoLeaks, assertServerFdsBack, snapshot, type HostSnapshot } from "./leaks.js";
+import { startServer, type McpHarness } from "./mcp-client.js";
+
+export type SuiteServer = McpHarness & {
+  /** The host's state before the server started: what every leak check compares with. */
+  base(): HostSnapshot;
+};
+
+/**
+ * The lifecycle every e2e suite shares, registered in the calling describe(): snapshot the host,
+ * start the built server on `backend`, make one call so its fds settle; afterwards, check the
+ * server's fds came back (namespace: a warm pool holds sockets of its own), stop it, and check
+ * the host is as it was. Returns the harness, usable once the suite's tests run.
+ */
+export function serverForSuite(
+  backend: TestBackend,
+  env: Record<string, string> = {},
+): SuiteServer {
+  let h: McpHarness | undefined;
+  let base: HostSnapshot | undefined;
+  let fds = 0;
+  before(async () => {
+    base = snapshot();
+    h = await startServer({ SCRATCHRUN_ISOLATION: backend, ...env });
+    await h.exec({ runtime: "bash", code: "true" });
+    fds = h.serverFds();
+  });
+  after(async () => {
+    if (!h || !base) return;
+    const server = h;
+    if (backend === "namespace") await assertServerFdsBack(() => server.serverFds(), fds);
+    await server.close();
+    await assertNoLeaks(base);
+  });
+  const live = () => {
+    if (!h) throw new Error("the suite's server is not started yet");
+    return h;
+  };
+  return {
+    get client() {
+      return live().client;
+    },
+    call: (...args) => live().call(...args),
+    exec: (args) => live().exec(args),
+    stderr: () => live().stderr(),
+    serverFds: () => live().serverFds(),
+    close: () => live().close(),
+    base: () => {
+      if (!base) throw new Error("the suite has not started");
+      return base;
+    },
+  };
+}
