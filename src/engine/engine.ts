@@ -1,7 +1,7 @@
 import type { Backend } from "../backends/types.js";
 import type { Manifest } from "../images/manifest.js";
-import type { AgentEvent } from "../protocol/types.js";
-import type { ExecRequest } from "../schema/exec.js";
+import type { AgentEvent, AgentFile } from "../protocol/types.js";
+import type { ExecRequest, RuntimeName } from "../schema/exec.js";
 import { parseExecRequest } from "../schema/validate.js";
 import { Admission } from "./admission.js";
 import { toAgentRequest } from "./request.js";
@@ -22,6 +22,8 @@ export interface EngineOptions {
   networkReason?: string;
   /** Runs after the backend closes (releases server-wide resources). */
   onClose?: () => Promise<void>;
+  /** Files every call of a runtime starts with (caches the image prepared), before the caller's. */
+  seedFiles?: Partial<Record<RuntimeName, AgentFile[]>>;
   /** What each runtime really is (from the image manifest), for scratchrun_runtimes. */
   runtimes?: { runtimes: Manifest["runtimes"]; notes: string[] };
 }
@@ -77,7 +79,7 @@ export class Engine {
           runtime: req.runtime,
           memoryMb: req.memory_mb,
           network: req.network,
-          request: toAgentRequest(req, null),
+          request: toAgentRequest(req, null, this.options.seedFiles?.[req.runtime]),
         },
         { signal: controller.signal, onEvent: (e) => relay(e, options.onProgress) },
       );

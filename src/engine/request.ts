@@ -1,4 +1,4 @@
-import type { AgentRequest } from "../protocol/types.js";
+import type { AgentFile, AgentRequest } from "../protocol/types.js";
 import type { ExecRequest } from "../schema/exec.js";
 import { CODE_DIR, LIMITS, WORKDIR } from "../schema/limits.js";
 import { normaliseSandboxPath } from "../schema/paths.js";
@@ -8,9 +8,14 @@ const encoder = new TextEncoder();
 
 /**
  * Turns a validated call into the agent request: the code becomes a read-only file in the code
- * directory, the caller's env is laid over the base env, paths become absolute.
+ * directory, the caller's env is laid over the base env, paths become absolute, and the runtime's
+ * seed files (e.g. matplotlib's font cache, built once into the image) go in first.
  */
-export function toAgentRequest(req: ExecRequest, uid: number | null): AgentRequest {
+export function toAgentRequest(
+  req: ExecRequest,
+  uid: number | null,
+  seedFiles: readonly AgentFile[] = [],
+): AgentRequest {
   const spec = runtimeSpec(req.runtime);
   const codePath = `${CODE_DIR}/${spec.codeFile}`;
   const files = Object.entries(req.files).map(([path, content]) => {
@@ -34,7 +39,12 @@ export function toAgentRequest(req: ExecRequest, uid: number | null): AgentReque
     cwd: WORKDIR,
     argv: [...spec.argv, codePath],
     env: { ...BASE_ENV, ...req.env },
-    files: [{ path: codePath, mode: 0o444, content: encoder.encode(req.code) }, ...files],
+    // Seed files (caches the image prepared) first; a caller's file of the same path wins.
+    files: [
+      { path: codePath, mode: 0o444, content: encoder.encode(req.code) },
+      ...seedFiles.filter((seed) => !files.some((f) => f.path === seed.path)),
+      ...files,
+    ],
     returnFiles,
   };
 }

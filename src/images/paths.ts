@@ -35,3 +35,6 @@ export const IN_IMAGE = {
   bash: "/bin/bash",
   mountPoints: ["/home/user", "/run/scratchrun", "/opt/scratchrun"],
 } as const;
+
+/** Where the image keeps matplotlib's prebuilt font cache (relative to the rootfs). */
+export const MATPLOTLIB_CACHE_DIR = "usr/share/scratchrun/matplotlib";

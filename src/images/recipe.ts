@@ -114,7 +114,7 @@ export function listWheels(dir: string): string[] {
  * The compiled code itself is not hashed: a reformat or an unrelated fix must not force a
  * multi-minute rebuild, nor hide the existing image from a server that was just upgraded.
  */
-export const BUILD_REVISION = 2;
+export const BUILD_REVISION = 3;
 
 /** The files of images/rootfs/ that the build reads (its README is not one of them). */
 export const RECIPE_FILES = [

@@ -1,4 +1,4 @@
-import { existsSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { createMicrovmBackend } from "../backends/microvm/backend.js";
 import { NamespaceBackend } from "../backends/namespace/backend.js";
@@ -6,8 +6,11 @@ import type { Backend } from "../backends/types.js";
 import { Engine, type EngineOptions } from "../engine/engine.js";
 import { ScratchRunError } from "../errors.js";
 import { findRootfs } from "../images/locate.js";
+import { detectCgroups, reapStaleEmptyCgroups } from "../jail/cgroup.js";
 import type { Manifest } from "../images/manifest.js";
-import { PACKAGE_ROOT } from "../images/paths.js";
+import { MATPLOTLIB_CACHE_DIR, PACKAGE_ROOT } from "../images/paths.js";
+import type { AgentFile } from "../protocol/types.js";
+import { WORKDIR } from "../schema/limits.js";
 import { RUNTIMES, type RuntimeName } from "../schema/exec.js";
 import { networkFromEnv } from "./network.js";
 
@@ -82,6 +85,22 @@ export function poolSizes(env: NodeJS.ProcessEnv = process.env): Record<RuntimeN
   return sizes;
 }
 
+/**
+ * matplotlib's font cache as the image build made it, seeded into each python3.11 sandbox's
+ * ~/.cache/matplotlib so the first plot does not rescan every font (an image without it: none).
+ */
+export function matplotlibSeed(rootfsDir: string): AgentFile[] {
+  const dir = join(rootfsDir, MATPLOTLIB_CACHE_DIR);
+  if (!existsSync(dir)) return [];
+  return readdirSync(dir)
+    .filter((name) => /^fontlist-v\d+\.json$/.test(name))
+    .map((name) => ({
+      path: `${WORKDIR}/.cache/matplotlib/${name}`,
+      mode: 0o644,
+      content: readFileSync(join(dir, name)),
+    }));
+}
+
 /** Builds the engine the environment asks for; refuses to start rather than downgrade. */
 export async function createEngineFromEnv(
   env: NodeJS.ProcessEnv = process.env,
@@ -89,6 +108,8 @@ export async function createEngineFromEnv(
 ): Promise<Engine> {
   const choice = isolationChoice(env);
   const { rootfsDir, manifest } = namespacePreflight(env);
+  // What dead servers left: empty sandbox cgroups (their processes died with them).
+  await reapStaleEmptyCgroups(detectCgroups());
   // Both backends: public egress when the host can give it (a veth per sandbox for the
   // namespace backend, a tap per VM for the microVM backend), else every call runs with "none".
   const network = await networkFromEnv(env);
@@ -119,6 +140,7 @@ export async function createEngineFromEnv(
     networkReason: network.reason,
     onClose: async () => network.provider?.close(),
     runtimes: { runtimes: manifest.runtimes, notes: manifest.notes },
+    seedFiles: { "python3.11": matplotlibSeed(rootfsDir) },
     ...options,
   });
 }

@@ -1,31 +1,12 @@
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { expectedIsolation, TEST_BACKENDS } from "../helpers/backends.js";
-import {
-  assertNoLeaks,
-  assertServerFdsBack,
-  snapshot,
-  type HostSnapshot,
-} from "../helpers/leaks.js";
-import { startServer, textOf, type McpHarness } from "../helpers/mcp-client.js";
+import { textOf } from "../helpers/mcp-client.js";
+import { serverForSuite } from "../helpers/suite.js";
 
 for (const backend of TEST_BACKENDS) {
   describe(`runtimes and parameters [${backend}]`, () => {
-    let h: McpHarness;
-    let base: HostSnapshot;
-    let fds = 0;
-    before(async () => {
-      base = snapshot();
-      h = await startServer({ SCRATCHRUN_ISOLATION: backend });
-      // One call first: the server's fds after it are its steady state.
-      await h.exec({ runtime: "bash", code: "true" });
-      fds = h.serverFds();
-    });
-    after(async () => {
-      if (backend === "namespace") await assertServerFdsBack(() => h.serverFds(), fds);
-      await h.close();
-      await assertNoLeaks(base);
-    });
+    const h = serverForSuite(backend);
 
     const versions: [string, string, RegExp][] = [
       ["python3.12", "import sys; print(sys.version)", /^3\.12\./],
@@ -122,6 +103,26 @@ for (const backend of TEST_BACKENDS) {
       const png = Buffer.from(image.data, "base64");
       assert.deepEqual([...png.subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
       assert.equal(s.files[0]?.size_bytes, png.length);
+    });
+
+    test("python3.11 starts with matplotlib's font cache from the image (no per-call font scan)", async () => {
+      const { s } = await h.exec({
+        runtime: "python3.11",
+        code: [
+          "import os, time",
+          "cache = os.path.expanduser('~/.cache/matplotlib')",
+          "print(sorted(os.listdir(cache)))",
+          "before = os.stat(os.path.join(cache, os.listdir(cache)[0])).st_mtime_ns",
+          "import matplotlib.font_manager",
+          "print(os.stat(os.path.join(cache, os.listdir(cache)[0])).st_mtime_ns == before)",
+        ].join("\n"),
+      });
+      assert.equal(s.exit_reason, "ok", s.stderr);
+      assert.match(
+        s.stdout,
+        /^\['fontlist-v\d+\.json'\]\nTrue\n$/,
+        "the cache was used, not rebuilt",
+      );
     });
 
     test("timeout_ms stops a sleeping program and keeps its partial output", async () => {
