@@ -5,7 +5,7 @@
  * v2: one directory). The jailed wrapper writes its own pid into every `procsFiles` entry before
  * it execs, so nothing the sandbox starts ever runs outside its limits.
  */
-import { mkdir, readFile, readdir, rmdir, writeFile } from "node:fs/promises";
+import { mkdir, readFile, readdir, rmdir, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { ScratchRunError } from "../errors.js";
@@ -312,4 +312,29 @@ export async function removeCgroupParents(host: CgroupHost): Promise<void> {
     });
   }
   preparedParents.delete(host);
+}
+
+/**
+ * Removes sandbox cgroups that are empty and older than `minAgeMs`: what a server that died
+ * (crash, kill -9) leaves once bwrap --die-with-parent has taken its processes. A live sandbox's
+ * cgroup is populated within milliseconds of its creation and removed at teardown, so an empty
+ * one this old belongs to no live server. Returns the directories removed.
+ */
+export async function reapStaleEmptyCgroups(
+  host: CgroupHost,
+  minAgeMs = 60_000,
+): Promise<string[]> {
+  const removed: string[] = [];
+  for (const dir of await listScratchrunCgroups(host)) {
+    try {
+      const procs = (await readFile(join(dir, "cgroup.procs"), "utf8")).trim();
+      const age = Date.now() - (await stat(dir)).mtimeMs;
+      if (procs !== "" || age < minAgeMs) continue;
+      await rmdir(dir);
+      removed.push(dir);
+    } catch {
+      // raced with its owner or another reaper: leave it
+    }
+  }
+  return removed;
 }
