@@ -1,12 +1,11 @@
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
 import { listSandboxNetworkResources } from "../../src/net/resources.js";
 import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
 import { startServer, type McpHarness } from "../helpers/mcp-client.js";
 import {
   BLOCKED_HOSTS,
-  PROBE,
+  probeProgram,
   PUBLIC,
   RESOLVER,
   Topology,
@@ -23,7 +22,6 @@ describe("network egress through the MCP server [namespace]", { timeout: 180_000
   let topo: Topology;
   let h: McpHarness;
   let base: HostSnapshot;
-  const probeSource = readFileSync(PROBE, "utf8");
 
   before(async () => {
     base = snapshot();
@@ -46,7 +44,7 @@ describe("network egress through the MCP server [namespace]", { timeout: 180_000
   });
 
   async function runProbe(checks: Check[], network: "public" | "none") {
-    const code = `import sys\nsys.argv = ['probe', ${JSON.stringify(JSON.stringify(checks))}]\n${probeSource}`;
+    const code = probeProgram(checks);
     const { s } = await h.exec({ runtime: "python3.11", code, network, timeout_ms: 20_000 });
     assert.equal(s.exit_reason, "ok", s.stderr);
     return { res: JSON.parse(s.stdout) as ProbeResult, s };

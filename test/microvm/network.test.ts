@@ -8,7 +8,7 @@ import { networkFromEnv, type NetworkPlan } from "../../src/setup/network.js";
 import { startServer, type McpHarness } from "../helpers/mcp-client.js";
 import {
   BLOCKED_HOSTS,
-  PROBE,
+  probeProgram,
   PUBLIC,
   RESOLVER,
   Topology,
@@ -119,7 +119,6 @@ describe(
     let topo: Topology;
     let h: McpHarness;
     const seen = { pids: new Set<number>(), cgroups: new Set<string>() };
-    const probeSource = readFileSync(PROBE, "utf8");
 
     before(async () => {
       topo = await new Topology().build();
@@ -170,7 +169,7 @@ describe(
     }
 
     async function runProbe(checks: Check[], network: "public" | "none") {
-      const code = `import sys\nsys.argv = ['probe', ${JSON.stringify(JSON.stringify(checks))}]\n${probeSource}`;
+      const code = probeProgram(checks);
       record();
       const { s } = await h.exec({ runtime: "python3.11", code, network, timeout_ms: 30_000 });
       record();

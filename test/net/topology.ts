@@ -6,6 +6,7 @@
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { inNetns, mustRun, runCommand } from "../../src/net/commands.js";
@@ -302,4 +303,10 @@ export async function probe(
   const res = await runCommand(argv, undefined, 20_000);
   if (res.code !== 0) throw new Error(`probe failed (${res.code}): ${res.stderr}`);
   return JSON.parse(res.stdout) as ProbeResult;
+}
+
+/** probe.py as one program the tool can run (`code`), with its checks built in. */
+export function probeProgram(checks: Check[]): string {
+  const source = readFileSync(PROBE, "utf8");
+  return `import sys\nsys.argv = ['probe', ${JSON.stringify(JSON.stringify(checks))}]\n${source}`;
 }
