@@ -116,6 +116,7 @@ for (const backend of TEST_BACKENDS) {
           "import matplotlib.font_manager",
           "print(os.stat(os.path.join(cache, os.listdir(cache)[0])).st_mtime_ns == before)",
         ].join("\n"),
+        timeout_ms: 30000, // importing matplotlib under TCG takes seconds
       });
       assert.equal(s.exit_reason, "ok", s.stderr);
       assert.match(
