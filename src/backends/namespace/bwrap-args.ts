@@ -17,7 +17,13 @@ export interface BwrapLayout {
 
 /** uid/gid of the code inside the sandbox's user namespace (the rootfs's `user`). */
 export const SANDBOX_USER_ID = 1000;
-export const AGENT_PATH = "/opt/scratchrun/agent";
+const AGENT_DIR = "/opt/scratchrun";
+export const AGENT_PATH = `${AGENT_DIR}/agent`;
+
+/** A RAM-backed writable area: size-capped, with the given mode (bwrap mounts it nosuid,nodev). */
+function tmpfs(path: string, perms: string, bytes: number): string[] {
+  return ["--perms", perms, "--size", String(bytes), "--tmpfs", path];
+}
 
 /**
  * The bubblewrap command line for one sandbox, as a pure function of its layout: every namespace
@@ -31,7 +37,6 @@ export const AGENT_PATH = "/opt/scratchrun/agent";
  * /dev is read-only after setup (its tmpfs has no size cap); /dev/shm is a capped tmpfs.
  */
 export function renderBwrapArgs(layout: BwrapLayout): string[] {
-  const size = String(layout.scratchBytes);
   const args = [
     "/usr/bin/bwrap",
     "--unshare-all",
@@ -56,35 +61,15 @@ export function renderBwrapArgs(layout: BwrapLayout): string[] {
     "/proc",
     "--dev",
     "/dev",
-    "--perms",
-    "1777",
-    "--size",
-    size,
-    "--tmpfs",
-    "/dev/shm",
+    ...tmpfs("/dev/shm", "1777", layout.scratchBytes),
     "--remount-ro",
     "/dev",
-    "--perms",
-    "1777",
-    "--size",
-    size,
-    "--tmpfs",
-    "/tmp",
-    "--perms",
-    "0755",
-    "--size",
-    size,
-    "--tmpfs",
-    WORKDIR,
-    "--perms",
-    "0755",
-    "--size",
-    String(Math.min(layout.scratchBytes, 8 * 1024 * 1024)),
-    "--tmpfs",
-    CODE_DIR,
+    ...tmpfs("/tmp", "1777", layout.scratchBytes),
+    ...tmpfs(WORKDIR, "0755", layout.scratchBytes),
+    ...tmpfs(CODE_DIR, "0755", Math.min(layout.scratchBytes, 8 * 1024 * 1024)),
     "--ro-bind",
     layout.agentDir,
-    "/opt/scratchrun",
+    AGENT_DIR,
   ];
   if (layout.network === "shared" && layout.resolvConf)
     args.push("--ro-bind", layout.resolvConf, "/etc/resolv.conf");
