@@ -54,13 +54,13 @@ struct spawn_error {
 static const char *const stage_names[] = {"setup", "chdir", "execve", "drop privileges"};
 enum { STAGE_SETUP, STAGE_CHDIR, STAGE_EXEC, STAGE_CREDS };
 
-/* Marks every fd >= 3 close-on-exec: the fds are gone once execve succeeds, while the
+/* Marks every fd >= first close-on-exec: the fds are gone once execve succeeds, while the
  * exec-error pipe keeps working until then. */
-static void cloexec_from_3(void) {
-  if (syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) == 0) return;
+static void cloexec_from(unsigned first) {
+  if (syscall(SYS_close_range, first, ~0u, CLOSE_RANGE_CLOEXEC) == 0) return;
   long max = sysconf(_SC_OPEN_MAX);
   if (max < 0 || max > 1048576) max = 1048576;
-  for (int fd = 3; fd < max; fd++) {
+  for (int fd = (int)first; fd < max; fd++) {
     int flags = fcntl(fd, F_GETFD);
     if (flags >= 0) (void)fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
   }
@@ -77,51 +77,108 @@ static void child_fail(int errfd, int stage) {
 
 /* In the forked child: becomes the code's uid/gid for good (real, effective, saved; no groups).
  * Only this child drops: the agent keeps its ids, so the code cannot signal or ptrace it. */
-static int drop_privileges(const struct request *req) {
-  if (req->uid == KEEP_ID) return 0;
+static int drop_privileges(uint32_t uid, uint32_t gid) {
+  if (uid == KEEP_ID) return 0;
   /* The guest has no pids cgroup: bound the code's processes and threads the way the namespace
    * backend's cgroup does (LIMITS.pids). Counted per real uid, which only the code uses. */
   struct rlimit nproc = {SANDBOX_NPROC, SANDBOX_NPROC};
   if (setrlimit(RLIMIT_NPROC, &nproc) < 0) return -1;
-  if (setgroups(0, NULL) < 0 || setresgid(req->gid, req->gid, req->gid) < 0 ||
-      setresuid(req->uid, req->uid, req->uid) < 0)
+  if (setgroups(0, NULL) < 0 || setresgid(gid, gid, gid) < 0 || setresuid(uid, uid, uid) < 0)
     return -1;
   uid_t ru, eu, su;
   gid_t rg, eg, sg;
-  if (getresuid(&ru, &eu, &su) < 0 || getresgid(&rg, &eg, &sg) < 0 || ru != req->uid ||
-      eu != req->uid || su != req->uid || rg != req->gid || eg != req->gid || sg != req->gid ||
-      getgroups(0, NULL) != 0) {
+  if (getresuid(&ru, &eu, &su) < 0 || getresgid(&rg, &eg, &sg) < 0 || ru != uid || eu != uid ||
+      su != uid || rg != gid || eg != gid || sg != gid || getgroups(0, NULL) != 0) {
     errno = EPERM;
     return -1;
   }
-  if (req->uid != 0 && setuid(0) == 0) {
+  if (uid != 0 && setuid(0) == 0) {
     errno = EPERM; /* could regain root */
     return -1;
   }
   return 0;
 }
 
-/* In the forked child: never returns. */
-static void child_exec(const struct request *req, pid_t agent, int devnull, int out_w, int err_w,
+/* In the forked child: never returns. s->extra[i] becomes fd 3 + i. */
+static void child_exec(const struct spawn_spec *s, pid_t agent, int devnull, int out_w, int err_w,
                        int errfd) {
+  /* Out of the way of fds 3.. before the extra fds are moved there. */
+  int e = fcntl(errfd, F_DUPFD_CLOEXEC, 16);
+  if (e >= 0) errfd = e;
   if (setsid() < 0) child_fail(errfd, STAGE_SETUP);
   /* Before PR_SET_PDEATHSIG: changing credentials clears the parent-death signal. */
-  if (drop_privileges(req) < 0) child_fail(errfd, STAGE_CREDS);
+  if (drop_privileges(s->uid, s->gid) < 0) child_fail(errfd, STAGE_CREDS);
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) child_fail(errfd, STAGE_SETUP);
   if (getppid() != agent) _exit(127); /* the agent died before PDEATHSIG was armed */
   if (dup2(devnull, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)
     child_fail(errfd, STAGE_SETUP);
-  if (chdir(req->cwd) < 0) child_fail(errfd, STAGE_CHDIR);
+  int high[SPAWN_MAX_EXTRA];
+  for (int i = 0; i < s->nextra; i++)
+    if ((high[i] = fcntl(s->extra[i], F_DUPFD_CLOEXEC, 16)) < 0) child_fail(errfd, STAGE_SETUP);
+  for (int i = 0; i < s->nextra; i++)
+    if (dup2(high[i], 3 + i) < 0) child_fail(errfd, STAGE_SETUP); /* dup2 clears CLOEXEC */
+  if (chdir(s->cwd) < 0) child_fail(errfd, STAGE_CHDIR);
   umask(022);
-  for (int s = 1; s < NSIG; s++)
-    if (s != SIGKILL && s != SIGSTOP) (void)signal(s, SIG_DFL); /* SIGPIPE was ignored */
+  for (int sig = 1; sig < NSIG; sig++)
+    if (sig != SIGKILL && sig != SIGSTOP) (void)signal(sig, SIG_DFL); /* SIGPIPE was ignored */
   sigset_t none;
   sigemptyset(&none);
   if (sigprocmask(SIG_SETMASK, &none, NULL) < 0) child_fail(errfd, STAGE_SETUP);
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) child_fail(errfd, STAGE_SETUP);
-  cloexec_from_3();
-  execve(req->argv[0], req->argv, req->envp);
+  cloexec_from(3u + (unsigned)s->nextra);
+  execve(s->argv[0], s->argv, s->envp);
   child_fail(errfd, STAGE_EXEC);
+}
+
+void block_sigchld(void) {
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &chld, NULL);
+}
+
+int spawn_code(const struct spawn_spec *s, struct code_proc *p, char *msg, size_t msglen) {
+  int outp[2], errp[2], ep[2];
+  int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (devnull < 0 || pipe2(outp, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 ||
+      pipe2(ep, O_CLOEXEC) < 0) {
+    snprintf(msg, msglen, "pipes: %s", strerror(errno));
+    return -1;
+  }
+  block_sigchld(); /* before the fork: the child's exit must reach the signalfd */
+  pid_t agent = getpid();
+  pid_t child = fork();
+  if (child < 0) {
+    snprintf(msg, msglen, "fork: %s", strerror(errno));
+    return -1;
+  }
+  if (child == 0) child_exec(s, agent, devnull, outp[1], errp[1], ep[1]);
+  close(outp[1]);
+  close(errp[1]);
+  close(ep[1]);
+  close(devnull);
+
+  struct spawn_error se;
+  ssize_t got = read_full(ep[0], &se, sizeof se);
+  close(ep[0]);
+  if (got == (ssize_t)sizeof se) {
+    (void)kill(child, SIGKILL);
+    (void)waitpid(child, NULL, __WALL);
+    close(outp[0]);
+    close(errp[0]);
+    int st = se.stage >= STAGE_SETUP && se.stage <= STAGE_CREDS ? se.stage : STAGE_SETUP;
+    if (st == STAGE_CREDS)
+      snprintf(msg, msglen, "%s to %u:%u: %s", stage_names[st], s->uid, s->gid,
+               strerror(se.err));
+    else
+      snprintf(msg, msglen, "%s %s: %s", stage_names[st], st == STAGE_CHDIR ? s->cwd : s->argv[0],
+               strerror(se.err));
+    return -1;
+  }
+  p->pid = child;
+  p->out_r = outp[0];
+  p->err_r = errp[0];
+  return 0;
 }
 
 struct stream {
@@ -184,57 +241,42 @@ static void set_reason(struct run_result *res, int *decided, enum exit_reason r)
   *decided = 1;
 }
 
+static void supervise(int host_in, int host_out, const struct request *req,
+                      struct run_result *res, const struct code_proc *p, uint64_t t0);
+
 void run_code(int host_in, int host_out, const struct request *req, struct run_result *res) {
   memset(res, 0, sizeof *res);
-  int outp[2], errp[2], ep[2];
-  int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (devnull < 0 || pipe2(outp, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0 ||
-      pipe2(ep, O_CLOEXEC) < 0) {
+  struct spawn_spec s = {req->argv, req->envp, req->cwd, req->uid, req->gid, {-1, -1}, 0};
+  struct code_proc p;
+  uint64_t t0 = now_ms();
+  if (spawn_code(&s, &p, res->message, sizeof res->message) < 0) {
+    kill_and_reap();
     res->reason = R_SPAWN_FAILED;
-    snprintf(res->message, sizeof res->message, "pipes: %s", strerror(errno));
     return;
   }
+  supervise(host_in, host_out, req, res, &p, t0);
+}
+
+void run_started(int host_in, int host_out, const struct request *req, struct run_result *res,
+                 const struct code_proc *p) {
+  memset(res, 0, sizeof *res);
+  supervise(host_in, host_out, req, res, p, now_ms());
+}
+
+/* From S to the tree's death: output under caps, deadline, K and EOF from the host. */
+static void supervise(int host_in, int host_out, const struct request *req,
+                      struct run_result *res, const struct code_proc *p, uint64_t t0) {
+  pid_t child = p->pid;
   sigset_t chld;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);
-  sigprocmask(SIG_BLOCK, &chld, NULL);
   int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
   if (sfd < 0) {
+    kill_and_reap();
+    close(p->out_r);
+    close(p->err_r);
     res->reason = R_SPAWN_FAILED;
     snprintf(res->message, sizeof res->message, "signalfd: %s", strerror(errno));
-    return;
-  }
-
-  pid_t agent = getpid();
-  uint64_t t0 = now_ms();
-  pid_t child = fork();
-  if (child < 0) {
-    res->reason = R_SPAWN_FAILED;
-    snprintf(res->message, sizeof res->message, "fork: %s", strerror(errno));
-    return;
-  }
-  if (child == 0) child_exec(req, agent, devnull, outp[1], errp[1], ep[1]);
-  close(outp[1]);
-  close(errp[1]);
-  close(ep[1]);
-  close(devnull);
-
-  struct spawn_error se;
-  ssize_t got = read_full(ep[0], &se, sizeof se);
-  close(ep[0]);
-  if (got == (ssize_t)sizeof se) {
-    kill_and_reap();
-    close(outp[0]);
-    close(errp[0]);
-    close(sfd);
-    res->reason = R_SPAWN_FAILED;
-    int st = se.stage >= STAGE_SETUP && se.stage <= STAGE_CREDS ? se.stage : STAGE_SETUP;
-    if (st == STAGE_CREDS)
-      snprintf(res->message, sizeof res->message, "%s to %u:%u: %s", stage_names[st], req->uid,
-               req->gid, strerror(se.err));
-    else
-      snprintf(res->message, sizeof res->message, "%s %s: %s", stage_names[st],
-               st == STAGE_CHDIR ? req->cwd : req->argv[0], strerror(se.err));
     return;
   }
 
@@ -250,8 +292,8 @@ void run_code(int host_in, int host_out, const struct request *req, struct run_r
     return;
   }
   struct stream streams[2] = {
-      {outp[0], T_STDOUT, req->max_stdout, 0, &res->stdout_truncated},
-      {errp[0], T_STDERR, req->max_stderr, 0, &res->stderr_truncated},
+      {p->out_r, T_STDOUT, req->max_stdout, 0, &res->stdout_truncated},
+      {p->err_r, T_STDERR, req->max_stderr, 0, &res->stderr_truncated},
   };
   uint64_t deadline = t0 + req->timeout_ms;
   uint8_t hbuf[64];

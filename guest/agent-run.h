@@ -3,7 +3,9 @@
 #ifndef AGENT_RUN_H
 #define AGENT_RUN_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "agent-request.h"
 
@@ -33,9 +35,39 @@ void kill_tree(void);
  * the code come back to it). */
 void kill_and_reap(void);
 
+/* What a code process is started with. extra[i] becomes the child's fd 3 + i. */
+#define SPAWN_MAX_EXTRA 2
+struct spawn_spec {
+  char *const *argv;
+  char *const *envp;
+  const char *cwd;
+  uint32_t uid, gid;
+  int extra[SPAWN_MAX_EXTRA];
+  int nextra;
+};
+
+/* A started code process: its pid and the read ends of its stdout and stderr pipes. */
+struct code_proc {
+  pid_t pid;
+  int out_r, err_r;
+};
+
+/* Blocks SIGCHLD in the agent (the supervisor reads child exits from a signalfd). */
+void block_sigchld(void);
+
+/* Forks a child that alone drops to s->uid/gid, gets /dev/null and two fresh pipes as fds 0-2
+ * and s->extra as fds 3.., changes to s->cwd and execs s->argv. Returns once execve succeeded
+ * (0) or failed (-1, msg says at which stage). Blocks SIGCHLD in the agent. */
+int spawn_code(const struct spawn_spec *s, struct code_proc *p, char *msg, size_t msglen);
+
 /* Runs req's argv in a forked child that alone drops to req's uid/gid (the agent keeps its own
  * ids). Sends S once the code runs, O/E while it runs. host_in is polled for K and
  * EOF (EOF: kill tree and _exit). Returns once the tree is dead and the pipes are drained. */
 void run_code(int host_in, int host_out, const struct request *req, struct run_result *res);
+
+/* run_code for a process already started for req (the pre-started interpreter, just released):
+ * sends S and supervises it the same way; the code's time counts from here. */
+void run_started(int host_in, int host_out, const struct request *req, struct run_result *res,
+                 const struct code_proc *p);
 
 #endif

@@ -4,10 +4,16 @@
  * contained by killing the whole process tree with kill(-1, SIGKILL), which is why the agent
  * refuses to run where that could reach processes outside the sandbox.
  *
- * Usage: agent [--channel PATH] [--own-kernel]
+ * Usage: agent [--channel PATH] [--own-kernel] [--prestart INTERP SCRIPT] [--seed PORT RESOLV]
  *   --channel PATH  open PATH read/write for the protocol instead of using fd 0/1
  *   --own-kernel    this kernel runs only this sandbox (microVM): kill(-1) is safe without a pid
  *                   namespace, and /proc/vmstat oom_kill counts only this sandbox's OOM kills
+ *   --prestart INTERP SCRIPT
+ *                   start INTERP SCRIPT now (agent-prestart.h) and give it the request if it fits
+ *   --seed PORT RESOLV
+ *                   microVM: after any pre-start, take this VM's seed from virtio-console PORT
+ *                   (agent-seed.h; a snapshot template is saved while waiting there), before
+ *                   opening the channel. RESOLV: where network "public" puts resolv.conf.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -23,8 +29,10 @@
 #include <unistd.h>
 
 #include "agent-files.h"
+#include "agent-prestart.h"
 #include "agent-request.h"
 #include "agent-run.h"
+#include "agent-seed.h"
 #include "agent-wire.h"
 
 /* The initial pid namespace has this fixed inode (PROC_PID_INIT_INO in the kernel). */
@@ -33,6 +41,8 @@
 struct agent_opts {
   const char *channel;
   int own_kernel;
+  const char *prestart_interp, *prestart_script;
+  const char *seed_port, *seed_resolv;
 };
 
 static int tree_started;
@@ -189,6 +199,25 @@ static int agent_main(const struct agent_opts *o) {
     return 2;
   }
   on_host_lost = host_gone;
+  block_sigchld();
+
+  struct prestart ps;
+  memset(&ps, 0, sizeof ps);
+  ps.ctl_w = -1;
+  if (o->prestart_interp) {
+    char why[256];
+    if (prestart_start(&ps, o->prestart_interp, o->prestart_script, why, sizeof why) < 0)
+      fprintf(stderr, "agent: no pre-started interpreter: %s\n", why); /* calls start it */
+    else
+      tree_started = 1;
+  }
+  if (o->seed_port) {
+    char why[256];
+    if (apply_seed(o->seed_port, o->seed_resolv, why, sizeof why) < 0) {
+      fprintf(stderr, "agent: %s\n", why);
+      return 2;
+    }
+  }
 
   uint8_t ready[4];
   put_u32(ready, PROTOCOL_VERSION);
@@ -216,7 +245,12 @@ static int agent_main(const struct agent_opts *o) {
   uint32_t oom_before = read_oom_kills(o);
   struct run_result res;
   tree_started = 1;
-  run_code(in, out, &req, &res);
+  if (prestart_fits(&ps, &req) && prestart_release(&ps, &req) == 0) {
+    run_started(in, out, &req, &res, &ps.proc);
+  } else {
+    prestart_discard(&ps);
+    run_code(in, out, &req, &res);
+  }
   tree_started = 0;
   uint32_t oom_after = read_oom_kills(o);
   send_exit(out, &res, oom_after >= oom_before ? oom_after - oom_before : 0);
@@ -226,14 +260,21 @@ static int agent_main(const struct agent_opts *o) {
 }
 
 int main(int argc, char **argv) {
-  struct agent_opts o = {NULL, 0};
+  struct agent_opts o = {NULL, 0, NULL, NULL, NULL, NULL};
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--channel") == 0 && i + 1 < argc) {
       o.channel = argv[++i];
     } else if (strcmp(argv[i], "--own-kernel") == 0) {
       o.own_kernel = 1;
+    } else if (strcmp(argv[i], "--prestart") == 0 && i + 2 < argc) {
+      o.prestart_interp = argv[++i];
+      o.prestart_script = argv[++i];
+    } else if (strcmp(argv[i], "--seed") == 0 && i + 2 < argc) {
+      o.seed_port = argv[++i];
+      o.seed_resolv = argv[++i];
     } else {
-      fprintf(stderr, "usage: agent [--channel PATH] [--own-kernel]\n");
+      fprintf(stderr, "usage: agent [--channel PATH] [--own-kernel] [--prestart INTERP SCRIPT] "
+                      "[--seed PORT RESOLV]\n");
       return 2;
     }
   }

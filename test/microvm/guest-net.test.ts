@@ -17,7 +17,7 @@ const net = {
   resolvConf: "nameserver 198.51.100.53\n",
 };
 
-describe("seed message (reseed-rng.c reads it)", () => {
+describe("seed message (guest/agent-seed.c reads it)", () => {
   test("layout: entropy, clock, MAC, mode, address, prefix, gateway, resolv.conf", () => {
     const m = encodeSeed({ entropy, nowMs: 0x0102030405, mac: "02:11:22:33:44:55", net });
     assert.equal(m.length, SEED_HEADER_BYTES + net.resolvConf.length);
@@ -38,7 +38,7 @@ describe("seed message (reseed-rng.c reads it)", () => {
     assert.deepEqual([...m.subarray(78, 90)], new Array(12).fill(0));
   });
 
-  test("refuses what reseed-rng would refuse or misread", () => {
+  test("refuses what the agent would refuse or misread", () => {
     const ok = { entropy, nowMs: 1, mac: "02:00:00:00:00:01", net };
     const bad: [string, Parameters<typeof encodeSeed>[0]][] = [
       ["short entropy", { ...ok, entropy: Buffer.alloc(63) }],

@@ -58,11 +58,23 @@ export interface PoolOptions {
    * template exists. "boot": pooled VMs are cold-booted and idle at READY.
    */
   mode?: "restore" | "boot";
+  /** Templates pre-start Python (default true; false: clones start every interpreter per call). */
+  prestart?: boolean;
 }
 
 /** The interpreter a runtime's template runs once to warm the guest page cache. */
 export function warmInterpreter(runtime: RuntimeName): string | undefined {
   return runtimeArgv(runtime)[0];
+}
+
+/**
+ * The interpreter a runtime's template pre-starts, so a call pays only for running its code:
+ * Python only. node is not pre-started: its OpenSSL DRBG and V8's Math.random state are seeded
+ * while it starts and cannot be reseeded from JavaScript, so every clone would produce the same
+ * "random" bytes (docs/decisions/0003-microvm.md).
+ */
+export function prestartInterpreter(runtime: RuntimeName): string | undefined {
+  return runtime === "python3.12" || runtime === "python3.11" ? runtimeArgv(runtime)[0] : undefined;
 }
 
 function kvmGroupId(): number | null {
@@ -88,6 +100,8 @@ export class MicrovmBackend implements Backend {
   private readonly templates = new Map<string, Promise<Template>>();
   private readonly built = new Map<string, Template>();
   private closed = false;
+  /** Templates pre-start the runtime's interpreter where that is safe (prestartInterpreter). */
+  readonly prestart: boolean;
   /** Last template failure (the backend then cold-boots); for diagnostics. */
   templateError: unknown = null;
 
@@ -99,6 +113,7 @@ export class MicrovmBackend implements Backend {
   ) {
     this.isolation = isolationOf(ctx.accel);
     this.mode = poolOptions.mode ?? "restore";
+    this.prestart = poolOptions.prestart ?? true;
     this.pool = new WarmPool<MicroVm>((runtime, memoryMb) => this.prepare(runtime, memoryMb), {
       sizes: poolOptions.sizes ?? {},
       memoryMb: poolOptions.memoryMb ?? LIMITS.memoryMb.default,
@@ -115,10 +130,12 @@ export class MicrovmBackend implements Backend {
       if (this.closed)
         return Promise.reject(new ScratchRunError("NOT_READY", "the microVM backend is closed"));
       const warm = warmInterpreter(runtime);
+      const prestart = this.prestart ? prestartInterpreter(runtime) : undefined;
       t = createTemplate(this.ctx, {
         memoryMb,
         timeoutMs: this.bootTimeoutMs,
-        ...(warm ? { warm } : {}),
+        // A pre-started interpreter warms the page cache itself.
+        ...(prestart ? { prestart } : warm ? { warm } : {}),
       });
       this.templates.set(key, t);
       t.then((v) => {

@@ -1,6 +1,6 @@
 /**
  * Builds what a microVM boots: the guest kernel (ELF vmlinux extracted from the host's Debian
- * cloud kernel), the initramfs (busybox, modules, init, agent, reseed helper) and the read-only
+ * cloud kernel), the initramfs (busybox, modules, init, agent, prestart.py) and the read-only
  * erofs disk made from a runtime rootfs directory. Everything is cached by content hash.
  */
 import { createHash } from "node:crypto";
@@ -106,8 +106,7 @@ export function buildVmArtifacts(opts: BuildOptions = {}): VmArtifacts {
     if (!existsSync(path)) throw new Error(`missing ${what}: ${path}`);
 
   const init = readFileSync(join(PACKAGE_ROOT, "guest", "init"));
-  const reseedPath = join(PACKAGE_ROOT, "guest", "reseed-rng.c");
-  const reseedSrc = readFileSync(reseedPath);
+  const prestartPy = readFileSync(join(PACKAGE_ROOT, "guest", "prestart.py"));
   const sealedPath = join(PACKAGE_ROOT, "src", "backends", "microvm", "sealed-ram.c");
   const wanted = readFileSync(join(PACKAGE_ROOT, "images", "vm", "modules.txt"), "utf8")
     .split("\n")
@@ -120,7 +119,7 @@ export function buildVmArtifacts(opts: BuildOptions = {}): VmArtifacts {
     String(kst.size),
     String(kst.mtimeMs),
     init,
-    reseedSrc,
+    prestartPy,
     readFileSync(sealedPath),
     readFileSync(agent),
     readFileSync(busybox),
@@ -135,8 +134,6 @@ export function buildVmArtifacts(opts: BuildOptions = {}): VmArtifacts {
   if (existsSync(out.kernel) && existsSync(out.initramfs) && existsSync(out.sealedRam)) return out;
   mkdirSync(dir, { recursive: true, mode: 0o755 });
 
-  const reseed = join(dir, "reseed-rng");
-  compileStatic(reseedPath, reseed);
   const entries: CpioEntry[] = [
     ...["bin", "dev", "proc", "sys", "etc", "lib", "lib/modules", "tmp"].map((path): CpioEntry => ({
       kind: "dir",
@@ -149,7 +146,7 @@ export function buildVmArtifacts(opts: BuildOptions = {}): VmArtifacts {
     { kind: "symlink", path: "bin/sh", target: "busybox" },
     { kind: "file", path: "init", mode: 0o755, content: init },
     { kind: "file", path: "agent", mode: 0o755, content: readFileSync(agent) },
-    { kind: "file", path: "reseed-rng", mode: 0o755, content: readFileSync(reseed) },
+    { kind: "file", path: "prestart.py", mode: 0o444, content: prestartPy },
     {
       kind: "file",
       path: "etc/modules.order",
@@ -168,23 +165,30 @@ export function buildVmArtifacts(opts: BuildOptions = {}): VmArtifacts {
   const helperTmp = `${out.sealedRam}.tmp-${process.pid}`;
   compileStatic(sealedPath, helperTmp);
   renameSync(helperTmp, out.sealedRam);
-  rmSync(reseed, { force: true });
   return out;
 }
 
 /**
+ * How the disk is made; part of its cache name, so a change rebuilds it. Every file keeps its
+ * mtime (`--preserve-mtime`): Python checks each .pyc against its source's mtime, and with one
+ * fixed time for all files (`-T0`, the previous format) every import recompiled from source,
+ * ~15 s for numpy under TCG.
+ */
+const DISK_FORMAT = "v2";
+
+/**
  * The runtime rootfs directory as a read-only erofs disk image, cached as
- * `<cacheRoot>/disks/<rootfs dir name>.erofs` (rootfs names carry their recipe hash).
+ * `<cacheRoot>/disks/<rootfs dir name>-<format>.erofs` (rootfs names carry their recipe hash).
  * Uncompressed: under TCG decompression costs more than the page cache.
  */
 export function ensureRootDisk(rootfsDir: string, cacheRoot = defaultCacheRoot()): string {
   const name = basename(rootfsDir.replace(/\/+$/, ""));
-  const image = join(cacheRoot, "disks", `${name}.erofs`);
+  const image = join(cacheRoot, "disks", `${name}-${DISK_FORMAT}.erofs`);
   if (existsSync(image) && statSync(image).mtimeMs >= statSync(rootfsDir).mtimeMs) return image;
   const tmp = `${image}.tmp-${process.pid}`;
   mkdirSync(dirname(image), { recursive: true, mode: 0o755 });
   try {
-    execFileSync("mkfs.erofs", ["-T0", tmp, rootfsDir], {
+    execFileSync("mkfs.erofs", ["--preserve-mtime", tmp, rootfsDir], {
       stdio: ["ignore", "ignore", "pipe"],
     });
   } catch (err) {

@@ -42,7 +42,7 @@ export interface GuestNetConfig {
 }
 
 export const SEED_ENTROPY_BYTES = 64;
-/** Fixed part of the seed message (see reseed-rng.c); resolv.conf text follows it. */
+/** Fixed part of the seed message (see guest/agent-seed.c); resolv.conf text follows it. */
 export const SEED_HEADER_BYTES = 90;
 export const MAX_RESOLV_CONF_BYTES = 1024;
 
@@ -68,7 +68,7 @@ function ipv4Bytes(addr: string, what: string): number[] {
 }
 
 /**
- * The seed message reseed-rng.c reads after a restore (or a cold boot), big-endian:
+ * The seed message guest/agent-seed.c reads after a restore (or a cold boot), big-endian:
  *   64 bytes host entropy | u64 wall clock ms | 6 bytes MAC | u8 mode (0 none, 1 public) |
  *   4 bytes IPv4 address | u8 prefix length | 4 bytes gateway | u16 n | n bytes resolv.conf
  * With mode none the address fields are zero and n is 0. Throws TypeError on malformed input.

@@ -49,6 +49,11 @@ export interface QemuSpec {
    * snapshot) so its files are in the guest page cache of every clone. Absolute path, no spaces.
    */
   warm?: string;
+  /**
+   * Template only: an interpreter the guest agent starts before the snapshot (guest/prestart.py),
+   * so clones resume with it initialised and waiting for the call. Absolute path, no spaces.
+   */
+  prestart?: string;
 }
 
 const MAC = /^([0-9a-f]{2}:){5}[0-9a-f]{2}$/;
@@ -71,10 +76,12 @@ export function nicArgs(nic: QemuSpec["nic"]): string[] {
   return ["-netdev", netdev, "-device", `virtio-net-device,netdev=n0,mac=${nic.mac}`];
 }
 
-/** The warm-up interpreter goes on the kernel command line: keep it one plain token. */
-function checkWarmPath(path: string): string {
+/** Interpreter paths go on the kernel command line: keep each one plain token. */
+function checkInterpreterPath(path: string): string {
   if (!/^(\/[A-Za-z0-9._+-]+)+$/.test(path) || path.split("/").includes(".."))
-    throw new Error(`warm-up interpreter path not usable: ${JSON.stringify(path)}`);
+    throw new Error(
+      `interpreter path not usable on the kernel command line: ${JSON.stringify(path)}`,
+    );
   return path;
 }
 
@@ -89,7 +96,8 @@ export function kernelCommandLine(spec: QemuSpec): string {
     "random.trust_cpu=on",
     "rdinit=/init",
     `scratchrun.scratch_mb=${spec.scratchMb}`,
-    ...(spec.warm ? [`scratchrun.warm=${checkWarmPath(spec.warm)}`] : []),
+    ...(spec.warm ? [`scratchrun.warm=${checkInterpreterPath(spec.warm)}`] : []),
+    ...(spec.prestart ? [`scratchrun.prestart=${checkInterpreterPath(spec.prestart)}`] : []),
   ].join(" ");
 }
 

@@ -1,7 +1,7 @@
 /**
  * Snapshot templates: per runtime (and memory size), one VM cold-booted into a sealed-memfd RAM,
- * run until the guest init blocks before the agent starts (interpreter files already in the guest
- * page cache), then saved: the RAM stays in the memfd (x-ignore-shared), QEMU's device state
+ * run until the guest agent blocks in its seed step (Python pre-started and waiting for its call,
+ * other interpreters' files in the guest page cache), then saved: the RAM stays in the memfd (x-ignore-shared), QEMU's device state
  * (tens of KB) is kept in host memory. Clones restore from both and are reseeded on activate().
  */
 import { closeSync } from "node:fs";
@@ -21,6 +21,8 @@ export interface TemplateOptions {
   memoryMb: number;
   /** Interpreter the template runs once so clones start with it cache-hot (absolute path). */
   warm?: string;
+  /** Interpreter the template's agent pre-starts (guest/prestart.py); clones resume it waiting. */
+  prestart?: string;
   timeoutMs: number;
 }
 
@@ -37,7 +39,12 @@ export async function createTemplate(ctx: HostContext, opts: TemplateOptions): P
       vm = await MicroVm.start(
         ctx,
         { memoryMb: opts.memoryMb, readyTimeoutMs: opts.timeoutMs },
-        { kind: "template", ramFd: rw, ...(opts.warm ? { warm: opts.warm } : {}) },
+        {
+          kind: "template",
+          ramFd: rw,
+          ...(opts.warm ? { warm: opts.warm } : {}),
+          ...(opts.prestart ? { prestart: opts.prestart } : {}),
+        },
       );
     } finally {
       closeSync(rw);

@@ -64,13 +64,13 @@ export interface TemplateImage {
 }
 
 /**
- * How a VM starts. boot: cold boot until the guest init waits for its seed (reseed-rng);
+ * How a VM starts. boot: cold boot until the guest agent waits for its seed (agent --seed);
  * activate() then seeds it and waits for READY. template: the same into `ramFd` (shared), for
  * saveState(). clone: restore `image` paused; activate() resumes, seeds and waits for READY.
  */
 export type StartMode =
   | { kind: "boot" }
-  | { kind: "template"; ramFd: number; warm?: string }
+  | { kind: "template"; ramFd: number; warm?: string; prestart?: string }
   | { kind: "clone"; image: TemplateImage };
 
 /** The tap's name inside the VM's own network namespace (one tap per namespace). */
@@ -100,7 +100,7 @@ export class MicroVm {
   paused = false;
   /** Why the network teardown in destroy() failed, if it did (reaping removes the rest). */
   teardownError: unknown = null;
-  /** Waiting in reseed-rng for its seed (activate() pending). */
+  /** Waiting in the agent's seed step (activate() pending). */
   pending = false;
   /** Network mode the guest was seeded with (set by activate()). */
   networkMode: "public" | "none" | null = null;
@@ -193,6 +193,7 @@ export class MicroVm {
         ...(mode.kind === "template" ? { snapshot: { mode: "save" as const } } : {}),
         ...(mode.kind === "clone" ? { snapshot: { mode: "restore" as const } } : {}),
         ...(mode.kind === "template" && mode.warm ? { warm: mode.warm } : {}),
+        ...(mode.kind === "template" && mode.prestart ? { prestart: mode.prestart } : {}),
       };
       if (mode.kind === "clone" && mode.image.memoryMb !== opts.memoryMb)
         throw new Error("clone memory differs from its template's");
@@ -229,7 +230,7 @@ export class MicroVm {
       const v = vm;
       const deadline = Date.now() + opts.readyTimeoutMs;
       // The sockets exist once QEMU has parsed its arguments; connect before the guest runs
-      // (the seed port must look connected to the guest, see reseed-rng.c).
+      // (the seed port must look connected to the guest, see guest/agent-seed.c).
       v.seed = await raceBoot(
         connectRetry(join(dir, "seed.sock"), v, deadline),
         v,
@@ -293,7 +294,7 @@ export class MicroVm {
     s.destroy();
   }
 
-  /** Template: stops the guest (blocked in reseed-rng) and saves its device state. */
+  /** Template: stops the guest (blocked in the agent's seed step) and saves its device state. */
   async saveState(): Promise<Buffer> {
     const qmp = this.qmp!;
     const path = join(this.dir, "state.sock");
@@ -339,7 +340,7 @@ export class MicroVm {
    * Makes the VM serve one call: with network "none" its network (if any) is torn down first, so
    * nothing but a tap in an unnamed, uplink-less namespace is left behind the NIC; a clone is
    * resumed; then the guest gets its seed (fresh entropy, the wall clock, its MAC and, for
-   * "public", its address; reseed-rng runs before the agent exists) and the agent's READY is
+   * "public", its address; applied by the agent before it says READY) and the agent's READY is
    * awaited. Once per VM.
    */
   async activate(timeoutMs: number, network: "public" | "none" = "none"): Promise<void> {

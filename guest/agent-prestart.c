@@ -1,0 +1,130 @@
+/* The pre-started interpreter: see agent-prestart.h. */
+#define _GNU_SOURCE
+#include "agent-prestart.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "agent-wire.h"
+
+/* The code's user in the guest (GUEST_UID in src/backends/microvm/backend.ts). */
+#define PRESTART_ID 1000u
+/* How long the interpreter may take to come up (python under TCG: ~1 s). */
+#define PRESTART_WAIT_MS 60000
+
+/* The startup-relevant part of the base environment every call starts from (BASE_ENV in
+ * src/engine/runtimes.ts). A call that changes any of it gets a fresh interpreter; keeping the two
+ * in step keeps calls on the fast path, which test/microvm/prestart.test.ts checks. */
+static char *const PRESTART_ENV[] = {
+    "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/home/user",           "LANG=C.UTF-8",
+    "PYTHONUNBUFFERED=1",                "PYTHONDONTWRITEBYTECODE=1", NULL,
+};
+/* The user site directory (site.py adds it to sys.path at startup only if it exists then). */
+static const char USER_SITE[] = "/home/user/.local";
+
+int prestart_start(struct prestart *ps, const char *interp, const char *script, char *msg,
+                   size_t msglen) {
+  memset(ps, 0, sizeof *ps);
+  ps->ctl_w = -1;
+  int ctl[2], note[2];
+  if (pipe2(ctl, O_CLOEXEC) < 0) {
+    snprintf(msg, msglen, "pipe: %s", strerror(errno));
+    return -1;
+  }
+  if (pipe2(note, O_CLOEXEC) < 0) {
+    snprintf(msg, msglen, "pipe: %s", strerror(errno));
+    close(ctl[0]);
+    close(ctl[1]);
+    return -1;
+  }
+  char *argv[] = {(char *)interp, (char *)script, NULL};
+  struct spawn_spec s = {argv, PRESTART_ENV, "/", PRESTART_ID, PRESTART_ID, {ctl[0], note[1]}, 2};
+  int rc = spawn_code(&s, &ps->proc, msg, msglen);
+  close(ctl[0]);
+  close(note[1]);
+  if (rc < 0) {
+    close(ctl[1]);
+    close(note[0]);
+    return -1;
+  }
+  struct pollfd pfd = {note[0], POLLIN, 0};
+  char c = 0;
+  int r;
+  do r = poll(&pfd, 1, PRESTART_WAIT_MS);
+  while (r < 0 && errno == EINTR);
+  int ok = r == 1 && read(note[0], &c, 1) == 1 && c == 'w';
+  close(note[0]);
+  ps->ctl_w = ctl[1];
+  ps->interp = interp;
+  if (!ok) {
+    snprintf(msg, msglen, "%s %s did not start", interp, script);
+    prestart_discard(ps);
+    return -1;
+  }
+  return 0;
+}
+
+/* Variables the interpreter reads while starting (the C locale, site, sys.path, flags). */
+static int startup_relevant(const char *entry) {
+  return strncmp(entry, "PYTHON", 6) == 0 || strncmp(entry, "LC_", 3) == 0 ||
+         strncmp(entry, "LANG=", 5) == 0 || strncmp(entry, "LANGUAGE=", 9) == 0 ||
+         strncmp(entry, "HOME=", 5) == 0;
+}
+
+static int in_prestart_env(const char *entry) {
+  for (char *const *e = PRESTART_ENV; *e; e++)
+    if (strcmp(*e, entry) == 0) return 1;
+  return 0;
+}
+
+int prestart_fits(const struct prestart *ps, const struct request *req) {
+  if (ps->proc.pid <= 0) return 0;
+  if (req->argc != 2 || strcmp(req->argv[0], ps->interp) != 0) return 0;
+  if (req->uid != PRESTART_ID || req->gid != PRESTART_ID) return 0;
+  /* Request keys are unique (the host sends a map): equal counts + every request entry found
+   * means the same startup-relevant set. */
+  size_t want = 0, have = 0;
+  for (char *const *e = PRESTART_ENV; *e; e++) want += (size_t)startup_relevant(*e);
+  for (uint32_t i = 0; i < req->envc; i++) {
+    if (!startup_relevant(req->envp[i])) continue;
+    if (!in_prestart_env(req->envp[i])) return 0;
+    have++;
+  }
+  if (have != want) return 0;
+  size_t n = sizeof USER_SITE - 1;
+  for (uint32_t i = 0; i < req->filec; i++) {
+    const char *p = req->files[i].path;
+    if (strncmp(p, USER_SITE, n) == 0 && (p[n] == '\0' || p[n] == '/')) return 0;
+  }
+  return 1;
+}
+
+static int put_field(int fd, const char *s) { return write_all(fd, s, strlen(s) + 1); }
+
+int prestart_release(struct prestart *ps, const struct request *req) {
+  if (ps->proc.pid <= 0 || waitpid(ps->proc.pid, NULL, WNOHANG | __WALL) != 0) return -1;
+  /* A large environment exceeds the pipe: the script reads while this writes. */
+  int rc = put_field(ps->ctl_w, req->cwd) < 0 || put_field(ps->ctl_w, req->argv[1]) < 0 ? -1 : 0;
+  for (uint32_t i = 0; rc == 0 && i < req->envc; i++) rc = put_field(ps->ctl_w, req->envp[i]);
+  if (close(ps->ctl_w) < 0) rc = -1;
+  ps->ctl_w = -1;
+  return rc;
+}
+
+void prestart_discard(struct prestart *ps) {
+  if (ps->proc.pid > 0) {
+    (void)kill(ps->proc.pid, SIGKILL);
+    (void)waitpid(ps->proc.pid, NULL, __WALL);
+    close(ps->proc.out_r);
+    close(ps->proc.err_r);
+  }
+  if (ps->ctl_w >= 0) close(ps->ctl_w);
+  memset(ps, 0, sizeof *ps);
+  ps->ctl_w = -1;
+}

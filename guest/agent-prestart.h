@@ -1,0 +1,36 @@
+/* The pre-started interpreter of a microVM snapshot template (docs/decisions/0003-microvm.md):
+ * started before the snapshot as the code's user with the base environment, blocked in
+ * guest/prestart.py, and handed a request only when a fresh start would have been the same. */
+#ifndef AGENT_PRESTART_H
+#define AGENT_PRESTART_H
+
+#include <stddef.h>
+
+#include "agent-request.h"
+#include "agent-run.h"
+
+struct prestart {
+  struct code_proc proc; /* proc.pid 0: nothing pre-started */
+  int ctl_w;             /* the interpreter's fd 3: the call goes here */
+  const char *interp;
+};
+
+/* Starts `interp script` as the code's user (uid/gid 1000) with the base environment and waits
+ * until the script says it is waiting. 0, or -1 with msg (nothing left running). */
+int prestart_start(struct prestart *ps, const char *interp, const char *script, char *msg,
+                   size_t msglen);
+
+/* 1 when req would have started its interpreter exactly as the pre-started one was: same
+ * interpreter, one argument (the code file), the code's user, the same value for every
+ * environment variable the interpreter reads at startup, and no file in the user site directory.
+ * A request that only differs elsewhere (other variables, cwd, files) is applied by the script. */
+int prestart_fits(const struct prestart *ps, const struct request *req);
+
+/* Hands req (cwd, code file, environment) to the waiting interpreter. 0, or -1 when it is gone
+ * (then discard it and run req the ordinary way). */
+int prestart_release(struct prestart *ps, const struct request *req);
+
+/* Kills and reaps the pre-started interpreter, if any. */
+void prestart_discard(struct prestart *ps);
+
+#endif
