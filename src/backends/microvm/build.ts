@@ -198,5 +198,11 @@ export function ensureRootDisk(rootfsDir: string, cacheRoot = defaultCacheRoot()
     );
   }
   renameSync(tmp, image);
+  // Earlier formats of this same rootfs are dead weight (~1 GB each). A VM still running from
+  // one keeps its open file; nothing new would choose it.
+  for (const old of readdirSync(dirname(image)))
+    if (old.endsWith(".erofs") && old !== basename(image) && old.startsWith(name))
+      if (old === `${name}.erofs` || /^-v\d+\.erofs$/.test(old.slice(name.length)))
+        rmSync(join(dirname(image), old), { force: true });
   return image;
 }

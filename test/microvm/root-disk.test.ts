@@ -1,0 +1,57 @@
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  rmSync,
+  statSync,
+  utimesSync,
+  writeFileSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, test } from "node:test";
+import { ensureRootDisk } from "../../src/backends/microvm/build.js";
+
+/**
+ * The microVM's root disk is the runtime rootfs as erofs. Python trusts a .pyc only while the
+ * mtime recorded in it is its source's, so the disk must keep every file's mtime (a disk built
+ * with one fixed time made every import compile from source).
+ */
+describe("microvm root disk", () => {
+  test("keeps each file's mtime, and replaces earlier formats of the same rootfs", () => {
+    const work = mkdtempSync(join(tmpdir(), "scratchrun-disk-"));
+    const mnt = join(work, "mnt");
+    try {
+      const rootfs = join(work, "rootfs-0123456789abcdef");
+      mkdirSync(join(rootfs, "lib"), { recursive: true });
+      writeFileSync(join(rootfs, "lib", "mod.py"), "x = 1\n");
+      writeFileSync(join(rootfs, "lib", "other.py"), "y = 2\n");
+      utimesSync(join(rootfs, "lib", "mod.py"), 1_675_617_227, 1_675_617_227);
+      utimesSync(join(rootfs, "lib", "other.py"), 1_600_000_000, 1_600_000_000);
+      const cache = join(work, "cache");
+      mkdirSync(join(cache, "disks"), { recursive: true });
+      const stale = join(cache, "disks", "rootfs-0123456789abcdef.erofs");
+      const otherRootfs = join(cache, "disks", "rootfs-fedcba9876543210-v2.erofs");
+      writeFileSync(stale, "old format");
+      writeFileSync(otherRootfs, "another image's disk");
+
+      const disk = ensureRootDisk(rootfs, cache);
+      assert.ok(existsSync(disk));
+      assert.ok(!existsSync(stale), "the earlier format of this rootfs is removed");
+      assert.ok(existsSync(otherRootfs), "another rootfs's disk is not touched");
+
+      mkdirSync(mnt);
+      execFileSync("mount", ["-t", "erofs", "-o", "ro,loop", disk, mnt]);
+      try {
+        assert.equal(statSync(join(mnt, "lib", "mod.py")).mtimeMs, 1_675_617_227_000);
+        assert.equal(statSync(join(mnt, "lib", "other.py")).mtimeMs, 1_600_000_000_000);
+      } finally {
+        execFileSync("umount", [mnt]);
+      }
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  });
+});
