@@ -70,11 +70,14 @@ int prestart_start(struct prestart *ps, const char *interp, const char *script, 
   return 0;
 }
 
-/* Variables the interpreter reads while starting (the C locale, site, sys.path, flags). */
+/* Variables read while a process starts: by the dynamic loader and libc (LD_LIBRARY_PATH also
+ * steers every later dlopen, e.g. ctypes), and by the interpreter (locale, site, sys.path,
+ * flags). */
 static int startup_relevant(const char *entry) {
   return strncmp(entry, "PYTHON", 6) == 0 || strncmp(entry, "LC_", 3) == 0 ||
          strncmp(entry, "LANG=", 5) == 0 || strncmp(entry, "LANGUAGE=", 9) == 0 ||
-         strncmp(entry, "HOME=", 5) == 0;
+         strncmp(entry, "HOME=", 5) == 0 || strncmp(entry, "LD_", 3) == 0 ||
+         strncmp(entry, "MALLOC_", 7) == 0 || strncmp(entry, "GLIBC_TUNABLES=", 15) == 0;
 }
 
 static int in_prestart_env(const char *entry) {

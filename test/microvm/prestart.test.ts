@@ -43,6 +43,8 @@ describe("microvm: pre-started Python", () => {
         { env: { LANG: "C" } },
         { env: { LC_ALL: "C.UTF-8" } },
         { env: { HOME: "/tmp" } },
+        { env: { LD_LIBRARY_PATH: "/home/user/lib" } },
+        { env: { MALLOC_ARENA_MAX: "2" } },
         { files: { ".local/lib/site.pth": "" } },
       ];
       for (const change of changes) {
