@@ -100,6 +100,12 @@ export class MicrovmBackend implements Backend {
   private readonly templates = new Map<string, Promise<Template>>();
   private readonly built = new Map<string, Template>();
   private closed = false;
+  /**
+   * Aborted by close(): VMs still booting for the pool or for a template are destroyed at once
+   * instead of being awaited (a server asked to stop must not be killed mid-cleanup by a client
+   * that waits only a few seconds, leaving a cgroup and a directory behind).
+   */
+  private readonly closing = new AbortController();
   /** Templates pre-start the runtime's interpreter where that is safe (prestartInterpreter). */
   readonly prestart: boolean;
   /** Last template failure (the backend then cold-boots); for diagnostics. */
@@ -134,6 +140,7 @@ export class MicrovmBackend implements Backend {
       t = createTemplate(this.ctx, {
         memoryMb,
         timeoutMs: this.bootTimeoutMs,
+        signal: this.closing.signal,
         // A pre-started interpreter warms the page cache itself.
         ...(prestart ? { prestart } : warm ? { warm } : {}),
       });
@@ -162,11 +169,11 @@ export class MicrovmBackend implements Backend {
    */
   private async prepare(runtime: RuntimeName, memoryMb: number): Promise<MicroVm> {
     const publicNet = this.network !== null;
-    if (this.mode === "boot") return this.boot(memoryMb, undefined, publicNet);
+    if (this.mode === "boot") return this.boot(memoryMb, this.closing.signal, publicNet);
     if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
     const t = await this.template(runtime, memoryMb);
     if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
-    return this.clone(t, memoryMb, undefined, publicNet);
+    return this.clone(t, memoryMb, this.closing.signal, publicNet);
   }
 
   private bootOptions(memoryMb: number, signal: AbortSignal | undefined, publicNet: boolean) {
@@ -297,6 +304,7 @@ export class MicrovmBackend implements Backend {
 
   async close(): Promise<void> {
     this.closed = true;
+    this.closing.abort();
     await this.pool.close();
     await Promise.all([...this.live].map((vm) => vm.destroy()));
     const templates = [...this.templates.values()];

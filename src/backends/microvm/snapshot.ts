@@ -24,6 +24,8 @@ export interface TemplateOptions {
   /** Interpreter the template's agent pre-starts (guest/prestart.py); clones resume it waiting. */
   prestart?: string;
   timeoutMs: number;
+  /** Aborts the build (the backend closing): the template VM is destroyed at once. */
+  signal?: AbortSignal;
 }
 
 export async function createTemplate(ctx: HostContext, opts: TemplateOptions): Promise<Template> {
@@ -38,7 +40,11 @@ export async function createTemplate(ctx: HostContext, opts: TemplateOptions): P
     try {
       vm = await MicroVm.start(
         ctx,
-        { memoryMb: opts.memoryMb, readyTimeoutMs: opts.timeoutMs },
+        {
+          memoryMb: opts.memoryMb,
+          readyTimeoutMs: opts.timeoutMs,
+          ...(opts.signal ? { signal: opts.signal } : {}),
+        },
         {
           kind: "template",
           ramFd: rw,
