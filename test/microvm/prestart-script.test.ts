@@ -1,0 +1,131 @@
+import assert from "node:assert/strict";
+import { spawn, spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, describe, test } from "node:test";
+import { resolveHostSources } from "../../src/images/recipe.js";
+import { REPO_ROOT } from "../helpers/mcp-client.js";
+
+/**
+ * guest/prestart.py against the interpreter running the same file directly, on the host's
+ * python3.12 and python3.11 (the interpreters the image is made from): the cases the e2e suite
+ * cannot reach cheaply (signals, warnings, pickling, source introspection, encodings).
+ */
+const SCRIPT = join(REPO_ROOT, "guest", "prestart.py");
+
+interface Run {
+  stdout: string;
+  stderr: string;
+  status: number | null;
+  signal: NodeJS.Signals | null;
+}
+
+const ENV = { PATH: "/usr/bin:/bin", HOME: "/tmp", LANG: "C.UTF-8", PYTHONUNBUFFERED: "1" };
+
+function direct(python: string, file: string, cwd: string): Run {
+  const r = spawnSync(python, [file], { cwd, env: ENV, encoding: "utf8" });
+  return { stdout: r.stdout, stderr: r.stderr, status: r.status, signal: r.signal };
+}
+
+/** The agent's side of the hand-over: start, wait for "w" on fd 4, send the call on fd 3. */
+function prestarted(python: string, file: string, cwd: string): Promise<Run> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(python, [SCRIPT], {
+      cwd: "/",
+      env: { ...ENV, PYTHONDONTWRITEBYTECODE: "1" },
+      stdio: ["ignore", "pipe", "pipe", "pipe", "pipe"],
+    });
+    let stdout = "";
+    let stderr = "";
+    child.stdout?.on("data", (d: Buffer) => (stdout += d.toString()));
+    child.stderr?.on("data", (d: Buffer) => (stderr += d.toString()));
+    const ctl = child.stdio[3] as NodeJS.WritableStream;
+    const note = child.stdio[4] as NodeJS.ReadableStream;
+    note.once("data", () => {
+      const env = Object.entries(ENV).map(([k, v]) => `${k}=${v}\0`);
+      ctl.end([cwd, "\0", file, "\0", ...env].join(""));
+    });
+    child.once("error", reject);
+    child.once("close", (status, signal) => resolve({ stdout, stderr, status, signal }));
+  });
+}
+
+const programs: Record<string, string> = {
+  "KeyboardInterrupt dies of SIGINT": "print('a')\nraise KeyboardInterrupt\n",
+  "sys.exit with a message": "import sys\nsys.exit('stopped here')\n",
+  "a warning names the code's file and line": "import warnings\nwarnings.warn('careful')\n",
+  "chained exceptions":
+    "try:\n    1/0\nexcept ZeroDivisionError as e:\n    raise ValueError('bad') from e\n",
+  "pickle a class defined in __main__":
+    "import pickle\nclass P:\n    x = 3\nprint(pickle.loads(pickle.dumps(P())).x, P.__module__)\n",
+  "inspect finds the source":
+    "import inspect\ndef f():\n    return 1\nprint(inspect.getsource(f), end='')\n",
+  "the __main__ guard and sys.modules['__main__']":
+    "import sys\nif __name__ == '__main__':\n    print(sys.modules['__main__'].__file__, __spec__)\n",
+  "relative imports fail as in a script": "from . import x\n",
+};
+
+/** What the direct run must show, so that "same as direct" is never "both broke the same way". */
+const expectations: Record<string, (r: Run, file: string) => void> = {
+  "KeyboardInterrupt dies of SIGINT": (r) => {
+    assert.equal(r.signal, "SIGINT");
+    assert.match(r.stderr, /KeyboardInterrupt\n$/);
+  },
+  "sys.exit with a message": (r) => assert.deepEqual([r.status, r.stderr], [1, "stopped here\n"]),
+  "a warning names the code's file and line": (r, file) =>
+    assert.ok(r.stderr.startsWith(`${file}:2: UserWarning: careful`), r.stderr),
+  "chained exceptions": (r) =>
+    assert.match(r.stderr, /ZeroDivisionError[\s\S]*direct cause[\s\S]*ValueError: bad\n$/),
+  "pickle a class defined in __main__": (r) => assert.equal(r.stdout, "3 __main__\n"),
+  "inspect finds the source": (r) => assert.equal(r.stdout, "def f():\n    return 1\n"),
+  "the __main__ guard and sys.modules['__main__']": (r, file) =>
+    assert.equal(r.stdout, `${file} None\n`),
+  "relative imports fail as in a script": (r) => {
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, /ImportError: attempted relative import with no known parent package/);
+  },
+};
+
+const hostPythons = (): [string, string][] => {
+  const src = resolveHostSources();
+  const out: [string, string][] = [["python3.11", "/usr/bin/python3.11"]];
+  if (src.ok) out.unshift(["python3.12", join(src.sources.python312Prefix, "bin", "python3.12")]);
+  return out;
+};
+
+describe("guest/prestart.py behaves as running the file", () => {
+  const dir = mkdtempSync(join(tmpdir(), "prestart-script-test-"));
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  test("a source file in another encoding (PEP 263) is decoded the same way", async () => {
+    const file = join(dir, "latin.py");
+    writeFileSync(
+      file,
+      Buffer.concat([
+        Buffer.from("# -*- coding: latin-1 -*-\nprint('caf"),
+        Buffer.from([0xe9]),
+        Buffer.from("')\n"),
+      ]),
+    );
+    for (const [, python] of hostPythons()) {
+      const want = direct(python, file, dir);
+      assert.equal(want.stdout, "café\n");
+      assert.deepEqual(await prestarted(python, file, dir), want);
+    }
+  });
+
+  for (const [name, code] of Object.entries(programs))
+    test(name, async () => {
+      const file = join(dir, "main.py");
+      writeFileSync(file, code);
+      const pythons = hostPythons();
+      assert.equal(pythons.length, 2, "the host's python3.12 was not found");
+      for (const [label, python] of pythons) {
+        const want = direct(python, file, dir);
+        expectations[name]?.(want, file);
+        const got = await prestarted(python, file, dir);
+        assert.deepEqual(got, want, label);
+      }
+    });
+});
