@@ -130,11 +130,11 @@ static void child_exec(const struct spawn_spec *s, pid_t agent, int devnull, int
   child_fail(errfd, STAGE_EXEC);
 }
 
-void block_sigchld(void) {
+static sigset_t sigchld_only(void) {
   sigset_t chld;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);
-  sigprocmask(SIG_BLOCK, &chld, NULL);
+  return chld;
 }
 
 int spawn_code(const struct spawn_spec *s, struct code_proc *p, char *msg, size_t msglen) {
@@ -145,7 +145,10 @@ int spawn_code(const struct spawn_spec *s, struct code_proc *p, char *msg, size_
     snprintf(msg, msglen, "pipes: %s", strerror(errno));
     return -1;
   }
-  block_sigchld(); /* before the fork: the child's exit must reach the signalfd */
+  /* Before the fork: the child's exit must wait, pending, for supervise()'s signalfd (a
+   * pre-started interpreter may die long before that). */
+  sigset_t chld = sigchld_only();
+  sigprocmask(SIG_BLOCK, &chld, NULL);
   pid_t agent = getpid();
   pid_t child = fork();
   if (child < 0) {
@@ -250,8 +253,7 @@ void run_code(int host_in, int host_out, const struct request *req, struct run_r
   struct code_proc p;
   uint64_t t0 = now_ms();
   if (spawn_code(&s, &p, res->message, sizeof res->message) < 0) {
-    kill_and_reap();
-    res->reason = R_SPAWN_FAILED;
+    res->reason = R_SPAWN_FAILED; /* spawn_code reaped the child that failed to exec */
     return;
   }
   supervise(host_in, host_out, req, res, &p, t0);
@@ -267,9 +269,7 @@ void run_started(int host_in, int host_out, const struct request *req, struct ru
 static void supervise(int host_in, int host_out, const struct request *req,
                       struct run_result *res, const struct code_proc *p, uint64_t t0) {
   pid_t child = p->pid;
-  sigset_t chld;
-  sigemptyset(&chld);
-  sigaddset(&chld, SIGCHLD);
+  sigset_t chld = sigchld_only();
   int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
   if (sfd < 0) {
     kill_and_reap();

@@ -52,9 +52,6 @@ struct code_proc {
   int out_r, err_r;
 };
 
-/* Blocks SIGCHLD in the agent (the supervisor reads child exits from a signalfd). */
-void block_sigchld(void);
-
 /* Forks a child that alone drops to s->uid/gid, gets /dev/null and two fresh pipes as fds 0-2
  * and s->extra as fds 3.., changes to s->cwd and execs s->argv. Returns once execve succeeded
  * (0) or failed (-1, msg says at which stage). Blocks SIGCHLD in the agent. */

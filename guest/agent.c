@@ -199,7 +199,6 @@ static int agent_main(const struct agent_opts *o) {
     return 2;
   }
   on_host_lost = host_gone;
-  block_sigchld();
 
   struct prestart ps;
   memset(&ps, 0, sizeof ps);

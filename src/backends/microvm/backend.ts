@@ -58,8 +58,6 @@ export interface PoolOptions {
    * template exists. "boot": pooled VMs are cold-booted and idle at READY.
    */
   mode?: "restore" | "boot";
-  /** Templates pre-start Python (default true; false: clones start every interpreter per call). */
-  prestart?: boolean;
 }
 
 /** The interpreter a runtime's template runs once to warm the guest page cache. */
@@ -106,8 +104,6 @@ export class MicrovmBackend implements Backend {
    * that waits only a few seconds, leaving a cgroup and a directory behind).
    */
   private readonly closing = new AbortController();
-  /** Templates pre-start the runtime's interpreter where that is safe (prestartInterpreter). */
-  readonly prestart: boolean;
   /** Last template failure (the backend then cold-boots); for diagnostics. */
   templateError: unknown = null;
 
@@ -119,7 +115,6 @@ export class MicrovmBackend implements Backend {
   ) {
     this.isolation = isolationOf(ctx.accel);
     this.mode = poolOptions.mode ?? "restore";
-    this.prestart = poolOptions.prestart ?? true;
     this.pool = new WarmPool<MicroVm>((runtime, memoryMb) => this.prepare(runtime, memoryMb), {
       sizes: poolOptions.sizes ?? {},
       memoryMb: poolOptions.memoryMb ?? LIMITS.memoryMb.default,
@@ -136,7 +131,7 @@ export class MicrovmBackend implements Backend {
       if (this.closed)
         return Promise.reject(new ScratchRunError("NOT_READY", "the microVM backend is closed"));
       const warm = warmInterpreter(runtime);
-      const prestart = this.prestart ? prestartInterpreter(runtime) : undefined;
+      const prestart = prestartInterpreter(runtime);
       t = createTemplate(this.ctx, {
         memoryMb,
         timeoutMs: this.bootTimeoutMs,
