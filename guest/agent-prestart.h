@@ -11,7 +11,8 @@
 
 struct prestart {
   struct code_proc proc; /* proc.pid 0: nothing pre-started */
-  int ctl_w;             /* the interpreter's fd 3: the call goes here */
+  int ctl_w;             /* the interpreter's fd 3: warm-up requests and the call go here */
+  int note_r;            /* the interpreter's fd 4: "w" whenever it waits on fd 3 */
   const char *interp;
 };
 
@@ -29,6 +30,17 @@ int prestart_fits(const struct prestart *ps, const struct request *req);
 /* Hands req (cwd, code file, environment) to the waiting interpreter. 0, or -1 when it is gone
  * (then discard it and run req the ordinary way). */
 int prestart_release(struct prestart *ps, const struct request *req);
+
+/* Warm-up of a clone about to be pooled (agent-seed.h): the waiting interpreter forks, and the
+ * child runs an empty program through the same path as a call (output to /dev/null) and exits
+ * through the interpreter's finalisation, so the code a call runs is translated in this QEMU at
+ * the addresses the pre-started process has. Waits for it. On failure the interpreter is
+ * discarded (calls then start a fresh one). */
+void prestart_warm(struct prestart *ps);
+
+/* Warm-up without a pre-started interpreter: runs `interp /dev/null` as the code's user with the
+ * base environment, waits for it and kills whatever it left. */
+void warm_fresh(const char *interp);
 
 /* Kills and reaps the pre-started interpreter, if any. */
 void prestart_discard(struct prestart *ps);

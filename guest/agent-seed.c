@@ -1,4 +1,4 @@
-/* The seed step: see agent-seed.h. The message, big-endian:
+/* The seed step: see agent-seed.h. The message, after its type byte 'S', big-endian:
  *   64 bytes host entropy | u64 wall clock ms | 6 bytes MAC | u8 mode (0 none, 1 public) |
  *   4 bytes IPv4 address | u8 prefix length | 4 bytes gateway | u16 n | n bytes resolv.conf
  * The entropy is credited to the input pool (RNDADDENTROPY) and the CRNG forced to reseed
@@ -129,7 +129,8 @@ out:
   return rc;
 }
 
-int apply_seed(const char *port_path, const char *resolv_path, char *err, size_t errlen) {
+int apply_seed(const char *port_path, const char *resolv_path, warm_fn warm, void *ctx, char *err,
+               size_t errlen) {
   struct {
     struct rand_pool_info info;
     unsigned char buf[SEED_BYTES];
@@ -139,8 +140,18 @@ int apply_seed(const char *port_path, const char *resolv_path, char *err, size_t
 
   int port = open(port_path, O_RDWR | O_CLOEXEC | O_NOCTTY);
   if (port < 0) return fail(err, errlen, "open port");
-  if (write(port, "W", 1) != 1 || read_exact(port, msg, HEADER_BYTES) < 0) {
+  unsigned char type;
+  for (;;) {
+    if (write(port, "W", 1) != 1 || read_exact(port, &type, 1) < 0) {
+      close(port);
+      return fail(err, errlen, "read message");
+    }
+    if (type != 'T') break;
+    warm(ctx);
+  }
+  if (type != 'S' || read_exact(port, msg, HEADER_BYTES) < 0) {
     close(port);
+    errno = EPROTO;
     return fail(err, errlen, "read message");
   }
   size_t rlen = ((size_t)msg[88] << 8) | msg[89];

@@ -5,10 +5,16 @@
 
 #include <stddef.h>
 
+/* Called for each warm-up request ('T') the host sends before the seed. */
+typedef void (*warm_fn)(void *ctx);
+
 /* Writes 'W' on the virtio-console port `port` (a snapshot template is saved while blocked
- * here), reads the host's seed message (src/backends/microvm/guest-net.ts, encodeSeed) and applies
- * it: entropy credited and the CRNG reseeded, the wall clock set, eth0's MAC set and, for network
- * "public", eth0's address, the default route and `resolv` written. 0, or -1 with err. */
-int apply_seed(const char *port, const char *resolv, char *err, size_t errlen);
+ * here) and reads what the host sends: 'T' (a clone about to be pooled: run warm(ctx) so the
+ * call's code paths are translated in this QEMU, then 'W' again) any number of times, then 'S'
+ * and the seed message (src/backends/microvm/guest-net.ts, encodeSeed), which it applies: entropy
+ * credited and the CRNG reseeded, the wall clock set, eth0's MAC set and, for network "public",
+ * eth0's address, the default route and `resolv` written. 0, or -1 with err. */
+int apply_seed(const char *port, const char *resolv, warm_fn warm, void *ctx, char *err,
+               size_t errlen);
 
 #endif

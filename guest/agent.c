@@ -4,12 +4,15 @@
  * contained by killing the whole process tree with kill(-1, SIGKILL), which is why the agent
  * refuses to run where that could reach processes outside the sandbox.
  *
- * Usage: agent [--channel PATH] [--own-kernel] [--prestart INTERP SCRIPT] [--seed PORT RESOLV]
+ * Usage: agent [--channel PATH] [--own-kernel] [--prestart INTERP SCRIPT] [--warm INTERP]
+ *              [--seed PORT RESOLV]
  *   --channel PATH  open PATH read/write for the protocol instead of using fd 0/1
  *   --own-kernel    this kernel runs only this sandbox (microVM): kill(-1) is safe without a pid
  *                   namespace, and /proc/vmstat oom_kill counts only this sandbox's OOM kills
  *   --prestart INTERP SCRIPT
  *                   start INTERP SCRIPT now (agent-prestart.h) and give it the request if it fits
+ *   --warm INTERP   without a pre-started interpreter, what a warm-up request in the seed step
+ *                   runs (agent-prestart.h, warm_fresh)
  *   --seed PORT RESOLV
  *                   microVM: after any pre-start, take this VM's seed from virtio-console PORT
  *                   (agent-seed.h; a snapshot template is saved while waiting there), before
@@ -42,8 +45,22 @@ struct agent_opts {
   const char *channel;
   int own_kernel;
   const char *prestart_interp, *prestart_script;
+  const char *warm_interp;
   const char *seed_port, *seed_resolv;
 };
+
+struct warm_ctx {
+  struct prestart *ps;
+  const char *interp;
+};
+
+/* A warm-up request (agent-seed.h): run what a call will run, so that a pooled clone's QEMU has
+ * translated it before the call comes. */
+static void warm_up(void *arg) {
+  struct warm_ctx *w = arg;
+  if (w->ps->proc.pid > 0) prestart_warm(w->ps);
+  else if (w->interp) warm_fresh(w->interp);
+}
 
 static int tree_started;
 
@@ -202,7 +219,7 @@ static int agent_main(const struct agent_opts *o) {
 
   struct prestart ps;
   memset(&ps, 0, sizeof ps);
-  ps.ctl_w = -1;
+  ps.ctl_w = ps.note_r = -1;
   if (o->prestart_interp) {
     char why[256];
     if (prestart_start(&ps, o->prestart_interp, o->prestart_script, why, sizeof why) < 0)
@@ -212,7 +229,8 @@ static int agent_main(const struct agent_opts *o) {
   }
   if (o->seed_port) {
     char why[256];
-    if (apply_seed(o->seed_port, o->seed_resolv, why, sizeof why) < 0) {
+    struct warm_ctx w = {&ps, o->warm_interp};
+    if (apply_seed(o->seed_port, o->seed_resolv, warm_up, &w, why, sizeof why) < 0) {
       fprintf(stderr, "agent: %s\n", why);
       return 2;
     }
@@ -259,7 +277,7 @@ static int agent_main(const struct agent_opts *o) {
 }
 
 int main(int argc, char **argv) {
-  struct agent_opts o = {NULL, 0, NULL, NULL, NULL, NULL};
+  struct agent_opts o = {NULL, 0, NULL, NULL, NULL, NULL, NULL};
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--channel") == 0 && i + 1 < argc) {
       o.channel = argv[++i];
@@ -268,12 +286,14 @@ int main(int argc, char **argv) {
     } else if (strcmp(argv[i], "--prestart") == 0 && i + 2 < argc) {
       o.prestart_interp = argv[++i];
       o.prestart_script = argv[++i];
+    } else if (strcmp(argv[i], "--warm") == 0 && i + 1 < argc) {
+      o.warm_interp = argv[++i];
     } else if (strcmp(argv[i], "--seed") == 0 && i + 2 < argc) {
       o.seed_port = argv[++i];
       o.seed_resolv = argv[++i];
     } else {
       fprintf(stderr, "usage: agent [--channel PATH] [--own-kernel] [--prestart INTERP SCRIPT] "
-                      "[--seed PORT RESOLV]\n");
+                      "[--warm INTERP] [--seed PORT RESOLV]\n");
       return 2;
     }
   }

@@ -94,7 +94,7 @@ export class MicrovmBackend implements Backend {
   /** VMs serving a call right now (taken from the pool or started for it). */
   private readonly serving = new Set<MicroVm>();
   /** What the backend has done so far: templates built, calls run in clones / cold boots. */
-  readonly counters = { templates: 0, clonedCalls: 0, bootedCalls: 0 };
+  readonly counters = { templates: 0, clonedCalls: 0, warmedCalls: 0, bootedCalls: 0 };
   private readonly templates = new Map<string, Promise<Template>>();
   private readonly built = new Map<string, Template>();
   private closed = false;
@@ -168,7 +168,7 @@ export class MicrovmBackend implements Backend {
     if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
     const t = await this.template(runtime, memoryMb);
     if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
-    return this.clone(t, memoryMb, this.closing.signal, publicNet);
+    return this.clone(t, memoryMb, this.closing.signal, publicNet, true);
   }
 
   private bootOptions(memoryMb: number, signal: AbortSignal | undefined, publicNet: boolean) {
@@ -185,10 +185,12 @@ export class MicrovmBackend implements Backend {
     memoryMb: number,
     signal: AbortSignal | undefined,
     publicNet: boolean,
+    warmUp = false,
   ): Promise<MicroVm> {
     const vm = await MicroVm.start(this.ctx, this.bootOptions(memoryMb, signal, publicNet), {
       kind: "clone",
       image: t.image,
+      warmUp,
     });
     return this.track(vm);
   }
@@ -216,6 +218,7 @@ export class MicrovmBackend implements Backend {
         await vm.activate(this.bootTimeoutMs, job.network);
         if (cloned) this.counters.clonedCalls++;
         else this.counters.bootedCalls++;
+        if (vm.warmedUp) this.counters.warmedCalls++;
         return vm;
       } catch {
         await vm.destroy();

@@ -68,6 +68,13 @@ function ipv4Bytes(addr: string, what: string): number[] {
 }
 
 /**
+ * Bytes on the seed port (guest/agent-seed.c). The guest writes `waiting` whenever it waits there;
+ * the host answers `warmUp` (a clone about to be pooled: run what a call runs, then wait again)
+ * or `seed` followed by the seed message.
+ */
+export const SEED_PORT = { waiting: 0x57, warmUp: 0x54, seed: 0x53 } as const;
+
+/**
  * The seed message guest/agent-seed.c reads after a restore (or a cold boot), big-endian:
  *   64 bytes host entropy | u64 wall clock ms | 6 bytes MAC | u8 mode (0 none, 1 public) |
  *   4 bytes IPv4 address | u8 prefix length | 4 bytes gateway | u16 n | n bytes resolv.conf

@@ -46,7 +46,8 @@ export interface QemuSpec {
   nic: { mac: string; backend: { kind: "tap"; ifname: string } | { kind: "none" } };
   /**
    * Template only: an interpreter the guest init runs once (from the read-only disk, before the
-   * snapshot) so its files are in the guest page cache of every clone. Absolute path, no spaces.
+   * snapshot) so its files are in the guest page cache of every clone, and that the agent runs on
+   * /dev/null when a clone is asked to warm up (vm.ts warmUp()). Absolute path, no spaces.
    */
   warm?: string;
   /**

@@ -19,7 +19,10 @@ export interface Template {
 
 export interface TemplateOptions {
   memoryMb: number;
-  /** Interpreter the template runs once so clones start with it cache-hot (absolute path). */
+  /**
+   * Interpreter the template runs once so clones start with it cache-hot, and that a clone runs
+   * on /dev/null when it warms up (absolute path).
+   */
   warm?: string;
   /** Interpreter the template's agent pre-starts (guest/prestart.py); clones resume it waiting. */
   prestart?: string;

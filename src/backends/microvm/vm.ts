@@ -18,6 +18,7 @@ import type { VmArtifacts } from "./build.js";
 import {
   encodeSeed,
   guestConfigOf,
+  SEED_PORT,
   randomMac,
   type VmNetwork,
   type VmNetworkProvider,
@@ -66,12 +67,14 @@ export interface TemplateImage {
 /**
  * How a VM starts. boot: cold boot until the guest agent waits for its seed (agent --seed);
  * activate() then seeds it and waits for READY. template: the same into `ramFd` (shared), for
- * saveState(). clone: restore `image` paused; activate() resumes, seeds and waits for READY.
+ * saveState(). clone: restore `image` paused (with warmUp: first resumed until the guest has run
+ * what a call runs once, then paused again; see warmUp()); activate() resumes, seeds and waits for
+ * READY.
  */
 export type StartMode =
   | { kind: "boot" }
   | { kind: "template"; ramFd: number; warm?: string; prestart?: string }
-  | { kind: "clone"; image: TemplateImage };
+  | { kind: "clone"; image: TemplateImage; warmUp?: boolean };
 
 /** The tap's name inside the VM's own network namespace (one tap per namespace). */
 export const TAP_NAME = "tap0";
@@ -98,6 +101,8 @@ export class MicroVm {
   private seed: Socket | null = null;
   /** A restored clone that has not been resumed yet. */
   paused = false;
+  /** A clone that ran its warm-up (warmUp()) before it was parked. */
+  warmedUp = false;
   /** Why the network teardown in destroy() failed, if it did (reaping removes the rest). */
   teardownError: unknown = null;
   /** Waiting in the agent's seed step (activate() pending). */
@@ -185,7 +190,7 @@ export class MicroVm {
         guestMb,
         tscKhz: ctx.tscKhz,
         scratchMb: ctx.scratchMb,
-        tcgCacheMb: 64,
+        tcgCacheMb: Number(process.env.XTB ?? 64),
         nic: {
           mac,
           backend: net ? { kind: "tap" as const, ifname: net.tapName } : { kind: "none" as const },
@@ -251,9 +256,15 @@ export class MicroVm {
       v.channel = socket;
       if (mode.kind === "clone") {
         await raceBoot(v.restore(mode.image), v, opts, "restore did not complete");
+        if (mode.warmUp) await raceBoot(v.warmUp(), v, opts, "warm-up did not complete");
         v.paused = true;
       } else {
-        await raceBoot(readByte(v.seed!, 0x57), v, opts, "guest did not reach its seed step");
+        await raceBoot(
+          readByte(v.seed!, SEED_PORT.waiting),
+          v,
+          opts,
+          "guest did not reach its seed step",
+        );
       }
       v.pending = mode.kind !== "template";
       return v;
@@ -292,6 +303,26 @@ export class MicroVm {
     });
     await waitStatus(qmp, (st) => st === "paused", "incoming migration");
     s.destroy();
+  }
+
+  /**
+   * A restored clone about to be pooled runs what a call will run (the pre-started interpreter
+   * forks a child that runs an empty program and exits; other runtimes run their interpreter on
+   * /dev/null) and is paused again. Under TCG each QEMU process translates guest code afresh, and
+   * a clone's first call paid for translating the kernel's, the agent's and the interpreter's
+   * paths; after this the call finds them translated. Before the seed: nothing of it is the
+   * call's (docs/decisions/0003-microvm.md).
+   */
+  private async warmUp(): Promise<void> {
+    const qmp = this.qmp!;
+    const waiting = readByte(this.seed!, SEED_PORT.waiting);
+    this.seed!.resume();
+    await qmp.execute("cont");
+    this.seed!.write(Buffer.of(SEED_PORT.warmUp));
+    await waiting;
+    await qmp.execute("stop");
+    await waitStatus(qmp, (st) => st === "paused", "pausing after the warm-up");
+    this.warmedUp = true;
   }
 
   /** Template: stops the guest (blocked in the agent's seed step) and saves its device state. */
@@ -354,12 +385,15 @@ export class MicroVm {
       await this.qmp!.execute("cont");
     }
     this.seed!.write(
-      encodeSeed({
-        entropy: randomBytes(64),
-        nowMs: Date.now(),
-        mac: this.mac,
-        net: network === "public" && this.net ? guestConfigOf(this.net) : null,
-      }),
+      Buffer.concat([
+        Buffer.of(SEED_PORT.seed),
+        encodeSeed({
+          entropy: randomBytes(64),
+          nowMs: Date.now(),
+          mac: this.mac,
+          net: network === "public" && this.net ? guestConfigOf(this.net) : null,
+        }),
+      ]),
     );
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), timeoutMs);

@@ -1,0 +1,106 @@
+import { skipOutsideCi } from "../helpers/ci.js";
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import { createMicrovmBackend, type MicrovmBackend } from "../../src/backends/microvm/backend.js";
+import { toAgentRequest } from "../../src/engine/request.js";
+import { locateRootfs } from "../../src/images/locate.js";
+import { runtimeArgv } from "../../src/images/manifest.js";
+import { execInputSchema, type RuntimeName } from "../../src/schema/exec.js";
+import { assertNoLeftovers, canRunMicrovm, hostLeftovers, text } from "./fixture.js";
+
+const root = locateRootfs();
+const skip = skipOutsideCi(canRunMicrovm() ?? (root ? null : "no runtime image built"));
+
+/**
+ * Every process in the guest but kernel threads, as "<uid> <argv>", from the code itself; bash and
+ * Python print the same lines so both runtimes can be compared with one expectation.
+ */
+const PROCS: Record<"bash" | "python", string> = {
+  bash:
+    'for p in /proc/[0-9]*; do a=$(tr "\\0" " " <"$p/cmdline" 2>/dev/null); ' +
+    '[ -n "$a" ] && echo "$(stat -c %u "$p") ${a% }"; done; true',
+  python: [
+    "import os",
+    "for p in sorted(int(d) for d in os.listdir('/proc') if d.isdigit()):",
+    "    try:",
+    "        a = open(f'/proc/{p}/cmdline', 'rb').read().split(b'\\0')",
+    "        print(os.stat(f'/proc/{p}').st_uid, b' '.join(a).decode().strip())",
+    "    except (FileNotFoundError, ProcessLookupError):",
+    "        pass",
+  ].join("\n"),
+};
+
+/**
+ * Pooled clones run a warm-up before they are parked (vm.ts warmUp(); guest/agent-seed.c 'T'):
+ * the pre-started Python forks a child that runs an empty program, other runtimes run their
+ * interpreter on /dev/null. That happens before the seed, so the call must find nothing of it:
+ * no process, no output, and for Python the pre-started interpreter still there to take the call.
+ */
+describe(
+  "microvm: pooled clones are warmed up before they are parked",
+  {
+    skip: skip ?? false,
+    timeout: 300_000,
+  },
+  () => {
+    let backend: MicrovmBackend;
+    let before0: Awaited<ReturnType<typeof hostLeftovers>>;
+
+    before(async () => {
+      before0 = await hostLeftovers();
+      backend = await createMicrovmBackend({
+        rootfsDir: root!.dir,
+        pool: { sizes: { bash: 1, "python3.12": 1 }, mode: "restore" },
+      });
+      await backend.pool.whenFull();
+      assert.equal(backend.templateError, null);
+    });
+    after(async () => {
+      await backend?.close();
+      await assertNoLeftovers(before0, "a VM or template left something behind");
+    });
+
+    async function call(runtime: RuntimeName, code: string) {
+      await backend.pool.whenFull();
+      const req = execInputSchema.parse({ runtime, code, network: "none" });
+      const warmedBefore = backend.counters.warmedCalls;
+      const r = await backend.run(
+        { runtime, memoryMb: req.memory_mb, network: "none", request: toAgentRequest(req, null) },
+        { signal: new AbortController().signal },
+      );
+      assert.equal(
+        backend.counters.warmedCalls - warmedBefore,
+        1,
+        "the call's clone was not warmed",
+      );
+      assert.equal(r.agent.failure, null);
+      assert.equal(r.agent.exit?.reason, "exited", text(r.agent.stderr));
+      assert.equal(text(r.agent.stderr), "");
+      return text(r.agent.stdout)
+        .trim()
+        .split("\n")
+        .map((l) => l.trim());
+    }
+
+    /** Lines of processes owned by the code's user (uid 1000). */
+    const userProcs = (lines: string[]) => lines.filter((l) => l.startsWith("1000 "));
+
+    test("bash: the warm-up's interpreter is gone; only the call's own processes run as its user", async () => {
+      const lines = await call("bash", PROCS.bash);
+      assert.ok(
+        lines.some((l) => l.startsWith("0 /run/scratchrun-agent")),
+        lines.join("\n"),
+      );
+      for (const l of userProcs(lines))
+        assert.match(l, /^1000 (\/bin\/bash \/run\/scratchrun\/main\.sh|\/bin\/bash|tr|stat)\b/, l);
+      assert.ok(!lines.some((l) => l.includes("/dev/null")), lines.join("\n"));
+    });
+
+    test("python3.12: the warm-up's forked child is gone and the pre-started interpreter takes the call", async () => {
+      const lines = await call("python3.12", PROCS.python);
+      assert.deepEqual(userProcs(lines), [
+        `1000 ${runtimeArgv("python3.12")[0]} /run/scratchrun-prestart.py`,
+      ]);
+    });
+  },
+);
