@@ -7,7 +7,12 @@ import {
   SEED_HEADER_BYTES,
 } from "../../src/backends/microvm/guest-net.js";
 import { renderJailArgs } from "../../src/backends/microvm/jail-args.js";
-import { nicArgs, renderQemuArgs, type QemuSpec } from "../../src/backends/microvm/qemu-args.js";
+import {
+  kernelCommandLine,
+  nicArgs,
+  renderQemuArgs,
+  type QemuSpec,
+} from "../../src/backends/microvm/qemu-args.js";
 
 const entropy = Buffer.alloc(64, 0xab);
 const net = {
@@ -113,6 +118,14 @@ describe("the NIC and the jail around it", () => {
       assert.match(args, /virtio-net-device,netdev=n0/);
       assert.match(args, /virtserialport,chardev=seed,name=scratchrun\.seed/);
     }
+  });
+
+  test("the guest kernel runs without user-space ASLR under TCG only (norandmaps)", () => {
+    const s = spec({ mac: "02:00:00:00:00:01", backend: { kind: "none" } });
+    const words = (accel: QemuSpec["accel"]) => kernelCommandLine({ ...s, accel }).split(" ");
+    assert.ok(words("tcg").includes("norandmaps"));
+    assert.ok(!words("kvm").includes("norandmaps"));
+    assert.ok(renderQemuArgs(s).join(" ").includes(" norandmaps"));
   });
 
   test("only a tap VM keeps its network namespace and sees /dev/net/tun", () => {
