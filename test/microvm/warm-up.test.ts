@@ -60,14 +60,19 @@ describe(
       await assertNoLeftovers(before0, "a VM or template left something behind");
     });
 
-    async function call(runtime: RuntimeName, code: string) {
-      await backend.pool.whenFull();
+    const run = (runtime: RuntimeName, code: string) => {
       const req = execInputSchema.parse({ runtime, code, network: "none" });
-      const warmedBefore = backend.counters.warmedCalls;
-      const r = await backend.run(
+      return backend.run(
         { runtime, memoryMb: req.memory_mb, network: "none", request: toAgentRequest(req, null) },
         { signal: new AbortController().signal },
       );
+    };
+
+    /** A call in a clone the pool warmed (waits for the pool to be full first). */
+    async function call(runtime: RuntimeName, code: string) {
+      await backend.pool.whenFull();
+      const warmedBefore = backend.counters.warmedCalls;
+      const r = await run(runtime, code);
       assert.equal(
         backend.counters.warmedCalls - warmedBefore,
         1,
@@ -94,6 +99,31 @@ describe(
       for (const l of userProcs(lines))
         assert.match(l, /^1000 (\/bin\/bash \/run\/scratchrun\/main\.sh|\/bin\/bash|tr|stat)\b/, l);
       assert.ok(!lines.some((l) => l.includes("/dev/null")), lines.join("\n"));
+    });
+
+    test("a clone made while a call is in flight is parked without a warm-up; an idle refill warms", async () => {
+      await backend.pool.whenFull();
+      const c0 = { ...backend.counters };
+      // A takes the pooled bash clone, B restores one of its own. A ends first: its refill happens
+      // while B still runs, so that clone is parked cold. C takes it; D, after an idle refill, not.
+      const [a, b] = await Promise.all([
+        run("bash", "sleep 0.2; echo a"),
+        (async () => {
+          await new Promise((r) => setTimeout(r, 50));
+          return run("bash", "sleep 6; echo b");
+        })(),
+      ]);
+      assert.deepEqual([text(a.agent.stdout), text(b.agent.stdout)], ["a\n", "b\n"]);
+      assert.equal(backend.counters.warmedCalls - c0.warmedCalls, 1, "A ran in the warmed clone");
+      const c = await run("bash", "echo c");
+      assert.equal(text(c.agent.stdout), "c\n");
+      assert.equal(backend.counters.clonedCalls - c0.clonedCalls, 3);
+      assert.equal(
+        backend.counters.warmedCalls - c0.warmedCalls,
+        1,
+        "C's clone was warmed under load",
+      );
+      await call("bash", "echo d"); // asserts that D's clone was warmed
     });
 
     test("python3.12: the warm-up's forked child is gone and the pre-started interpreter takes the call", async () => {

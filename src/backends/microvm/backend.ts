@@ -3,6 +3,7 @@
  * warm pool or cold-booted, used once and destroyed before run() settles.
  */
 import { execFileSync } from "node:child_process";
+import { setTimeout as sleep } from "node:timers/promises";
 import { existsSync } from "node:fs";
 import { ScratchRunError } from "../../errors.js";
 import { detectCgroups } from "../../jail/cgroup.js";
@@ -60,6 +61,9 @@ export interface PoolOptions {
   mode?: "restore" | "boot";
 }
 
+/** How long no call must have started or ended before a new clone is warmed up. */
+const QUIET_MS = 150;
+
 /** The interpreter a runtime's template runs once to warm the guest page cache. */
 export function warmInterpreter(runtime: RuntimeName): string | undefined {
   return runtimeArgv(runtime)[0];
@@ -93,6 +97,10 @@ export class MicrovmBackend implements Backend {
   private readonly live = new Set<MicroVm>();
   /** VMs serving a call right now (taken from the pool or started for it). */
   private readonly serving = new Set<MicroVm>();
+  /** Calls getting their VM right now (before they are serving). */
+  private acquiring = 0;
+  /** When a call last started or ended (ms since the epoch). */
+  private lastCallAt = 0;
   /** What the backend has done so far: templates built, calls run in clones / cold boots. */
   readonly counters = { templates: 0, clonedCalls: 0, warmedCalls: 0, bootedCalls: 0 };
   private readonly templates = new Map<string, Promise<Template>>();
@@ -167,8 +175,24 @@ export class MicrovmBackend implements Backend {
     if (this.mode === "boot") return this.boot(memoryMb, this.closing.signal, publicNet);
     if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
     const t = await this.template(runtime, memoryMb);
+    const warmUp = await this.quiet();
     if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
-    return this.clone(t, memoryMb, this.closing.signal, publicNet, true);
+    return this.clone(t, memoryMb, this.closing.signal, publicNet, warmUp);
+  }
+
+  /**
+   * True when no call is in flight and none started or ended in the last QUIET_MS: a clone made
+   * then is warmed up before it is parked (vm.ts warmUp()). Under load it is parked cold instead:
+   * a warm-up costs more CPU (~600 ms for Python under TCG) than it saves the call (~400 ms), and
+   * on a small host that CPU is the calls' throughput. The wait is there because a refill starts
+   * as a call ends, a few ms before a busy client's next call arrives.
+   */
+  private async quiet(): Promise<boolean> {
+    const wait = this.lastCallAt + QUIET_MS - Date.now();
+    if (wait > 0) await sleep(wait);
+    return (
+      this.acquiring === 0 && this.serving.size === 0 && Date.now() - this.lastCallAt >= QUIET_MS
+    );
   }
 
   private bootOptions(memoryMb: number, signal: AbortSignal | undefined, publicNet: boolean) {
@@ -257,10 +281,14 @@ export class MicrovmBackend implements Backend {
         fix: 'Pass network: "none", or start the server with public egress (SCRATCHRUN_NETWORK)',
       });
     const started = Date.now();
-    const vm = await this.acquire(job, options.signal).catch((err: unknown) => {
-      this.pool.refillNow();
-      throw err;
-    });
+    this.acquiring++;
+    this.lastCallAt = Date.now();
+    const vm = await this.acquire(job, options.signal)
+      .catch((err: unknown) => {
+        this.pool.refillNow();
+        throw err;
+      })
+      .finally(() => this.acquiring--);
     this.serving.add(vm);
     try {
       const sandboxReadyMs = Date.now() - started;
@@ -286,6 +314,7 @@ export class MicrovmBackend implements Backend {
     } finally {
       await vm.destroy();
       this.serving.delete(vm);
+      this.lastCallAt = Date.now();
       this.pool.refillNow();
     }
   }
