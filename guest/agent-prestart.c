@@ -28,20 +28,10 @@ static char *const PRESTART_ENV[] = {
 /* The user site directory (site.py adds it to sys.path at startup only if it exists then). */
 static const char USER_SITE[] = "/home/user/.local";
 
-/* 1 once the interpreter says it waits on fd 3 ("w" on fd 4). */
-static int waits(const struct prestart *ps) {
-  struct pollfd pfd = {ps->note_r, POLLIN, 0};
-  char c = 0;
-  int r;
-  do r = poll(&pfd, 1, PRESTART_WAIT_MS);
-  while (r < 0 && errno == EINTR);
-  return r == 1 && read(ps->note_r, &c, 1) == 1 && c == 'w';
-}
-
 int prestart_start(struct prestart *ps, const char *interp, const char *script, char *msg,
                    size_t msglen) {
   memset(ps, 0, sizeof *ps);
-  ps->ctl_w = ps->note_r = -1;
+  ps->ctl_w = -1;
   int ctl[2], note[2];
   if (pipe2(ctl, O_CLOEXEC) < 0) {
     snprintf(msg, msglen, "pipe: %s", strerror(errno));
@@ -63,10 +53,17 @@ int prestart_start(struct prestart *ps, const char *interp, const char *script, 
     close(note[0]);
     return -1;
   }
+  struct pollfd pfd = {note[0], POLLIN, 0};
+  char c = 0;
+  int r;
+  do r = poll(&pfd, 1, PRESTART_WAIT_MS);
+  while (r < 0 && errno == EINTR);
+  int ok = r == 1 && read(note[0], &c, 1) == 1 && c == 'w';
+  close(note[0]);
   ps->ctl_w = ctl[1];
-  ps->note_r = note[0];
   ps->interp = interp;
-  if (!waits(ps)) {
+  ps->script = script;
+  if (!ok) {
     snprintf(msg, msglen, "%s %s did not start", interp, script);
     prestart_discard(ps);
     return -1;
@@ -116,29 +113,17 @@ static int put_field(int fd, const char *s) { return write_all(fd, s, strlen(s) 
 
 int prestart_release(struct prestart *ps, const struct request *req) {
   if (ps->proc.pid <= 0 || waitpid(ps->proc.pid, NULL, WNOHANG | __WALL) != 0) return -1;
-  close(ps->note_r);
-  ps->note_r = -1;
   /* A large environment exceeds the pipe: the script reads while this writes. */
-  int rc = write_all(ps->ctl_w, "c", 1) < 0 || put_field(ps->ctl_w, req->cwd) < 0 || put_field(ps->ctl_w, req->argv[1]) < 0 ? -1 : 0;
+  int rc = put_field(ps->ctl_w, req->cwd) < 0 || put_field(ps->ctl_w, req->argv[1]) < 0 ? -1 : 0;
   for (uint32_t i = 0; rc == 0 && i < req->envc; i++) rc = put_field(ps->ctl_w, req->envp[i]);
   if (close(ps->ctl_w) < 0) rc = -1;
   ps->ctl_w = -1;
   return rc;
 }
 
-void prestart_warm(struct prestart *ps) {
-  if (ps->proc.pid <= 0) return;
-  if (write_all(ps->ctl_w, "t", 1) < 0 || !waits(ps)) prestart_discard(ps);
-}
-
-void warm_fresh(const char *interp) {
-  char *argv[] = {(char *)interp, "/dev/null", NULL};
-  struct spawn_spec s = {argv, PRESTART_ENV, "/", PRESTART_ID, PRESTART_ID, {-1, -1}, 0};
-  struct code_proc p;
-  char msg[256];
-  if (spawn_code(&s, &p, msg, sizeof msg) < 0) return;
-  /* Drain both pipes to EOF (bounded), then kill and reap everything the run left. */
-  struct pollfd pfd[2] = {{p.out_r, POLLIN, 0}, {p.err_r, POLLIN, 0}};
+/* Drains p's stdout and stderr to EOF (bounded by PRESTART_WAIT_MS per wait) and closes them. */
+static void drain(struct code_proc *p) {
+  struct pollfd pfd[2] = {{p->out_r, POLLIN, 0}, {p->err_r, POLLIN, 0}};
   char buf[4096];
   int open_fds = 2;
   while (open_fds > 0) {
@@ -153,9 +138,40 @@ void warm_fresh(const char *interp) {
       }
     }
   }
-  kill_and_reap();
-  close(p.out_r);
-  close(p.err_r);
+  close(p->out_r);
+  close(p->err_r);
+}
+
+void prestart_warm(struct prestart *ps) {
+  if (ps->proc.pid <= 0) return;
+  struct prestart w;
+  char msg[256];
+  if (prestart_start(&w, ps->interp, ps->script, msg, sizeof msg) < 0) return;
+  char root[] = "/", *argv[] = {(char *)ps->interp, "/dev/null", NULL};
+  struct request call;
+  memset(&call, 0, sizeof call);
+  call.cwd = root;
+  call.argc = 2;
+  call.argv = argv;
+  call.envp = (char **)PRESTART_ENV; /* only read */
+  while (PRESTART_ENV[call.envc]) call.envc++;
+  if (prestart_release(&w, &call) < 0) {
+    prestart_discard(&w);
+    return;
+  }
+  drain(&w.proc);
+  (void)kill(w.proc.pid, SIGKILL); /* it has exited, unless it hangs; never the one we keep */
+  (void)waitpid(w.proc.pid, NULL, __WALL);
+}
+
+void warm_fresh(const char *interp) {
+  char *argv[] = {(char *)interp, "/dev/null", NULL};
+  struct spawn_spec s = {argv, PRESTART_ENV, "/", PRESTART_ID, PRESTART_ID, {-1, -1}, 0};
+  struct code_proc p;
+  char msg[256];
+  if (spawn_code(&s, &p, msg, sizeof msg) < 0) return;
+  drain(&p);
+  kill_and_reap(); /* everything the run left: nothing else runs without a pre-start */
 }
 
 void prestart_discard(struct prestart *ps) {
@@ -166,7 +182,6 @@ void prestart_discard(struct prestart *ps) {
     close(ps->proc.err_r);
   }
   if (ps->ctl_w >= 0) close(ps->ctl_w);
-  if (ps->note_r >= 0) close(ps->note_r);
   memset(ps, 0, sizeof *ps);
-  ps->ctl_w = ps->note_r = -1;
+  ps->ctl_w = -1;
 }

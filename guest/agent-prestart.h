@@ -11,9 +11,8 @@
 
 struct prestart {
   struct code_proc proc; /* proc.pid 0: nothing pre-started */
-  int ctl_w;             /* the interpreter's fd 3: warm-up requests and the call go here */
-  int note_r;            /* the interpreter's fd 4: "w" whenever it waits on fd 3 */
-  const char *interp;
+  int ctl_w;             /* the interpreter's fd 3: the call goes here */
+  const char *interp, *script;
 };
 
 /* Starts `interp script` as the code's user (uid/gid 1000) with the base environment and waits
@@ -31,11 +30,12 @@ int prestart_fits(const struct prestart *ps, const struct request *req);
  * (then discard it and run req the ordinary way). */
 int prestart_release(struct prestart *ps, const struct request *req);
 
-/* Warm-up of a clone about to be pooled (agent-seed.h): the waiting interpreter forks, and the
- * child runs an empty program through the same path as a call (output to /dev/null) and exits
- * through the interpreter's finalisation, so the code a call runs is translated in this QEMU at
- * the addresses the pre-started process has. Waits for it. On failure the interpreter is
- * discarded (calls then start a fresh one). */
+/* Warm-up of a clone about to be pooled (agent-seed.h): a second interpreter is pre-started the
+ * same way and handed an empty call (/dev/null), which it runs through the call's path and exits
+ * through finalisation; its output is drained and dropped. Without user-space ASLR (the guest
+ * under TCG) it runs at the kept interpreter's addresses, so the code a call runs is translated in
+ * this QEMU. The kept interpreter is not touched (a fork of it would leave every page it writes
+ * during the call copy-on-write: +30-40 ms per call under TCG). */
 void prestart_warm(struct prestart *ps);
 
 /* Warm-up without a pre-started interpreter: runs `interp /dev/null` as the code's user with the

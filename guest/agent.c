@@ -219,7 +219,7 @@ static int agent_main(const struct agent_opts *o) {
 
   struct prestart ps;
   memset(&ps, 0, sizeof ps);
-  ps.ctl_w = ps.note_r = -1;
+  ps.ctl_w = -1;
   if (o->prestart_interp) {
     char why[256];
     if (prestart_start(&ps, o->prestart_interp, o->prestart_script, why, sizeof why) < 0)

@@ -5,13 +5,8 @@
 # running its code. The agent hands over only requests whose interpreter start would have been the
 # same (guest/agent-prestart.c decides); this file makes the rest look like `python3 main.py`:
 #
-#   fd 4: one byte "w" whenever the interpreter waits on fd 3 (closed once the call comes)
-#   fd 3: "t" (warm-up, any number of times) or "c" and the call, read to EOF: cwd NUL path NUL
-#         then NAME=VALUE NUL for each environment entry
-#
-# A warm-up ("t", sent to a clone before it is pooled) forks: the child runs an empty program
-# through the same path as a call, output to /dev/null, and exits through finalisation, so the
-# clone's QEMU has translated that code at this process's addresses before a call needs it.
+#   fd 4: one byte "w" once the interpreter is up and waiting (then closed)
+#   fd 3: the call, read to EOF: cwd NUL path NUL then NAME=VALUE NUL for each environment entry
 #
 # It imports nothing the interpreter has not already imported at startup, replaces os.environ,
 # re-reads TZ, changes directory, rebuilds __main__ as a script run would have it (globals, argv,
@@ -25,31 +20,16 @@ import time
 
 def _scratchrun_main(os=os, sys=sys, time=time, here=__file__, main=sys.modules["__main__"]):
     os.write(4, b"w")
-    while (kind := os.read(3, 1)) == b"t":
-        pid = os.fork()
-        if pid == 0:
-            null = os.open("/dev/null", os.O_RDWR)
-            os.dup2(null, 1)
-            os.dup2(null, 2)
-            os.close(null)
-            break
-        os.waitpid(pid, 0)
-        os.write(4, b"w")
     os.close(4)
-    if kind == b"t":
-        os.close(3)
-        print()
-        fields = [b"/", b"/dev/null", *(k + b"=" + v for k, v in os.environb.items()), b""]
-    else:
-        chunks = []
-        while kind == b"c":
-            chunk = os.read(3, 1 << 16)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        os.close(3)
-        fields = b"".join(chunks).split(b"\0")
-        del chunks
+    chunks = []
+    while True:
+        chunk = os.read(3, 1 << 16)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(3)
+    fields = b"".join(chunks).split(b"\0")
+    del chunks
     if len(fields) < 3 or fields[-1] != b"":
         os.write(2, b"scratchrun: malformed pre-start message\n")
         os._exit(127)
