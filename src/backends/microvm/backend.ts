@@ -188,11 +188,10 @@ export class MicrovmBackend implements Backend {
    * as a call ends, a few ms before a busy client's next call arrives.
    */
   private async quiet(): Promise<boolean> {
-    const wait = this.lastCallAt + QUIET_MS - Date.now();
-    if (wait > 0) await sleep(wait);
-    return (
-      this.acquiring === 0 && this.serving.size === 0 && Date.now() - this.lastCallAt >= QUIET_MS
-    );
+    // A loop, not one sleep: a timer may fire a millisecond early by Date.now(), and a call that
+    // starts or ends meanwhile moves the window.
+    for (let wait; (wait = this.lastCallAt + QUIET_MS - Date.now()) > 0;) await sleep(wait);
+    return this.acquiring === 0 && this.serving.size === 0;
   }
 
   private bootOptions(memoryMb: number, signal: AbortSignal | undefined, publicNet: boolean) {
