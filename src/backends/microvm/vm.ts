@@ -190,7 +190,7 @@ export class MicroVm {
         guestMb,
         tscKhz: ctx.tscKhz,
         scratchMb: ctx.scratchMb,
-        tcgCacheMb: Number(process.env.XTB ?? 64),
+        tcgCacheMb: 64,
         nic: {
           mac,
           backend: net ? { kind: "tap" as const, ifname: net.tapName } : { kind: "none" as const },
