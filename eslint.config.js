@@ -19,4 +19,20 @@ export default tseslint.config(
     files: ["scripts/**/*.mjs", "eslint.config.js"],
     languageOptions: { globals: { process: "readonly", console: "readonly", URL: "readonly" } },
   },
+  {
+    // The pre-started node's script (CommonJS, run by node in the guest).
+    files: ["guest/prestart.js"],
+    languageOptions: {
+      sourceType: "commonjs",
+      globals: {
+        process: "readonly",
+        console: "readonly",
+        Buffer: "readonly",
+        require: "readonly",
+        module: "readonly",
+        __dirname: "readonly",
+      },
+    },
+    rules: { "@typescript-eslint/no-require-imports": "off" },
+  },
 );

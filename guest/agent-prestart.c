@@ -15,7 +15,7 @@
 
 /* The code's user in the guest (GUEST_UID in src/backends/microvm/backend.ts). */
 #define PRESTART_ID 1000u
-/* How long the interpreter may take to come up (python under TCG: ~1 s). */
+/* How long the interpreter may take to come up (under TCG: python ~1 s, node ~2 s). */
 #define PRESTART_WAIT_MS 60000
 
 /* The startup-relevant part of the base environment every call starts from (BASE_ENV in
@@ -72,13 +72,20 @@ int prestart_start(struct prestart *ps, const char *interp, const char *script, 
 }
 
 /* Variables read while a process starts: by the dynamic loader and libc (LD_LIBRARY_PATH also
- * steers every later dlopen, e.g. ctypes), and by the interpreter (locale, site, sys.path,
- * flags). */
+ * steers every later dlopen, e.g. ctypes), by python (locale, site, sys.path, flags) and by node
+ * (NODE_OPTIONS and the other NODE_* settings, libuv's UV_*, OpenSSL's configuration and CA
+ * paths, colour choices some modules cache when first loaded). One list for both interpreters:
+ * a python call that sets NODE_OPTIONS only loses the fast path. TZ is not in it: both scripts
+ * apply it (time.tzset(); node resets its time zone when process.env.TZ is assigned). */
+static const char *const STARTUP_PREFIXES[] = {
+    "PYTHON", "LC_", "LANG=", "LANGUAGE=", "HOME=", "LD_", "MALLOC_", "GLIBC_TUNABLES=",
+    "NODE_", "UV_", "OPENSSL_", "SSL_CERT_", "FORCE_COLOR=", "NO_COLOR=", "TERM=", NULL,
+};
+
 static int startup_relevant(const char *entry) {
-  return strncmp(entry, "PYTHON", 6) == 0 || strncmp(entry, "LC_", 3) == 0 ||
-         strncmp(entry, "LANG=", 5) == 0 || strncmp(entry, "LANGUAGE=", 9) == 0 ||
-         strncmp(entry, "HOME=", 5) == 0 || strncmp(entry, "LD_", 3) == 0 ||
-         strncmp(entry, "MALLOC_", 7) == 0 || strncmp(entry, "GLIBC_TUNABLES=", 15) == 0;
+  for (const char *const *p = STARTUP_PREFIXES; *p; p++)
+    if (strncmp(entry, *p, strlen(*p)) == 0) return 1;
+  return 0;
 }
 
 static int in_prestart_env(const char *entry) {

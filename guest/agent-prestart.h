@@ -1,6 +1,7 @@
 /* The pre-started interpreter of a microVM snapshot template (docs/decisions/0003-microvm.md):
  * started before the snapshot as the code's user with the base environment, blocked in
- * guest/prestart.py, and handed a request only when a fresh start would have been the same. */
+ * guest/prestart.py (python) or guest/prestart.js (node), and handed a request only when a fresh
+ * start would have been the same. */
 #ifndef AGENT_PRESTART_H
 #define AGENT_PRESTART_H
 

@@ -1,5 +1,7 @@
 // Builds the sandbox agent (guest/agent.c + guest/agent-*.c) into build/guest/agent as a static
-// binary, only when a source is newer than the binary. Run by `npm run build`.
+// binary, and the pre-started node's reseed addon (guest/node-reseed.c) into
+// build/guest/scratchrun-reseed.node, each only when a source is newer than what was built.
+// Run by `npm run build`.
 import { spawnSync } from "node:child_process";
 import {
   existsSync,
@@ -33,11 +35,16 @@ function fail(message) {
 
 if (!sources.includes(join(guest, "agent.c"))) fail(`missing ${join(guest, "agent.c")}`);
 
-const newest = Math.max(
-  ...[...sources, ...headers, fileURLToPath(import.meta.url)].map((f) => statSync(f).mtimeMs),
-);
-if (existsSync(out) && statSync(out).mtimeMs >= newest) {
-  console.log(`build-guest: ${out} is up to date`);
+const addonSource = join(guest, "node-reseed.c");
+const addonOut = join(root, "build", "guest", "scratchrun-reseed.node");
+const self = fileURLToPath(import.meta.url);
+const stale = (target, inputs) =>
+  !existsSync(target) ||
+  statSync(target).mtimeMs < Math.max(...[...inputs, self].map((f) => statSync(f).mtimeMs));
+const agentStale = stale(out, [...sources, ...headers]);
+const addonStale = stale(addonOut, [addonSource]);
+if (!agentStale && !addonStale) {
+  console.log(`build-guest: ${out} and ${addonOut} are up to date`);
   process.exit(0);
 }
 
@@ -62,14 +69,36 @@ try {
   rmSync(probeDir, { recursive: true, force: true });
 }
 
-mkdirSync(dirname(out), { recursive: true });
-const tmpOut = `${out}.tmp-${process.pid}`;
-const args = [...flags, "-o", tmpOut, ...sources];
-console.log(`build-guest: ${cc} ${args.join(" ")}`);
-const r = spawnSync(cc, args, { stdio: "inherit" });
-if (r.status !== 0) {
-  rmSync(tmpOut, { force: true });
-  fail(`compiling the agent failed (exit ${r.status ?? r.signal})`);
+function compile(target, args, what) {
+  mkdirSync(dirname(target), { recursive: true });
+  const tmpOut = `${target}.tmp-${process.pid}`;
+  const argv = [...args, "-o", tmpOut];
+  console.log(`build-guest: ${cc} ${argv.join(" ")}`);
+  const r = spawnSync(cc, argv, { stdio: "inherit" });
+  if (r.status !== 0) {
+    rmSync(tmpOut, { force: true });
+    fail(`compiling ${what} failed (exit ${r.status ?? r.signal})`);
+  }
+  renameSync(tmpOut, target);
+  console.log(`build-guest: built ${target}`);
 }
-renameSync(tmpOut, out);
-console.log(`build-guest: built ${out}`);
+
+if (agentStale) compile(out, [...flags, ...sources], "the agent");
+// A shared object for the guest's node (same glibc as the image): its Node-API, OpenSSL and V8
+// symbols come from the node binary that loads it; -z now makes a missing one fail the load.
+if (addonStale)
+  compile(
+    addonOut,
+    [
+      "-shared",
+      "-fPIC",
+      "-O2",
+      "-Wall",
+      "-Wextra",
+      "-Werror",
+      "-std=gnu11",
+      "-Wl,-z,now",
+      addonSource,
+    ],
+    "the reseed addon",
+  );

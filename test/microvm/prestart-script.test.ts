@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
@@ -29,9 +29,15 @@ function direct(python: string, file: string, cwd: string): Run {
 }
 
 /** The agent's side of the hand-over: start, wait for "w" on fd 4, send the call on fd 3. */
-function prestarted(python: string, file: string, cwd: string): Promise<Run> {
+function prestarted(
+  interp: string,
+  file: string,
+  cwd: string,
+  script = SCRIPT,
+  env: Record<string, string> = ENV,
+): Promise<Run> {
   return new Promise((resolve, reject) => {
-    const child = spawn(python, [SCRIPT], {
+    const child = spawn(interp, [script], {
       cwd: "/",
       env: { ...ENV, PYTHONDONTWRITEBYTECODE: "1" },
       stdio: ["ignore", "pipe", "pipe", "pipe", "pipe"],
@@ -43,8 +49,8 @@ function prestarted(python: string, file: string, cwd: string): Promise<Run> {
     const ctl = child.stdio[3] as NodeJS.WritableStream;
     const note = child.stdio[4] as NodeJS.ReadableStream;
     note.once("data", () => {
-      const env = Object.entries(ENV).map(([k, v]) => `${k}=${v}\0`);
-      ctl.end([cwd, "\0", file, "\0", ...env].join(""));
+      const entries = Object.entries(env).map(([k, v]) => `${k}=${v}\0`);
+      ctl.end([cwd, "\0", file, "\0", ...entries].join(""));
     });
     child.once("error", reject);
     child.once("close", (status, signal) => resolve({ stdout, stderr, status, signal }));
@@ -128,4 +134,129 @@ describe("guest/prestart.py behaves as running the file", () => {
         assert.deepEqual(got, want, label);
       }
     });
+});
+
+/**
+ * guest/prestart.js (with the reseed addon next to it, as in the guest's /run) against the host's
+ * node running the file directly: the host's node is the one the image is made from.
+ */
+describe("guest/prestart.js behaves as running the file", () => {
+  const dir = mkdtempSync(join(tmpdir(), "prestart-js-test-"));
+  const waiter = join(dir, "scratchrun-prestart.js");
+  copyFileSync(join(REPO_ROOT, "guest", "prestart.js"), waiter);
+  copyFileSync(
+    join(REPO_ROOT, "build", "guest", "scratchrun-reseed.node"),
+    join(dir, "scratchrun-reseed.node"),
+  );
+  after(() => rmSync(dir, { recursive: true, force: true }));
+  const src = resolveHostSources();
+  const node = src.ok ? src.sources.node20Path : process.execPath;
+  const env = { ...ENV, GREETING: "hi", TZ: "Asia/Tokyo" };
+
+  const direct = (file: string): Run => {
+    const r = spawnSync(node, [file], { cwd: dir, env, encoding: "utf8" });
+    return { stdout: r.stdout, stderr: r.stderr, status: r.status, signal: r.signal };
+  };
+
+  const programs: Record<string, [string, string, (r: Run, file: string) => void]> = {
+    "argv, main module, cache, cwd and environment are a script's": [
+      "main.js",
+      [
+        "console.log(JSON.stringify({ argv: process.argv.slice(1), execArgv: process.execArgv,",
+        "  main: require.main === module, id: module.id, parent: module.parent, file: __filename,",
+        "  cache: Object.keys(require.cache), cwd: process.cwd(), env: process.env,",
+        "  tz: new Date(0).getHours() }));",
+      ].join("\n"),
+      (r, file) => {
+        const got = JSON.parse(r.stdout) as Record<string, unknown>;
+        assert.deepEqual(got.argv, [file]);
+        assert.deepEqual(got.cache, [file]);
+        assert.deepEqual(got.env, env);
+        assert.equal(got.tz, 9);
+      },
+    ],
+    "an uncaught exception prints the code's stack, exit 1": [
+      "main.js",
+      "function f() {\n  throw new Error('boom');\n}\nf();\n",
+      (r) => {
+        assert.equal(r.status, 1);
+        assert.match(r.stderr, /^Error: boom\n {4}at f \(/m);
+      },
+    ],
+    "ticks, microtasks, timers, immediates and exitCode keep their order": [
+      "main.js",
+      [
+        "process.nextTick(() => console.log('tick'));",
+        "Promise.resolve().then(() => console.log('micro'));",
+        "setImmediate(() => console.log('immediate'));",
+        "setTimeout(() => console.log('timeout'), 0);",
+        "process.on('exit', (c) => console.log('exit', c));",
+        "console.log('top');",
+        "process.exitCode = 3;",
+      ].join("\n"),
+      (r) => {
+        assert.equal(r.status, 3);
+        assert.equal(r.stdout, "top\ntick\nmicro\ntimeout\nimmediate\nexit 3\n");
+      },
+    ],
+    "an ES module runs as one": [
+      "main.mjs",
+      "import { readFileSync } from 'node:fs';\nconsole.log(typeof readFileSync, import.meta.url);\n",
+      (r, file) => assert.equal(r.stdout, `function file://${file}\n`),
+    ],
+    "process.exit, stderr and a child that inherits stdout": [
+      "main.js",
+      [
+        "console.error('to stderr');",
+        "require('child_process').execFileSync('sh', ['-c', 'echo from-child'], { stdio: 'inherit' });",
+        "process.exit(5);",
+      ].join("\n"),
+      (r) => assert.deepEqual([r.status, r.stdout, r.stderr], [5, "from-child\n", "to stderr\n"]),
+    ],
+    "worker threads, vm contexts and crypto work": [
+      "main.js",
+      [
+        "const { Worker } = require('worker_threads');",
+        "const w = new Worker('require(\"worker_threads\").parentPort.postMessage(typeof Math.random())', { eval: true });",
+        "w.on('message', (m) => console.log(m, typeof require('vm').runInNewContext('Math.random()'),",
+        "  require('crypto').randomBytes(4).length));",
+      ].join("\n"),
+      (r) => assert.equal(r.stdout, "number number 4\n"),
+    ],
+  };
+
+  for (const [name, [base, code, expect]] of Object.entries(programs))
+    test(name, async () => {
+      const file = join(dir, base);
+      writeFileSync(file, code);
+      const want = direct(file);
+      expect(want, file);
+      const got = await prestarted(node, file, dir, waiter, env);
+      // One frame differs by design: the code runs from node's tick queue, not from the
+      // bootstrap's run_main_module (docs/decisions/0003-microvm.md).
+      const tick =
+        /^ {4}at process\.processTicksAndRejections \(node:internal\/process\/task_queues:\d+:\d+\)$/m;
+      const boot = /^ {4}at node:internal\/main\/run_main_module:\d+:\d+$/m;
+      if (boot.test(want.stderr)) {
+        assert.match(got.stderr, tick);
+        got.stderr = got.stderr.replace(tick, boot.exec(want.stderr)![0]);
+      }
+      assert.deepEqual(got, want);
+    });
+
+  test("a malformed call is refused before any code runs", async () => {
+    const child = spawn(node, [waiter], {
+      cwd: "/",
+      env: ENV,
+      stdio: ["ignore", "pipe", "pipe", "pipe", "pipe"],
+    });
+    let stderr = "";
+    child.stderr?.on("data", (d: Buffer) => (stderr += d.toString()));
+    (child.stdio[4] as NodeJS.ReadableStream).once("data", () =>
+      (child.stdio[3] as NodeJS.WritableStream).end("/only-a-cwd"),
+    );
+    const status = await new Promise((resolve) => child.once("close", resolve));
+    assert.equal(status, 127);
+    assert.equal(stderr, "scratchrun: malformed pre-start message\n");
+  });
 });

@@ -4,17 +4,24 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { serverForSuite } from "../helpers/suite.js";
 
 /**
- * The microVM's fast path for Python: the snapshot template's agent pre-starts the interpreter
- * (guest/prestart.py) and hands it the call when a fresh start would have been the same
- * (guest/agent-prestart.c). test/e2e/python-start.test.ts holds the semantics on both backends;
- * this file holds which calls take the fast path and which get a fresh interpreter.
+ * The microVM's fast path for Python and node: the snapshot template's agent pre-starts the
+ * interpreter (guest/prestart.py, guest/prestart.js) and hands it the call when a fresh start
+ * would have been the same (guest/agent-prestart.c). test/e2e/python-start.test.ts and
+ * node-start.test.ts hold the semantics on both backends; this file holds which calls take the
+ * fast path, which get a fresh interpreter, and that clones of one template (which resume the
+ * same process) still draw their own random numbers.
  */
 const whoRuns =
   "import sys\nwith open('/proc/self/cmdline', 'rb') as f: print(f.read().split(b'\\0')[1].decode())";
 const PRESTARTED = "/run/scratchrun-prestart.py\n";
 const FRESH = "/run/scratchrun/main.py\n";
 
-describe("microvm: pre-started Python", () => {
+const nodeWhoRuns =
+  "console.log(require('fs').readFileSync('/proc/self/cmdline', 'utf8').split('\\0')[1]);";
+const NODE_PRESTARTED = "/run/scratchrun-prestart.js\n";
+const NODE_FRESH = "/run/scratchrun/main.js\n";
+
+describe("microvm: pre-started interpreters", () => {
   const h = serverForSuite("microvm");
 
   for (const runtime of ["python3.12", "python3.11"]) {
@@ -55,6 +62,62 @@ describe("microvm: pre-started Python", () => {
     });
   }
 
+  test("node20: a call with the base environment runs in the pre-started node", async () => {
+    let first = "";
+    for (let i = 0; i < 60 && first !== NODE_PRESTARTED; i++) {
+      const { s } = await h.exec({ runtime: "node20", code: nodeWhoRuns });
+      first = s.stdout;
+      if (first !== NODE_PRESTARTED) await sleep(1000);
+    }
+    assert.equal(first, NODE_PRESTARTED, "no call reached the pre-started node");
+    for (const env of [{}, { GREETING: "hi", TZ: "UTC", PATH: "/bin" }]) {
+      const { s } = await h.exec({ runtime: "node20", code: nodeWhoRuns, env });
+      assert.equal(s.exit_reason, "ok", s.stderr);
+      assert.equal(s.stdout, NODE_PRESTARTED, JSON.stringify(env));
+    }
+  });
+
+  test("node20: clones of one template resume one process but draw their own random numbers", async () => {
+    // Without the reseed (guest/node-reseed.c) every value below repeats: OpenSSL's DRBG and V8's
+    // generator are in the snapshot.
+    const code = [
+      "const c = require('crypto'), vm = require('vm'), { Worker } = require('worker_threads');",
+      nodeWhoRuns,
+      "const w = new Worker('require(\"worker_threads\").parentPort.postMessage(Math.random())', { eval: true });",
+      "w.on('message', (m) => console.log([c.randomBytes(16).toString('hex'), c.randomUUID(),",
+      "  c.randomInt(2 ** 47), c.getRandomValues(new Uint32Array(2)).join('.'), Math.random(),",
+      "  vm.runInNewContext('Math.random()'), m].join(' ')));",
+    ].join("\n");
+    const seen = new Set<string>();
+    for (let i = 0; i < 4; i++) {
+      const { s } = await h.exec({ runtime: "node20", code });
+      assert.equal(s.exit_reason, "ok", s.stderr);
+      const [who, values] = s.stdout.split("\n");
+      assert.equal(`${who}\n`, NODE_PRESTARTED, "the call did not run in the pre-started node");
+      assert.equal(values!.split(" ").length, 7, s.stdout);
+      for (const v of values!.split(" ")) {
+        assert.ok(!seen.has(v), `value repeated across clones: ${v}`);
+        seen.add(v);
+      }
+    }
+  });
+
+  test("node20: a call that changes how node starts gets a fresh one", async () => {
+    const changes: Record<string, string>[] = [
+      { NODE_OPTIONS: "--max-old-space-size=100" },
+      { NODE_PATH: "/tmp" },
+      { UV_THREADPOOL_SIZE: "2" },
+      { OPENSSL_CONF: "/dev/null" },
+      { FORCE_COLOR: "1" },
+      { LANG: "C" },
+    ];
+    for (const env of changes) {
+      const { s } = await h.exec({ runtime: "node20", code: nodeWhoRuns, env });
+      assert.equal(s.exit_reason, "ok", s.stderr);
+      assert.equal(s.stdout, NODE_FRESH, JSON.stringify(env));
+    }
+  });
+
   test("the pre-started interpreter runs as the code's user, with the code's limits", async () => {
     const { s } = await h.exec({
       runtime: "python3.12",
@@ -62,6 +125,22 @@ describe("microvm: pre-started Python", () => {
     });
     assert.equal(s.exit_reason, "ok", s.stderr);
     assert.equal(s.stdout, "1000 1000 [] 128\n1\n");
+  });
+
+  test("the pre-started node runs as the code's user, with the code's limits", async () => {
+    const { s } = await h.exec({
+      runtime: "node20",
+      code: [
+        nodeWhoRuns,
+        "const fs = require('fs');",
+        "const nproc = fs.readFileSync('/proc/self/limits', 'utf8').match(/Max processes +(\\d+)/)[1];",
+        "const nnp = fs.readFileSync('/proc/self/status', 'utf8').match(/NoNewPrivs:\\s+(\\d)/)[1];",
+        "const groups = fs.readFileSync('/proc/self/status', 'utf8').match(/Groups:(.*)/)[1].trim();",
+        "console.log(process.getuid(), process.getgid(), `[${groups}]`, nproc, nnp);",
+      ].join("\n"),
+    });
+    assert.equal(s.exit_reason, "ok", s.stderr);
+    assert.equal(s.stdout, `${NODE_PRESTARTED}1000 1000 [] 128 1\n`);
   });
 
   test("its time limit counts from the hand-over and kills it", async () => {

@@ -12,10 +12,10 @@ const root = locateRootfs();
 const skip = skipOutsideCi(canRunMicrovm() ?? (root ? null : "no runtime image built"));
 
 /**
- * Every process in the guest but kernel threads, as "<uid> <argv>", from the code itself; bash and
- * Python print the same lines so both runtimes can be compared with one expectation.
+ * Every process in the guest but kernel threads, as "<uid> <argv>", from the code itself; bash,
+ * Python and node print the same lines so the runtimes can be compared with one expectation.
  */
-const PROCS: Record<"bash" | "python", string> = {
+const PROCS: Record<"bash" | "python" | "node", string> = {
   bash:
     'for p in /proc/[0-9]*; do a=$(tr "\\0" " " <"$p/cmdline" 2>/dev/null); ' +
     '[ -n "$a" ] && echo "$(stat -c %u "$p") ${a% }"; done; true',
@@ -28,13 +28,22 @@ const PROCS: Record<"bash" | "python", string> = {
     "    except (FileNotFoundError, ProcessLookupError):",
     "        pass",
   ].join("\n"),
+  node: [
+    "const fs = require('fs');",
+    "for (const p of fs.readdirSync('/proc').filter((d) => /^\\d+$/.test(d)).map(Number).sort((a, b) => a - b)) {",
+    "  try {",
+    "    const a = fs.readFileSync(`/proc/${p}/cmdline`).toString().split('\\0').join(' ').trim();",
+    "    if (a) console.log(fs.statSync(`/proc/${p}`).uid, a);",
+    "  } catch {}",
+    "}",
+  ].join("\n"),
 };
 
 /**
  * Pooled clones run a warm-up before they are parked (vm.ts warmUp(); guest/agent-seed.c 'T'):
- * the pre-started Python forks a child that runs an empty program, other runtimes run their
- * interpreter on /dev/null. That happens before the seed, so the call must find nothing of it:
- * no process, no output, and for Python the pre-started interpreter still there to take the call.
+ * Python and node pre-start a second interpreter and hand it an empty call, bash runs on
+ * /dev/null. That happens before the seed, so the call must find nothing of it: no process, no
+ * output, and for Python and node the pre-started interpreter still there to take the call.
  */
 describe(
   "microvm: pooled clones are warmed up before they are parked",
@@ -50,7 +59,7 @@ describe(
       before0 = await hostLeftovers();
       backend = await createMicrovmBackend({
         rootfsDir: root!.dir,
-        pool: { sizes: { bash: 1, "python3.12": 1 }, mode: "restore" },
+        pool: { sizes: { bash: 1, "python3.12": 1, node20: 1 }, mode: "restore" },
       });
       await backend.pool.whenFull();
       assert.equal(backend.templateError, null);
@@ -144,7 +153,14 @@ describe(
       await call("bash", "echo d"); // asserts that D's clone was warmed
     });
 
-    test("python3.12: the warm-up's forked child is gone and the pre-started interpreter takes the call", async () => {
+    test("node20: the warm-up's node is gone and the pre-started node takes the call", async () => {
+      const lines = await call("node20", PROCS.node);
+      assert.deepEqual(userProcs(lines), [
+        `1000 ${runtimeArgv("node20")[0]} /run/scratchrun-prestart.js`,
+      ]);
+    });
+
+    test("python3.12: the warm-up's interpreter is gone and the pre-started one takes the call", async () => {
       const lines = await call("python3.12", PROCS.python);
       assert.deepEqual(userProcs(lines), [
         `1000 ${runtimeArgv("python3.12")[0]} /run/scratchrun-prestart.py`,

@@ -71,12 +71,12 @@ export function warmInterpreter(runtime: RuntimeName): string | undefined {
 
 /**
  * The interpreter a runtime's template pre-starts, so a call pays only for running its code:
- * Python only. node is not pre-started: its OpenSSL DRBG and V8's Math.random state are seeded
- * while it starts and cannot be reseeded from JavaScript, so every clone would produce the same
- * "random" bytes (docs/decisions/0003-microvm.md).
+ * python (guest/prestart.py) and node (guest/prestart.js, which reseeds OpenSSL's DRBG and V8's
+ * random generator in each clone before the code runs). bash is not: a shell that sources the
+ * file is not `bash main.sh` (docs/decisions/0003-microvm.md).
  */
 export function prestartInterpreter(runtime: RuntimeName): string | undefined {
-  return runtime === "python3.12" || runtime === "python3.11" ? runtimeArgv(runtime)[0] : undefined;
+  return runtime === "bash" ? undefined : runtimeArgv(runtime)[0];
 }
 
 function kvmGroupId(): number | null {

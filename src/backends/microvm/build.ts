@@ -1,6 +1,7 @@
 /**
  * Builds what a microVM boots: the guest kernel (ELF vmlinux extracted from the host's Debian
- * cloud kernel), the initramfs (busybox, modules, init, agent, prestart.py) and the read-only
+ * cloud kernel), the initramfs (busybox, modules, init, agent, the pre-start scripts and the node
+ * reseed addon) and the read-only
  * erofs disk made from a runtime rootfs directory. Everything is cached by content hash.
  */
 import { createHash } from "node:crypto";
@@ -97,16 +98,20 @@ export function buildVmArtifacts(opts: BuildOptions = {}): VmArtifacts {
   const release = /vmlinuz-(.+)$/.exec(vmlinuz)?.[1] ?? host?.release ?? "";
   const modulesDir = opts.modulesDir ?? join("/lib/modules", release);
   const agent = opts.agent ?? join(PACKAGE_ROOT, "build", "guest", "agent");
+  const reseedAddon = join(dirname(agent), "scratchrun-reseed.node");
   const busybox = opts.busybox ?? "/bin/busybox";
   for (const [what, path] of [
     ["modules", join(modulesDir, "modules.dep")],
     ["guest agent (run: node scripts/build-guest.mjs)", agent],
+    ["node reseed addon (run: node scripts/build-guest.mjs)", reseedAddon],
     ["busybox (apt-get install busybox-static)", busybox],
   ] as const)
     if (!existsSync(path)) throw new Error(`missing ${what}: ${path}`);
 
   const init = readFileSync(join(PACKAGE_ROOT, "guest", "init"));
   const prestartPy = readFileSync(join(PACKAGE_ROOT, "guest", "prestart.py"));
+  const prestartJs = readFileSync(join(PACKAGE_ROOT, "guest", "prestart.js"));
+  const reseed = readFileSync(reseedAddon);
   const sealedPath = join(PACKAGE_ROOT, "src", "backends", "microvm", "sealed-ram.c");
   const wanted = readFileSync(join(PACKAGE_ROOT, "images", "vm", "modules.txt"), "utf8")
     .split("\n")
@@ -120,6 +125,8 @@ export function buildVmArtifacts(opts: BuildOptions = {}): VmArtifacts {
     String(kst.mtimeMs),
     init,
     prestartPy,
+    prestartJs,
+    reseed,
     readFileSync(sealedPath),
     readFileSync(agent),
     readFileSync(busybox),
@@ -147,6 +154,8 @@ export function buildVmArtifacts(opts: BuildOptions = {}): VmArtifacts {
     { kind: "file", path: "init", mode: 0o755, content: init },
     { kind: "file", path: "agent", mode: 0o755, content: readFileSync(agent) },
     { kind: "file", path: "prestart.py", mode: 0o444, content: prestartPy },
+    { kind: "file", path: "prestart.js", mode: 0o444, content: prestartJs },
+    { kind: "file", path: "scratchrun-reseed.node", mode: 0o444, content: reseed },
     {
       kind: "file",
       path: "etc/modules.order",

@@ -51,7 +51,8 @@ export interface QemuSpec {
    */
   warm?: string;
   /**
-   * Template only: an interpreter the guest agent starts before the snapshot (guest/prestart.py),
+   * Template only: an interpreter the guest agent starts before the snapshot (python with
+   * guest/prestart.py, node with guest/prestart.js),
    * so clones resume with it initialised and waiting for the call. Absolute path, no spaces.
    */
   prestart?: string;

@@ -1,7 +1,7 @@
 /**
  * Snapshot templates: per runtime (and memory size), one VM cold-booted into a sealed-memfd RAM,
- * run until the guest agent blocks in its seed step (Python pre-started and waiting for its call,
- * other interpreters' files in the guest page cache), then saved: the RAM stays in the memfd (x-ignore-shared), QEMU's device state
+ * run until the guest agent blocks in its seed step (Python or node pre-started and waiting for its
+ * call, bash's files in the guest page cache), then saved: the RAM stays in the memfd (x-ignore-shared), QEMU's device state
  * (tens of KB) is kept in host memory. Clones restore from both and are reseeded on activate().
  */
 import { closeSync } from "node:fs";
@@ -24,7 +24,7 @@ export interface TemplateOptions {
    * on /dev/null when it warms up (absolute path).
    */
   warm?: string;
-  /** Interpreter the template's agent pre-starts (guest/prestart.py); clones resume it waiting. */
+  /** Interpreter the template's agent pre-starts (guest/prestart.py or .js); clones resume it waiting. */
   prestart?: string;
   timeoutMs: number;
   /** Aborts the build (the backend closing): the template VM is destroyed at once. */
