@@ -62,7 +62,7 @@ function profile(r: BenchResults): string[] {
       `| namespace | ${rt} | ${floor === undefined ? "–" : Math.round(floor)} | ${d(bw, floor)} | ${d(eng, bw)} | ${d(total, eng)} | ${Math.round(total)} | ${code ?? "–"} |`,
     );
   }
-  for (const sys of ["microvm", "microvm-nopool"])
+  for (const sys of ["microvm", "microvm-empty", "microvm-nopool"])
     for (const rt of RUNTIMES) {
       const row = find(r.latency, sys, rt, "print")?.result;
       const total = row?.summary?.p50;
@@ -120,10 +120,16 @@ export function renderMarkdown(r: BenchResults): string {
       (c) => `| ${c.system} (fresh server, first call) | ${c.runtime} | ${fmt(c.result.summary)} |`,
     ),
     ...r.latency
+      .filter((row) => row.system === "microvm-empty" && row.workload === "print" && row.result)
+      .map(
+        (row) =>
+          `| microVM, empty pool (a clone restored for the call; template built) | ${row.runtime} | ${fmt(row.result?.summary)} |`,
+      ),
+    ...r.latency
       .filter((row) => row.system === "microvm-nopool" && row.workload === "print" && row.result)
       .map(
         (row) =>
-          `| microVM, empty pool (boot per call) | ${row.runtime} | ${fmt(row.result?.summary)} |`,
+          `| microVM, no template (cold boot: a runtime's first call after start; naive boot per call) | ${row.runtime} | ${fmt(row.result?.summary)} |`,
       ),
     "",
     "## Throughput, python3.11 `print(1)`, closed loop",

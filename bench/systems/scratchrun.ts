@@ -76,7 +76,8 @@ export function mcpSystem(o: McpSystemOptions): McpSystem {
         }
       });
       client = new Client({ name: "scratchrun-bench", version: "1.0.0" });
-      await client.connect(transport);
+      // A server that builds templates first answers initialize only when they are built.
+      await client.connect(transport, { timeout: 300_000 });
     },
     async call(w: Workload): Promise<CallResult> {
       if (!client) return { ok: false, error: "not started" };

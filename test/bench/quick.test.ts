@@ -37,6 +37,7 @@ test(
         "namespace",
         "engine",
         "microvm",
+        "microvm-empty",
         "microvm-nopool",
         "srt-cli",
         "srt-lib",
