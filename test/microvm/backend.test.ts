@@ -142,6 +142,59 @@ describe("microvm backend", { skip: skip ?? false, timeout: 300_000 }, () => {
     }
   });
 
+  test("a call's VM is killed before run() settles; close() waits for the rest of its teardown", async () => {
+    const backend = await createMicrovmBackend({
+      rootfsDir: root.rootfs,
+      disk: root.disk,
+      pool: { sizes: { bash: 1 } },
+    });
+    let pids: number[] = [];
+    try {
+      await backend.pool.whenFull();
+      const r = await backend.run(shJob("echo hi"), {
+        signal: signal(),
+        onEvent: (e) => {
+          if (e.type === "started") void backend.livePids(true).then((p) => (pids = p));
+        },
+      });
+      // Right after the result: every process of that VM is gone, a zombie, or has SIGKILL
+      // pending (bit 9 of SigPnd/ShdPnd); none can run again. Its exit and the removal of its
+      // cgroup and directory may still be in progress.
+      assert.equal(text(r.agent.stdout), "hi\n");
+      assert.ok(pids.length > 0, "the call's VM had no host process");
+      const sigkill = 1n << 8n;
+      for (const pid of pids) {
+        let status: string;
+        try {
+          status = readFileSync(`/proc/${pid}/status`, "utf8");
+        } catch {
+          continue; // exited and reaped
+        }
+        const state = /^State:\s+(\S)/m.exec(status)?.[1];
+        const pending = ["SigPnd", "ShdPnd"].some(
+          (k) =>
+            (BigInt(`0x${new RegExp(`^${k}:\\s+(\\w+)`, "m").exec(status)?.[1] ?? "0"}`) &
+              sigkill) !==
+            0n,
+        );
+        assert.ok(state === "Z" || state === "X" || pending, `pid ${pid} still runs:\n${status}`);
+      }
+    } finally {
+      await backend.close();
+    }
+    // After close(): exited (a process reparented to the host's init may wait there as a zombie
+    // until init reaps it; its memory is freed and it is in no cgroup any more).
+    for (const pid of pids) {
+      let state: string | undefined;
+      try {
+        state = /^State:\s+(\S)/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1];
+      } catch {
+        continue;
+      }
+      assert.ok(state === "Z" || state === "X", `pid ${pid} outlived close() (state ${state})`);
+    }
+  });
+
   test("the pool refills after a burst larger than itself; each VM serves one call", async () => {
     const backend: MicrovmBackend = await createMicrovmBackend({
       rootfsDir: root.rootfs,

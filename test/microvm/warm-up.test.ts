@@ -110,6 +110,11 @@ describe(
       assert.ok(!lines.some((l) => l.includes("/dev/null")), lines.join("\n"));
     });
 
+    test("the agent's warm-up file is gone: the code directory holds the call's file only", async () => {
+      const lines = await call("bash", "ls -A /run/scratchrun");
+      assert.deepEqual(lines, ["main.sh"]);
+    });
+
     test("a clone made while a call is in flight is parked without a warm-up; an idle refill warms", async () => {
       await backend.pool.whenFull();
       const c0 = { ...backend.counters };

@@ -96,6 +96,7 @@ export class MicroVm {
   channel!: Socket;
   readonly exited: Promise<void>;
   private destroying: Promise<void> | null = null;
+  private killing: Promise<void> | null = null;
   private stderrTail = "";
   private qmp: Qmp | null = null;
   private seed: Socket | null = null;
@@ -423,9 +424,13 @@ export class MicroVm {
     return this.net.blockedCount().catch(() => undefined);
   }
 
-  /** Kills QEMU and removes everything this VM had on the host. Idempotent. */
-  destroy(): Promise<void> {
-    this.destroying ??= (async () => {
+  /**
+   * Stops the VM for good: its sockets closed, SIGKILL to the jail's process group and to every
+   * process in its cgroup. Once this settles nothing of the VM runs any more (the processes may
+   * still be exiting: QEMU frees the guest's memory for ~20 ms after a call). Idempotent.
+   */
+  kill(): Promise<void> {
+    this.killing ??= (async () => {
       this.channel?.destroy();
       this.seed?.destroy();
       this.qmp?.close();
@@ -435,6 +440,14 @@ export class MicroVm {
         // already gone
       }
       await this.cgroup.killAll().catch(() => {});
+    })();
+    return this.killing;
+  }
+
+  /** Kills QEMU and removes everything this VM had on the host, once it has exited. Idempotent. */
+  destroy(): Promise<void> {
+    this.destroying ??= (async () => {
+      await this.kill();
       await this.exited;
       // The jail's inner processes (bwrap's pid-namespace init, QEMU) are not our children and
       // can outlive the outer process by a moment: wait until the cgroup is really empty.
