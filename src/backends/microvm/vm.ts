@@ -307,10 +307,11 @@ export class MicroVm {
   }
 
   /**
-   * A restored clone about to be pooled runs what a call will run (a second pre-started
-   * Python or node runs an empty call and exits; bash runs on /dev/null) and is paused again. Under TCG each QEMU process translates guest code afresh, and
-   * a clone's first call paid for translating the kernel's, the agent's and the interpreter's
-   * paths; after this the call finds them translated. Before the seed: nothing of it is the
+   * A restored clone about to be pooled runs what a call will run (a second pre-started Python
+   * or node runs an empty call and exits; bash runs on /dev/null; the agent writes and removes
+   * a file in the code directory) and is paused again. Under TCG each QEMU process translates
+   * guest code afresh, and a clone's first call paid for translating the kernel's, the agent's
+   * and the interpreter's paths; after this the call finds them translated. Before the seed: nothing of it is the
    * call's (docs/decisions/0003-microvm.md).
    */
   private async warmUp(): Promise<void> {
