@@ -22,7 +22,11 @@ while True:
     if 0 in r:
         data = os.read(0, 65536)
         if not data:
-            p.kill()
+            # The host is done: the agent exits on its own after D (a kill here would race it).
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
         else:
             os.write(m, data)
     if p.poll() is not None and not select.select([m], [], [], 0)[0]:
