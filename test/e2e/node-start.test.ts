@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { TEST_BACKENDS } from "../helpers/backends.js";
+import { assertFreshRandomness } from "../helpers/randomness.js";
 import { serverForSuite } from "../helpers/suite.js";
 
 /**
@@ -61,17 +62,11 @@ for (const backend of TEST_BACKENDS) {
         "w.on('message', (m) => console.log(c.randomBytes(16).toString('hex'), c.randomUUID(),",
         "  Math.random(), vm.runInNewContext('Math.random()'), m));",
       ].join("\n");
-      const seen = new Set<string>();
-      for (let i = 0; i < 3; i++) {
-        const { s } = await h.exec({ runtime: "node20", code });
-        assert.equal(s.exit_reason, "ok", s.stderr);
-        const values = s.stdout.trim().split(" ");
-        assert.equal(values.length, 5, s.stdout);
-        for (const v of values) {
-          assert.ok(!seen.has(v), `value repeated across calls: ${v}`);
-          seen.add(v);
-        }
-      }
+      await assertFreshRandomness(h, "node20", code, 3, (stdout) => {
+        const values = stdout.trim().split(" ");
+        assert.equal(values.length, 5, stdout);
+        return values;
+      });
     });
   });
 }

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { TEST_BACKENDS } from "../helpers/backends.js";
+import { assertFreshRandomness } from "../helpers/randomness.js";
 import { serverForSuite } from "../helpers/suite.js";
 
 /**
@@ -107,15 +108,7 @@ for (const backend of TEST_BACKENDS) {
       test(`${runtime}: every call draws its own randomness`, async () => {
         const code =
           "import os, random, uuid\nprint(os.urandom(16).hex(), random.random(), uuid.uuid4())";
-        const seen = new Set<string>();
-        for (let i = 0; i < 3; i++) {
-          const { s } = await h.exec({ runtime, code });
-          assert.equal(s.exit_reason, "ok", s.stderr);
-          for (const v of s.stdout.trim().split(" ")) {
-            assert.ok(!seen.has(v), `value repeated across calls: ${v}`);
-            seen.add(v);
-          }
-        }
+        await assertFreshRandomness(h, runtime, code, 3);
       });
 
       test(`${runtime}: PYTHONHASHSEED from the call is honoured`, async () => {

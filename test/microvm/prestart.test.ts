@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
+import { assertFreshRandomness } from "../helpers/randomness.js";
 import { serverForSuite } from "../helpers/suite.js";
 
 /**
@@ -88,18 +89,13 @@ describe("microvm: pre-started interpreters", () => {
       "  c.randomInt(2 ** 47), c.getRandomValues(new Uint32Array(2)).join('.'), Math.random(),",
       "  vm.runInNewContext('Math.random()'), m].join(' ')));",
     ].join("\n");
-    const seen = new Set<string>();
-    for (let i = 0; i < 4; i++) {
-      const { s } = await h.exec({ runtime: "node20", code });
-      assert.equal(s.exit_reason, "ok", s.stderr);
-      const [who, values] = s.stdout.split("\n");
+    await assertFreshRandomness(h, "node20", code, 4, (stdout) => {
+      const [who, line] = stdout.split("\n");
       assert.equal(`${who}\n`, NODE_PRESTARTED, "the call did not run in the pre-started node");
-      assert.equal(values!.split(" ").length, 7, s.stdout);
-      for (const v of values!.split(" ")) {
-        assert.ok(!seen.has(v), `value repeated across clones: ${v}`);
-        seen.add(v);
-      }
-    }
+      const values = line!.split(" ");
+      assert.equal(values.length, 7, stdout);
+      return values;
+    });
   });
 
   test("node20: a call that changes how node starts gets a fresh one", async () => {

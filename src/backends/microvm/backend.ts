@@ -313,9 +313,9 @@ export class MicrovmBackend implements Backend {
         ...(blocked !== undefined ? { blockedConnections: blocked } : {}),
       };
     } finally {
-      // The call's VM is killed before run() settles: nothing of it runs after that. Waiting for
-      // QEMU to exit (~20 ms of freeing guest memory after a call) and removing its cgroup,
-      // directory and network are left to the background; close() waits for them.
+      // The call's VM is killed before run() settles: every process of it has exited. Reaping
+      // the jail and removing its cgroup, directory, network and uid are left to the background;
+      // close() waits for them.
       const gone = vm.destroy().catch(() => {});
       this.teardowns.add(gone);
       void gone.then(() => this.teardowns.delete(gone));

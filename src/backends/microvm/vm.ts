@@ -426,9 +426,10 @@ export class MicroVm {
   }
 
   /**
-   * Stops the VM for good: its sockets closed, SIGKILL to the jail's process group and to every
-   * process in its cgroup. Once this settles nothing of the VM runs any more (the processes may
-   * still be exiting: QEMU frees the guest's memory for ~20 ms after a call). Idempotent.
+   * Stops the VM for good: its sockets closed, SIGKILL to the jail's process group, and the
+   * cgroup's kill loop (no new processes, SIGKILL to each, until the cgroup is empty). Once this
+   * settles every process of the VM has exited (the jail's may wait to be reaped); its cgroup,
+   * directory, network and uid are still there for destroy(). Idempotent.
    */
   kill(): Promise<void> {
     this.killing ??= (async () => {
@@ -450,14 +451,8 @@ export class MicroVm {
     this.destroying ??= (async () => {
       await this.kill();
       await this.exited;
-      // The jail's inner processes (bwrap's pid-namespace init, QEMU) are not our children and
-      // can outlive the outer process by a moment: wait until the cgroup is really empty.
-      for (let i = 0; i < 2500; i++) {
-        const left = await this.cgroup.pids().catch(() => []);
-        if (left.length === 0) break;
-        await this.cgroup.killAll().catch(() => {});
-        await sleep(2);
-      }
+      // kill() emptied the cgroup (the jail's inner processes, not our children, included);
+      // destroy() kills again if anything is left before it removes the directories.
       await this.cgroup.destroy().catch(() => {});
       // After QEMU: the tap's namespace dies with its last process; the names, the host link and
       // the nft tables go here.
