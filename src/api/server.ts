@@ -85,6 +85,10 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
   const metrics = new Metrics();
   const quota = new KeyQuota({ ...DEFAULT_KEY_LIMITS, ...options.keyLimits });
   const tracker = new SandboxTracker(new SandboxStore(options.db));
+  // Warm-pool sandboxes are this server's too: recorded as they become ready (and those already
+  // ready now), so a crash before any call still leaves nothing a restart cannot find.
+  const untrack = engine.backend.onSandboxReady(() => void tracker.sandboxRunning());
+  void tracker.sandboxRunning();
   const service = new ExecService(engine, runs, quota, metrics, logger, tracker);
   const sessions = new McpSessions(service, {
     maxPerKey: 32,
@@ -302,6 +306,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
         await sessions.closeAll();
         server.closeAllConnections();
         await stopped;
+        untrack();
         logger.info({}, "stopped");
       })()),
   };

@@ -36,6 +36,11 @@ export interface Backend {
   readonly isolation: Isolation;
   /** Runs one job in a fresh sandbox that is destroyed before the promise settles. */
   run(job: SandboxJob, options: RunOptions): Promise<BackendOutcome>;
+  /**
+   * Calls `listener` whenever a warm-pool sandbox is ready (its processes run, its cgroup is
+   * populated), so the service can record it for crash recovery; returns the unsubscribe.
+   */
+  onSandboxReady(listener: () => void): () => void;
   /** Stops background work (pools) and destroys every sandbox this backend still owns. */
   close(): Promise<void>;
 }

@@ -48,6 +48,7 @@ export interface Cgroup {
 
 /** How long killAll keeps trying before it reports processes it could not kill. */
 const KILL_BOUND_MS = 10_000;
+/** killAll re-checks after 1 ms, then backs off to this: SIGKILLed processes exit in about 1 ms. */
 const KILL_POLL_MS = 10;
 
 const isErrno = (e: unknown, code: string) =>
@@ -155,7 +156,7 @@ function openCgroup(host: CgroupHost, name: string): Cgroup {
       await writeCgroupFile(join(memoryDir, "cgroup.kill"), "1").catch(() => {});
     }
     const deadline = Date.now() + KILL_BOUND_MS;
-    for (;;) {
+    for (let poll = 1; ; poll = Math.min(KILL_POLL_MS, poll * 2)) {
       const pids = await readPids(dirs);
       if (pids.length === 0) return;
       if (Date.now() > deadline) {
@@ -171,7 +172,7 @@ function openCgroup(host: CgroupHost, name: string): Cgroup {
           // ESRCH: already gone.
         }
       }
-      await sleep(KILL_POLL_MS);
+      await sleep(poll);
     }
   };
 

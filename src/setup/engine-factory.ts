@@ -64,7 +64,10 @@ export function namespacePreflight(env: NodeJS.ProcessEnv = process.env): {
   return { rootfsDir: rootfs.dir, manifest: rootfs.manifest };
 }
 
-/** Warm VMs per runtime: SCRATCHRUN_POOL_SIZE=N for all, or "python3.11=2,node20=0,...". */
+/**
+ * Warm sandboxes per runtime: SCRATCHRUN_POOL_SIZE=N for all, or "python3.11=2,node20=0,...".
+ * The namespace backend's jails serve any runtime: its pool holds the largest of these.
+ */
 export function poolSizes(env: NodeJS.ProcessEnv = process.env): Record<RuntimeName, number> {
   const spec = env.SCRATCHRUN_POOL_SIZE ?? "1";
   const sizes = Object.fromEntries(RUNTIMES.map((r) => [r, 0])) as Record<RuntimeName, number>;
@@ -128,6 +131,8 @@ export async function createEngineFromEnv(
         : new NamespaceBackend({
             rootfsDir,
             agentDir: AGENT_DIR,
+            // Jails are not per runtime: one pool as deep as the deepest runtime's.
+            poolSize: Math.max(...Object.values(poolSizes(env))),
             ...(network.provider ? { network: network.provider } : {}),
           });
   } catch (e) {

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
@@ -18,6 +18,16 @@ interface Served {
   url: string;
   stderr: () => string;
   exited: Promise<number | null>;
+}
+
+/** Sandbox cgroup names present now (memory hierarchy on v1, the unified one on v2). */
+function cgroupNames(): string[] {
+  for (const dir of ["/sys/fs/cgroup/memory/scratchrun", "/sys/fs/cgroup/scratchrun"])
+    if (existsSync(dir))
+      return readdirSync(dir, { withFileTypes: true })
+        .filter((e) => e.isDirectory())
+        .map((e) => e.name);
+  return [];
 }
 
 /** Starts `scratchrun serve` as an operator would, on a free loopback port. */
@@ -75,6 +85,9 @@ describe("lifecycle: crash recovery, graceful shutdown, remote mode", () => {
       "its sandbox to be recorded",
       () => db.prepare("SELECT name FROM sandboxes").get() as { name: string } | undefined,
     );
+    // The call's sandbox and the warm pool's jails (the one being refilled may not be recorded
+    // yet when the server dies: the restart must find it all the same).
+    const before = cgroupNames();
     first.child.kill("SIGKILL");
     await first.exited;
     await call;
@@ -86,6 +99,8 @@ describe("lifecycle: crash recovery, graceful shutdown, remote mode", () => {
 
     const second = await serve(home);
     assert.equal(existsSync(dir), false, "the restart reaped the orphaned sandbox");
+    const left = before.filter((n) => cgroupNames().includes(n));
+    assert.deepEqual(left, [], "every cgroup of the dead server is gone");
     const row = runs.get(run.id)!;
     assert.equal(row.status, "failed");
     assert.equal(row.error_code, "INTERRUPTED");

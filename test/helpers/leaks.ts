@@ -64,7 +64,7 @@ export function snapshot(): HostSnapshot {
   return {
     sandboxProcesses: procs
       .filter((p) => p.uid >= SANDBOX_UID_MIN && p.uid < SANDBOX_UID_MAX)
-      .map((p) => `${p.pid} uid=${p.uid} ${p.cmdline}`),
+      .map((p) => `${p.pid} ${p.comm} uid=${p.uid} ${p.cmdline}`),
     qemuProcesses: procs
       .filter((p) => p.comm.startsWith("qemu-system"))
       .map((p) => `${p.pid} ${p.cmdline}`),
@@ -79,10 +79,30 @@ export function snapshot(): HostSnapshot {
   };
 }
 
+/** A namespace jail cgroup holding only bwrap and the agent: a pooled jail, no call's leftovers. */
+function isIdleJail(dir: string): boolean {
+  if (!/\/ns-[0-9a-f]+$/.test(dir)) return false;
+  try {
+    const pids = readFileSync(join(dir, "cgroup.procs"), "utf8").split("\n").filter(Boolean);
+    return pids.every((pid) => /^(bwrap|agent)$/.test(comm(pid)));
+  } catch {
+    return false;
+  }
+}
+
+function comm(pid: string): string {
+  try {
+    return readFileSync(`/proc/${pid}/comm`, "utf8").trim();
+  } catch {
+    return "";
+  }
+}
+
 /**
  * Polls briefly (teardown is asynchronous in the kernel) and fails naming whatever is left.
  * `whileServing`: the server is still up, so its warm pool (paused or booted VMs and their
- * cgroups) is expected; the check after the server closes covers the pool too.
+ * cgroups; jails whose only processes are bwrap and the agent waiting at READY) is expected; the
+ * check after the server closes covers the pool too.
  */
 export async function assertNoLeaks(
   baseline: HostSnapshot,
@@ -94,7 +114,8 @@ export async function assertNoLeaks(
     const now = snapshot();
     if (options.whileServing) {
       now.qemuProcesses = [];
-      now.cgroups = now.cgroups.filter((c) => !/\/vm-[0-9a-f]+$/.test(c));
+      now.cgroups = now.cgroups.filter((c) => !/\/vm-[0-9a-f]+$/.test(c) && !isIdleJail(c));
+      now.sandboxProcesses = now.sandboxProcesses.filter((p) => !/^\d+ (bwrap|agent) uid=/.test(p));
       // Pooled VMs' private socket dirs and the server's resolv.conf dir live as long as it does.
       now.tmpEntries = now.tmpEntries.filter((t) => !/^scratchrun-(vm|net)-/.test(t));
     }

@@ -16,7 +16,7 @@ import { detectAccel, hostTscKhz, isolationOf, QEMU_BINARY, type Accel } from ".
 import { buildVmArtifacts, ensureRootDisk, type VmArtifacts } from "./build.js";
 import { runtimeArgv } from "../../images/manifest.js";
 import type { VmNetworkProvider } from "./guest-net.js";
-import { WarmPool } from "./pool.js";
+import { WarmPool } from "../pool.js";
 import { createTemplate, type Template } from "./snapshot.js";
 import { MicroVm, type HostContext } from "./vm.js";
 
@@ -274,6 +274,10 @@ export class MicrovmBackend implements Backend {
     if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
     const vm = await MicroVm.boot(this.ctx, this.bootOptions(memoryMb, signal, publicNet));
     return this.track(vm);
+  }
+
+  onSandboxReady(listener: () => void): () => void {
+    return this.pool.onReady(listener);
   }
 
   async run(job: SandboxJob, options: RunOptions): Promise<BackendOutcome> {

@@ -1,9 +1,10 @@
 /**
- * Warm pool: per runtime, VMs already booted to the agent's READY. A VM leaves the pool once and
- * is destroyed after its call; the pool refills in the background; an empty pool means the caller
- * cold-boots. Boots are serialised (`maxConcurrentBoots`) so refilling never starves live calls.
+ * Warm pool: per key (a runtime for microVMs; one key for the namespace backend's jails),
+ * sandboxes already started to the agent's READY. A sandbox leaves the pool once and is destroyed
+ * after its call; the pool refills in the background; an empty pool means the caller starts one
+ * cold. Starts are serialised (`maxConcurrentBoots`) so refilling never starves live calls.
  */
-import type { RuntimeName } from "../../schema/exec.js";
+import type { RuntimeName } from "../schema/exec.js";
 
 export interface PooledVm {
   readonly memoryMb: number;
@@ -12,26 +13,27 @@ export interface PooledVm {
   destroy(): Promise<void>;
 }
 
-export interface PoolConfig {
-  /** Ready VMs to keep per runtime; 0 or absent: none. */
-  sizes: Partial<Record<RuntimeName, number>>;
+export interface PoolConfig<K extends string = RuntimeName> {
+  /** Ready VMs to keep per key (a runtime; the namespace backend's jails have one key); 0 or absent: none. */
+  sizes: Partial<Record<K, number>>;
   /** Guest memory_mb of pooled VMs; calls asking for another size cold-boot. */
   memoryMb: number;
   maxConcurrentBoots: number;
 }
 
-export class WarmPool<V extends PooledVm> {
-  private readonly ready = new Map<RuntimeName, V[]>();
+export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
+  private readonly ready = new Map<K, V[]>();
   private booting = 0;
   private closed = false;
   private readonly waiters: (() => void)[] = [];
+  private readonly readyListeners = new Set<() => void>();
   /** Boot failures in a row; refilling backs off after them instead of spinning. */
   private failures = 0;
   lastError: unknown = null;
 
   constructor(
-    private readonly boot: (runtime: RuntimeName, memoryMb: number) => Promise<V>,
-    readonly config: PoolConfig,
+    private readonly boot: (runtime: K, memoryMb: number) => Promise<V>,
+    readonly config: PoolConfig<K>,
   ) {}
 
   start(): void {
@@ -43,7 +45,7 @@ export class WarmPool<V extends PooledVm> {
    * `refill: false` the caller calls refillNow() once its call is done, so refilling (CPU-heavy
    * under TCG) does not compete with the call on a small host.
    */
-  take(runtime: RuntimeName, memoryMb: number, opts: { refill?: boolean } = {}): V | null {
+  take(runtime: K, memoryMb: number, opts: { refill?: boolean } = {}): V | null {
     if (memoryMb !== this.config.memoryMb) return null;
     const list = this.ready.get(runtime) ?? [];
     let vm: V | undefined;
@@ -55,12 +57,38 @@ export class WarmPool<V extends PooledVm> {
     return vm ?? null;
   }
 
+  /**
+   * take(), or when nothing is ready but a start is in flight that no other caller is waiting
+   * for, that sandbox once it is ready: further along than a start of the caller's own. Null when
+   * there is neither, or the awaited start failed or went to another caller.
+   */
+  async takeOrAwait(key: K, memoryMb: number): Promise<V | null> {
+    const now = this.take(key, memoryMb);
+    if (now || memoryMb !== this.config.memoryMb) return now;
+    const claimed = this.claimed.get(key) ?? 0;
+    if ((this.inflight.get(key) ?? 0) <= claimed) return null;
+    this.claimed.set(key, claimed + 1);
+    try {
+      while (!this.closed && this.readyCount(key) === 0 && (this.inflight.get(key) ?? 0) > 0)
+        await new Promise<void>((r) => this.waiters.push(r));
+      return this.take(key, memoryMb);
+    } finally {
+      this.claimed.set(key, (this.claimed.get(key) ?? 1) - 1);
+    }
+  }
+
+  /** Calls `listener` whenever a sandbox joins the pool; returns the unsubscribe. */
+  onReady(listener: () => void): () => void {
+    this.readyListeners.add(listener);
+    return () => this.readyListeners.delete(listener);
+  }
+
   /** Starts refilling (after take with refill: false). */
   refillNow(): void {
     this.refill();
   }
 
-  readyCount(runtime: RuntimeName): number {
+  readyCount(runtime: K): number {
     return (this.ready.get(runtime) ?? []).filter((v) => !v.dead).length;
   }
 
@@ -69,10 +97,12 @@ export class WarmPool<V extends PooledVm> {
     while (!this.closed && !this.full()) await new Promise<void>((r) => this.waiters.push(r));
   }
 
+  private sizes(): [K, number][] {
+    return Object.entries(this.config.sizes).map(([key, n]) => [key as K, Number(n ?? 0)]);
+  }
+
   private full(): boolean {
-    return Object.entries(this.config.sizes).every(
-      ([rt, n]) => this.readyCount(rt as RuntimeName) >= (n ?? 0),
-    );
+    return this.sizes().every(([key, n]) => this.readyCount(key) >= n);
   }
 
   private notify(): void {
@@ -90,15 +120,16 @@ export class WarmPool<V extends PooledVm> {
     }
   }
 
-  private readonly inflight = new Map<RuntimeName, number>();
+  private readonly inflight = new Map<K, number>();
+  /** Callers of takeOrAwait waiting for a start in flight, per key. */
+  private readonly claimed = new Map<K, number>();
 
   /** The runtime furthest below its target, counting boots already in flight. */
-  private neediestAfterInflight(): RuntimeName | null {
-    let best: RuntimeName | null = null;
+  private neediestAfterInflight(): K | null {
+    let best: K | null = null;
     let deficit = 0;
-    for (const [rt, n] of Object.entries(this.config.sizes)) {
-      const r = rt as RuntimeName;
-      const d = (n ?? 0) - this.readyCount(r) - (this.inflight.get(r) ?? 0);
+    for (const [r, n] of this.sizes()) {
+      const d = n - this.readyCount(r) - (this.inflight.get(r) ?? 0);
       if (d > deficit) {
         deficit = d;
         best = r;
@@ -107,7 +138,7 @@ export class WarmPool<V extends PooledVm> {
     return best;
   }
 
-  private async bootOne(runtime: RuntimeName): Promise<void> {
+  private async bootOne(runtime: K): Promise<void> {
     try {
       const vm = await this.boot(runtime, this.config.memoryMb);
       this.failures = 0;
@@ -117,6 +148,7 @@ export class WarmPool<V extends PooledVm> {
         const list = this.ready.get(runtime) ?? [];
         list.push(vm);
         this.ready.set(runtime, list);
+        for (const listener of this.readyListeners) listener();
         // A pooled VM that dies (QEMU crash, OOM) is dropped and replaced.
         void vm.exited.then(() => {
           const l = this.ready.get(runtime);
