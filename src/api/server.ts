@@ -2,7 +2,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from "node:net";
 import type { Engine } from "../engine/engine.js";
 import { isScratchRunError } from "../errors.js";
-import { RUNTIMES } from "../schema/exec.js";
+import { RUNTIMES, type RuntimeName } from "../schema/exec.js";
 import { parseExecRequest } from "../schema/validate.js";
 import type { Db } from "../store/db.js";
 import { KeyStore } from "../store/keys.js";
@@ -98,7 +98,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
   });
   const failures = new FailureLimiter();
   const bodyCap = options.bodyCapBytes ?? DEFAULT_BODY_CAP_BYTES;
-  const pool = (engine.backend as { pool?: { readyCount(r: string): number } }).pool;
+  const warm = (r: RuntimeName) => engine.backend.warm(r);
 
   metrics.addGauge({
     name: "scratchrun_sandboxes_active",
@@ -112,8 +112,8 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
   });
   metrics.addGauge({
     name: "scratchrun_pool_ready",
-    help: "Warm sandboxes ready per runtime (0 for backends without a pool).",
-    read: () => RUNTIMES.map((r) => ({ labels: { runtime: r }, value: pool?.readyCount(r) ?? 0 })),
+    help: "Warm sandboxes ready per runtime (the namespace backend's jails serve every runtime).",
+    read: () => RUNTIMES.map((r) => ({ labels: { runtime: r }, value: warm(r).ready })),
   });
   metrics.addGauge({
     name: "scratchrun_mcp_sessions",
@@ -195,8 +195,10 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
       return path;
     }
     if (path === "/readyz" && method === "GET") {
-      const warm = pool ? RUNTIMES.some((r) => pool.readyCount(r) > 0) : true;
-      const ready = warm && !service.isDraining;
+      // Warming: a pool is configured and nothing in it is ready yet (a pool of 0 never warms).
+      const warming =
+        RUNTIMES.some((r) => warm(r).target > 0) && RUNTIMES.every((r) => warm(r).ready === 0);
+      const ready = !warming && !service.isDraining;
       send(res, ready ? 200 : 503, {
         status: ready ? "ready" : service.isDraining ? "draining" : "warming",
         isolation: engine.backend.isolation,

@@ -60,17 +60,22 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
   /**
    * take(), or when nothing is ready but a start is in flight that no other caller is waiting
    * for, that sandbox once it is ready: further along than a start of the caller's own. Null when
-   * there is neither, or the awaited start failed or went to another caller.
+   * there is neither, the awaited start failed or went to another caller, or `signal` aborted.
    */
-  async takeOrAwait(key: K, memoryMb: number): Promise<V | null> {
+  async takeOrAwait(key: K, memoryMb: number, signal?: AbortSignal): Promise<V | null> {
     const now = this.take(key, memoryMb);
     if (now || memoryMb !== this.config.memoryMb) return now;
     const claimed = this.claimed.get(key) ?? 0;
     if ((this.inflight.get(key) ?? 0) <= claimed) return null;
     this.claimed.set(key, claimed + 1);
     try {
-      while (!this.closed && this.readyCount(key) === 0 && (this.inflight.get(key) ?? 0) > 0)
-        await new Promise<void>((r) => this.waiters.push(r));
+      while (!this.closed && this.readyCount(key) === 0 && (this.inflight.get(key) ?? 0) > 0) {
+        if (signal?.aborted) return null;
+        await new Promise<void>((r) => {
+          this.waiters.push(r);
+          signal?.addEventListener("abort", () => r(), { once: true });
+        });
+      }
       return this.take(key, memoryMb);
     } finally {
       this.claimed.set(key, (this.claimed.get(key) ?? 1) - 1);

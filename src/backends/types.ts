@@ -41,6 +41,8 @@ export interface Backend {
    * populated), so the service can record it for crash recovery; returns the unsubscribe.
    */
   onSandboxReady(listener: () => void): () => void;
+  /** Warm sandboxes that could serve a call of this runtime now, and how many the pool keeps. */
+  warm(runtime: RuntimeName): { ready: number; target: number };
   /** Stops background work (pools) and destroys every sandbox this backend still owns. */
   close(): Promise<void>;
 }

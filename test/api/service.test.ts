@@ -7,6 +7,7 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 import { CallToolResultSchema } from "@modelcontextprotocol/sdk/types.js";
 import Ajv2020 from "ajv/dist/2020.js";
 import { buildOpenApiDocument } from "../../src/api/openapi.js";
+import { RUNTIMES } from "../../src/schema/exec.js";
 import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
 import { REPO_ROOT } from "../helpers/mcp-client.js";
 import { startService, waitFor, type ServiceHarness } from "./harness.js";
@@ -55,6 +56,18 @@ describe("HTTP service on one engine", () => {
 
   test("the checked-in OpenAPI document is the one the code builds", () => {
     assert.deepEqual(openapi, JSON.parse(JSON.stringify(buildOpenApiDocument())));
+  });
+
+  test("/readyz and scratchrun_pool_ready count the namespace pool's jails for every runtime", async () => {
+    await waitFor("a warm jail", () => h.engine.backend.warm("bash").ready > 0);
+    const res = await fetch(`${h.api.url}/readyz`);
+    assert.deepEqual(
+      [res.status, await res.json()],
+      [200, { status: "ready", isolation: "namespace" }],
+    );
+    const metrics = h.api.metrics.render();
+    for (const r of RUNTIMES)
+      assert.match(metrics, new RegExp(`scratchrun_pool_ready\\{runtime="${r}"\\} 1\\b`));
   });
 
   test("missing, malformed, unknown and revoked keys get 401 and start no sandbox", async () => {

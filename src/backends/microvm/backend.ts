@@ -280,6 +280,10 @@ export class MicrovmBackend implements Backend {
     return this.pool.onReady(listener);
   }
 
+  warm(runtime: RuntimeName): { ready: number; target: number } {
+    return { ready: this.pool.readyCount(runtime), target: this.pool.config.sizes[runtime] ?? 0 };
+  }
+
   async run(job: SandboxJob, options: RunOptions): Promise<BackendOutcome> {
     if (job.network === "public" && !this.network)
       throw new ScratchRunError("INVALID_INPUT", "this microVM backend has no network provider", {

@@ -16,8 +16,9 @@ export interface NamespaceBackendOptions {
   /** Hook for network "public": prepares a netns per sandbox (src/net). Absent: none only. */
   network?: NetworkProvider;
   /**
-   * Jails kept started and waiting at the agent's READY (network "none", the default memory),
-   * shared by every runtime; each serves one call. 0 or absent: every call starts its own.
+   * Jails kept started and waiting at the agent's READY, per network mode (public only with a
+   * provider), at the default memory size, shared by every runtime; each serves one call. 0 or
+   * absent: every call starts its own.
    */
   poolSize?: number;
 }
@@ -39,7 +40,6 @@ const HOST_GRACE_MS = 3000;
 /** How long a pooled jail may take to say READY before it is given up. */
 const READY_TIMEOUT_MS = 30_000;
 const MiB = 1024 * 1024;
-const POOL_KEY = "jail";
 
 /** One started bubblewrap jail: its cgroup, host uid, network and top process. Used once. */
 interface Jail extends PooledVm {
@@ -68,14 +68,16 @@ export class NamespaceBackend implements Backend {
   /** Background removal of finished jails (cgroup directories, network, uid). */
   private readonly teardowns = new Set<Promise<void>>();
   private readonly closing = new AbortController();
-  readonly pool: WarmPool<Jail, typeof POOL_KEY>;
+  /** Keyed by network mode: a jail's network namespace is fixed when it starts. */
+  readonly pool: WarmPool<Jail, NetworkMode>;
   /** Calls served by a pooled jail, and by a jail started for them. */
   readonly counters = { pooledCalls: 0, coldCalls: 0 };
 
   constructor(private readonly options: NamespaceBackendOptions) {
     this.cgroups = detectCgroups();
-    this.pool = new WarmPool<Jail, typeof POOL_KEY>((_key, memoryMb) => this.prepare(memoryMb), {
-      sizes: { [POOL_KEY]: options.poolSize ?? 0 },
+    const size = options.poolSize ?? 0;
+    this.pool = new WarmPool<Jail, NetworkMode>((net, memoryMb) => this.prepare(memoryMb, net), {
+      sizes: { none: size, public: options.network ? size : 0 },
       memoryMb: LIMITS.memoryMb.default,
       maxConcurrentBoots: 1,
     });
@@ -84,6 +86,13 @@ export class NamespaceBackend implements Backend {
 
   onSandboxReady(listener: () => void): () => void {
     return this.pool.onReady(listener);
+  }
+
+  /** Jails serve every runtime: the same pool for each. */
+  warm(): { ready: number; target: number } {
+    const ready = this.pool.readyCount("none") + this.pool.readyCount("public");
+    const size = this.options.poolSize ?? 0;
+    return { ready, target: this.options.network ? 2 * size : size };
   }
 
   run(job: SandboxJob, options: RunOptions): Promise<BackendOutcome> {
@@ -98,8 +107,7 @@ export class NamespaceBackend implements Backend {
 
   private async runOnce(job: SandboxJob, options: RunOptions): Promise<BackendOutcome> {
     const started = Date.now();
-    const pooled =
-      job.network === "none" ? await this.pool.takeOrAwait(POOL_KEY, job.memoryMb) : null;
+    const pooled = await this.pool.takeOrAwait(job.network, job.memoryMb, options.signal);
     const jail = pooled ?? (await this.start(job.memoryMb, job.network));
     this.counters[pooled ? "pooledCalls" : "coldCalls"]++;
     try {
@@ -136,8 +144,8 @@ export class NamespaceBackend implements Backend {
   }
 
   /** A jail for the pool: started and past the agent's READY, so a call sends its request at once. */
-  private async prepare(memoryMb: number): Promise<Jail> {
-    const jail = await this.start(memoryMb, "none");
+  private async prepare(memoryMb: number, network: NetworkMode): Promise<Jail> {
+    const jail = await this.start(memoryMb, network);
     const ready = await waitForReady(
       jail.child.stdout!,
       AbortSignal.any([this.closing.signal, AbortSignal.timeout(READY_TIMEOUT_MS)]),

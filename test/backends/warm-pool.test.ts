@@ -1,0 +1,144 @@
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { WarmPool, type PooledVm } from "../../src/backends/pool.js";
+
+/**
+ * The pool's bookkeeping with sandboxes whose starts the test completes by hand: what a caller
+ * gets, when it waits, and that nothing is handed out twice. The real sandboxes behind it are
+ * tested in test/jail/namespace-pool.test.ts and test/microvm/.
+ */
+
+class Fake implements PooledVm {
+  static next = 0;
+  readonly id = Fake.next++;
+  dead = false;
+  destroyed = false;
+  readonly memoryMb = 256;
+  private exit!: () => void;
+  readonly exited = new Promise<void>((r) => (this.exit = r));
+  die(): void {
+    this.dead = true;
+    this.exit();
+  }
+  destroy(): Promise<void> {
+    this.destroyed = true;
+    return Promise.resolve();
+  }
+}
+
+/** A pool whose starts wait until the test resolves (or rejects) them, in order. */
+function manual(size: number) {
+  const starts: { resolve: (v: Fake) => void; reject: (e: Error) => void }[] = [];
+  const pool = new WarmPool<Fake, "k">(
+    () => new Promise<Fake>((resolve, reject) => starts.push({ resolve, reject })),
+    { sizes: { k: size }, memoryMb: 256, maxConcurrentBoots: 1 },
+  );
+  const tick = () => new Promise((r) => setImmediate(r));
+  const finish = async (fail = false) => {
+    await tick();
+    const s = starts.shift();
+    assert.ok(s, "a start is in flight");
+    if (fail) s.reject(new Error("start failed"));
+    else s.resolve(new Fake());
+    await tick();
+  };
+  return { pool, starts, finish, tick };
+}
+
+describe("WarmPool", () => {
+  test("take hands each sandbox out once, skips dead ones and destroys them", async () => {
+    const { pool, finish } = manual(2);
+    pool.start();
+    await finish();
+    await finish();
+    assert.equal(pool.readyCount("k"), 2);
+    const first = pool.take("k", 256, { refill: false });
+    assert.ok(first);
+    const ready = pool.take("k", 256, { refill: false });
+    assert.ok(ready);
+    assert.notEqual(first, ready);
+    assert.equal(pool.take("k", 256, { refill: false }), null);
+    await pool.close();
+  });
+
+  test("a sandbox that dies while pooled is dropped, destroyed and replaced", async () => {
+    const { pool, finish, starts, tick } = manual(1);
+    pool.start();
+    await finish();
+    const vm = pool.take("k", 256, { refill: false });
+    assert.ok(vm);
+    pool.refillNow();
+    await finish();
+    assert.equal(pool.readyCount("k"), 1);
+    // Kill the pooled one: the pool notices through `exited` and starts another.
+    const pooled = (pool as unknown as { ready: Map<string, Fake[]> }).ready.get("k")![0]!;
+    pooled.die();
+    await tick();
+    assert.equal(pooled.destroyed, true);
+    assert.equal(pool.readyCount("k"), 0);
+    assert.equal(starts.length, 1, "a replacement is starting");
+    await finish();
+    assert.equal(pool.readyCount("k"), 1);
+    await pool.close();
+  });
+
+  test("takeOrAwait waits for the start in flight; a second caller does not claim it too", async () => {
+    const { pool, finish, starts } = manual(1);
+    pool.start();
+    await new Promise((r) => setImmediate(r));
+    assert.equal(starts.length, 1);
+    const waiting = pool.takeOrAwait("k", 256);
+    const second = await pool.takeOrAwait("k", 256);
+    assert.equal(second, null, "only one start in flight, already claimed");
+    await finish();
+    const got = await waiting;
+    assert.ok(got instanceof Fake);
+    assert.equal(got.dead, false);
+    // Taking it started the refill.
+    assert.equal(starts.length, 1);
+    await finish();
+    await pool.close();
+  });
+
+  test("takeOrAwait gives null when the awaited start fails, and at once for another memory size", async () => {
+    const { pool, finish } = manual(1);
+    pool.start();
+    await new Promise((r) => setImmediate(r));
+    assert.equal(await pool.takeOrAwait("k", 512), null);
+    const waiting = pool.takeOrAwait("k", 256);
+    await finish(true);
+    assert.equal(await waiting, null);
+    await finish(); // the start its take() asked for
+    await pool.close();
+  });
+
+  test("takeOrAwait gives null when the caller aborts while it waits", async () => {
+    const { pool, finish } = manual(1);
+    pool.start();
+    await new Promise((r) => setImmediate(r));
+    const abort = new AbortController();
+    const waiting = pool.takeOrAwait("k", 256, abort.signal);
+    abort.abort();
+    assert.equal(await waiting, null);
+    await finish();
+    assert.equal(pool.readyCount("k"), 1, "the start it waited for still joins the pool");
+    await pool.close();
+  });
+
+  test("onReady is told of every sandbox that joins the pool, until unsubscribed", async () => {
+    const { pool, finish } = manual(1);
+    let told = 0;
+    const off = pool.onReady(() => told++);
+    pool.start();
+    await finish();
+    assert.equal(told, 1);
+    pool.take("k", 256);
+    await finish();
+    assert.equal(told, 2);
+    off();
+    pool.take("k", 256);
+    await finish();
+    assert.equal(told, 2);
+    await pool.close();
+  });
+});
