@@ -34,7 +34,11 @@ export interface BackendOutcome {
 export interface Backend {
   readonly name: "microvm" | "namespace";
   readonly isolation: Isolation;
-  /** Runs one job in a fresh sandbox that is destroyed before the promise settles. */
+  /**
+   * Runs one job in a fresh sandbox, used for this job only, whose every process has exited
+   * before the promise settles; removing what is left of it on the host (cgroup directories,
+   * network, uid) may follow in the background, and close() waits for that.
+   */
   run(job: SandboxJob, options: RunOptions): Promise<BackendOutcome>;
   /**
    * Calls `listener` whenever a warm-pool sandbox is ready (its processes run, its cgroup is

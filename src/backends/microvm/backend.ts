@@ -1,6 +1,7 @@
 /**
  * The microVM backend: every call runs in its own QEMU microvm (own guest kernel), taken from the
- * warm pool or cold-booted, used once and destroyed before run() settles.
+ * warm pool or cold-booted, used once and killed before run() settles (its cgroup empty; the rest
+ * of its teardown runs in the background and close() waits for it).
  */
 import { execFileSync } from "node:child_process";
 import { setTimeout as sleep } from "node:timers/promises";
