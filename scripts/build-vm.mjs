@@ -1,8 +1,13 @@
 // Builds the microVM guest: kernel (ELF vmlinux from /boot/vmlinuz-*-cloud-amd64), initramfs
 // (busybox, modules, guest/init, build/guest/agent) and the erofs root disk of the current runtime
-// image. Needs `npm run build` first (it uses dist/). Prints the paths as JSON.
+// image, then removes older artifacts and disks nothing uses. Needs `npm run build` first (it
+// uses dist/). Prints the paths as JSON.
 // Usage: node scripts/build-vm.mjs [--rootfs DIR]
-import { buildVmArtifacts, ensureRootDisk } from "../dist/src/backends/microvm/build.js";
+import {
+  buildVmArtifacts,
+  ensureRootDisk,
+  pruneVmCache,
+} from "../dist/src/backends/microvm/build.js";
 import { locateRootfs } from "../dist/src/images/locate.js";
 
 const i = process.argv.indexOf("--rootfs");
@@ -10,7 +15,9 @@ const rootfsDir = i > 0 ? process.argv[i + 1] : locateRootfs()?.dir;
 try {
   const artifacts = buildVmArtifacts();
   const disk = rootfsDir ? ensureRootDisk(rootfsDir) : null;
-  console.log(JSON.stringify({ ...artifacts, disk }, null, 2));
+  // What earlier versions built and nothing uses any more (see pruneVmCache for what is spared).
+  const pruned = disk ? pruneVmCache([artifacts.kernel, disk]) : [];
+  console.log(JSON.stringify({ ...artifacts, disk, pruned }, null, 2));
   if (!disk)
     console.error("build-vm: no runtime image yet (node scripts/build-images.mjs); disk skipped");
 } catch (err) {

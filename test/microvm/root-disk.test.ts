@@ -12,7 +12,7 @@ import {
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
-import { ensureRootDisk } from "../../src/backends/microvm/build.js";
+import { ensureRootDisk, pruneVmCache } from "../../src/backends/microvm/build.js";
 
 /**
  * The microVM's root disk is the runtime rootfs as erofs. Python trusts a .pyc only while the
@@ -52,6 +52,49 @@ describe("microvm root disk", () => {
       }
     } finally {
       rmSync(work, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("microvm cache pruning", () => {
+  test("removes old artifacts and disks, sparing what is kept, in use or recently touched", () => {
+    const cache = mkdtempSync(join(tmpdir(), "scratchrun-vmcache-"));
+    try {
+      const old = Date.now() / 1000 - 2 * 3600;
+      const make = (rel: string, dir: boolean, recent = false) => {
+        const path = join(cache, rel);
+        if (dir) {
+          mkdirSync(path, { recursive: true });
+          writeFileSync(join(path, "vmlinux"), "k");
+        } else {
+          mkdirSync(join(cache, "disks"), { recursive: true });
+          writeFileSync(path, "d");
+        }
+        if (!recent) utimesSync(path, old, old);
+        return path;
+      };
+      const current = make("00000000000000aa", true);
+      const stale = make("00000000000000bb", true);
+      const running = make("00000000000000cc", true);
+      const touched = make("00000000000000dd", true, true);
+      const foreign = make("not-an-artifact", true);
+      const disk = make("disks/rootfs-1111111111111111-v2.erofs", false);
+      const oldDisk = make("disks/rootfs-2222222222222222-v2.erofs", false);
+      const liveDisk = make("disks/rootfs-3333333333333333-v2.erofs", false);
+      // What a live VM's jail shows on its command line: bwrap binding the files by path.
+      const jail = `bwrap\0--ro-bind\0${running}/vmlinux\0/vm/kernel\0--ro-bind\0${liveDisk}\0/vm/disk`;
+
+      const removed = pruneVmCache([join(current, "vmlinux"), disk], cache, 3_600_000, [jail]);
+
+      assert.deepEqual(removed.sort(), [oldDisk, stale].sort());
+      for (const kept of [current, running, touched, foreign, disk, liveDisk])
+        assert.ok(existsSync(kept), `${kept} is kept`);
+      assert.deepEqual(
+        pruneVmCache([join(current, "vmlinux"), disk], cache, 3_600_000, [jail]),
+        [],
+      );
+    } finally {
+      rmSync(cache, { recursive: true, force: true });
     }
   });
 });

@@ -14,7 +14,7 @@ import type { RuntimeName } from "../../schema/exec.js";
 import { LIMITS } from "../../schema/limits.js";
 import type { Backend, BackendOutcome, Isolation, RunOptions, SandboxJob } from "../types.js";
 import { detectAccel, hostTscKhz, isolationOf, QEMU_BINARY, type Accel } from "./accel.js";
-import { buildVmArtifacts, ensureRootDisk, type VmArtifacts } from "./build.js";
+import { buildVmArtifacts, ensureRootDisk, touchVmArtifacts, type VmArtifacts } from "./build.js";
 import { runtimeArgv } from "../../images/manifest.js";
 import type { VmNetworkProvider } from "./guest-net.js";
 import { WarmPool } from "../pool.js";
@@ -375,6 +375,7 @@ export async function createMicrovmBackend(
   try {
     artifacts = options.artifacts ?? buildVmArtifacts();
     disk = options.disk ?? ensureRootDisk(options.rootfsDir);
+    touchVmArtifacts(artifacts);
   } catch (cause) {
     throw new ScratchRunError("NOT_READY", `cannot prepare the microVM images: ${String(cause)}`, {
       fix: "run node scripts/build-vm.mjs and read its error",

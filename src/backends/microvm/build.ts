@@ -14,6 +14,7 @@ import {
   renameSync,
   rmSync,
   statSync,
+  utimesSync,
 } from "node:fs";
 import { writeFileSync } from "node:fs";
 import { homedir } from "node:os";
@@ -214,4 +215,74 @@ export function ensureRootDisk(rootfsDir: string, cacheRoot = defaultCacheRoot()
       if (old === `${name}.erofs` || /^-v\d+\.erofs$/.test(old.slice(name.length)))
         rmSync(join(dirname(image), old), { force: true });
   return image;
+}
+
+/** Every running process's command line (a live VM's jail names its kernel and disk on it). */
+function liveCommandLines(): string[] {
+  const out: string[] = [];
+  for (const pid of readdirSync("/proc")) {
+    if (!/^\d+$/.test(pid)) continue;
+    try {
+      out.push(readFileSync(`/proc/${pid}/cmdline`, "utf8"));
+    } catch {
+      // exited while we read
+    }
+  }
+  return out;
+}
+
+function listOrEmpty(dir: string): string[] {
+  try {
+    return readdirSync(dir);
+  } catch {
+    return [];
+  }
+}
+
+/** Marks a server's artifacts as in use now: a later build's prune spares them for a while. */
+export function touchVmArtifacts(artifacts: VmArtifacts): void {
+  const now = new Date();
+  try {
+    utimesSync(dirname(artifacts.kernel), now, now);
+  } catch {
+    // a cache we cannot write: nothing prunes it either
+  }
+}
+
+/**
+ * Removes what earlier builds left in the VM cache: artifact directories (16 hex digits, ~60 MB
+ * each) and root disks (~700 MB each) other than `keep`. Spared: anything a running process
+ * names on its command line (the jail of every live VM binds its kernel and disk by path) and
+ * anything changed within `minAgeMs` (a server touches its artifact directory when it starts).
+ * Returns the paths removed.
+ */
+export function pruneVmCache(
+  keep: readonly string[],
+  cacheRoot = defaultCacheRoot(),
+  minAgeMs = 3_600_000,
+  commandLines: readonly string[] = liveCommandLines(),
+): string[] {
+  const candidates = [
+    ...listOrEmpty(cacheRoot)
+      .filter((n) => /^[0-9a-f]{16}$/.test(n))
+      .map((n) => join(cacheRoot, n)),
+    ...listOrEmpty(join(cacheRoot, "disks"))
+      .filter((n) => n.endsWith(".erofs"))
+      .map((n) => join(cacheRoot, "disks", n)),
+  ];
+  const removed: string[] = [];
+  for (const path of candidates) {
+    if (keep.some((k) => k === path || k.startsWith(`${path}/`))) continue;
+    if (commandLines.some((c) => c.includes(path))) continue;
+    let mtimeMs: number;
+    try {
+      mtimeMs = statSync(path).mtimeMs;
+    } catch {
+      continue;
+    }
+    if (Date.now() - mtimeMs < minAgeMs) continue;
+    rmSync(path, { recursive: true, force: true });
+    removed.push(path);
+  }
+  return removed;
 }
