@@ -156,36 +156,20 @@ export interface ReapReport {
 /**
  * Destroys every orphaned sandbox: cgroups with processes that no live owner parents, cgroups
  * `recorded` as this server's by its previous run (empty or not, unless a live owner holds them),
- * empty cgroups nobody recorded that are still empty `emptyRecheckMs` later (a crash between a
- * sandbox's creation and its recording; a live server fills a new cgroup within milliseconds and
- * removes an emptied one as quickly), and stray processes running as sandbox uids with no live
- * owner.
+ * and stray processes running as sandbox uids with no live owner. Empty cgroups nobody recorded
+ * are left to `reapStaleEmptyCgroups`, which every server runs when it builds its engine.
  */
 export async function reapOrphanSandboxes(
-  options: {
-    recorded?: readonly string[];
-    host?: CgroupHost;
-    ownerExe?: string;
-    emptyRecheckMs?: number;
-  } = {},
+  options: { recorded?: readonly string[]; host?: CgroupHost; ownerExe?: string } = {},
 ): Promise<ReapReport> {
   const host = options.host ?? detectCgroups();
   const ownerExe = options.ownerExe ?? readlinkSync("/proc/self/exe");
   const recorded = new Set(options.recorded ?? []);
   const orphans = new Map<string, string[]>();
-  const emptyUnrecorded: string[] = [];
   for (const [name, dirs] of await cgroupsByName(host)) {
     const pids = cgroupPids(dirs);
-    if (pids.length === 0 && !recorded.has(name)) emptyUnrecorded.push(name);
-    else if (pids.length === 0 || !isOwned(pids, readProc, ownerExe)) orphans.set(name, dirs);
-  }
-  if (emptyUnrecorded.length > 0) {
-    await sleep(options.emptyRecheckMs ?? 1000);
-    const now = await cgroupsByName(host);
-    for (const name of emptyUnrecorded) {
-      const dirs = now.get(name);
-      if (dirs && cgroupPids(dirs).length === 0) orphans.set(name, dirs);
-    }
+    if (pids.length === 0 ? recorded.has(name) : !isOwned(pids, readProc, ownerExe))
+      orphans.set(name, dirs);
   }
   for (const dirs of orphans.values()) await destroyGroup(dirs);
 

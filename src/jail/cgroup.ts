@@ -5,7 +5,7 @@
  * v2: one directory). The jailed wrapper writes its own pid into every `procsFiles` entry before
  * it execs, so nothing the sandbox starts ever runs outside its limits.
  */
-import { mkdir, readFile, readdir, rmdir, stat, writeFile } from "node:fs/promises";
+import { mkdir, readFile, readdir, rmdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { ScratchRunError } from "../errors.js";
@@ -316,21 +316,24 @@ export async function removeCgroupParents(host: CgroupHost): Promise<void> {
 }
 
 /**
- * Removes sandbox cgroups that are empty and older than `minAgeMs`: what a server that died
- * (crash, kill -9) leaves once bwrap --die-with-parent has taken its processes. A live sandbox's
- * cgroup is populated within milliseconds of its creation and removed at teardown, so an empty
- * one this old belongs to no live server. Returns the directories removed.
+ * Removes sandbox cgroups that are empty now and still empty `recheckMs` later: what a server
+ * that died (crash, kill -9) leaves once bwrap --die-with-parent has taken its processes,
+ * recorded or not. A live sandbox's cgroup is populated within milliseconds of its creation and
+ * removed as quickly once emptied, so one empty across the recheck belongs to no live server (if
+ * another server is removing it at the same moment, one of the two rmdirs finds it gone).
+ * Returns the directories removed.
  */
-export async function reapStaleEmptyCgroups(
-  host: CgroupHost,
-  minAgeMs = 60_000,
-): Promise<string[]> {
+export async function reapStaleEmptyCgroups(host: CgroupHost, recheckMs = 1000): Promise<string[]> {
+  const isEmpty = async (dir: string) =>
+    (await readFile(join(dir, "cgroup.procs"), "utf8").catch(() => "x")).trim() === "";
+  const empty: string[] = [];
+  for (const dir of await listScratchrunCgroups(host)) if (await isEmpty(dir)) empty.push(dir);
+  if (empty.length === 0) return [];
+  await sleep(recheckMs);
   const removed: string[] = [];
-  for (const dir of await listScratchrunCgroups(host)) {
+  for (const dir of empty) {
     try {
-      const procs = (await readFile(join(dir, "cgroup.procs"), "utf8")).trim();
-      const age = Date.now() - (await stat(dir)).mtimeMs;
-      if (procs !== "" || age < minAgeMs) continue;
+      if (!(await isEmpty(dir))) continue;
       await rmdir(dir);
       removed.push(dir);
     } catch {

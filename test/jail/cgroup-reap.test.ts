@@ -18,25 +18,39 @@ after(async () => {
   await removeCgroupParents(host);
 });
 
-test("an empty cgroup past the age bound is reaped; a young one is not", async () => {
-  const young = await createCgroup(host, "young", limits);
-  const old = await createCgroup(host, "old", limits);
-  const removedNone = await reapStaleEmptyCgroups(host, 60_000);
-  assert.deepEqual(removedNone, []);
-  const removed = await reapStaleEmptyCgroups(host, 0);
-  assert.deepEqual(removed.sort(), [...young.dirs, ...old.dirs].sort());
-  for (const d of [...young.dirs, ...old.dirs]) assert.equal(existsSync(d), false);
-});
-
-test("a cgroup with a process in it is never reaped, however old", async () => {
-  const busy = await createCgroup(host, "busy", limits);
+/** Puts a sleeping process into the cgroup, as a jail's wrapper would. */
+function populate(procsFiles: string[]) {
   const child = spawn("/bin/sh", [
     "-c",
     'for f; do echo $$ > "$f"; done; exec sleep 30',
     "sh",
-    ...busy.procsFiles,
+    ...procsFiles,
   ]);
-  const closed = new Promise((r) => child.once("close", r));
+  return new Promise((r) => child.once("close", r));
+}
+
+test("an empty cgroup still empty after the recheck is reaped; one filled meanwhile is not", async () => {
+  const dead = await createCgroup(host, "dead", limits);
+  const starting = await createCgroup(host, "starting", limits);
+  // Both empty when the reaper looks; "starting" gets its process during the recheck, as a
+  // live server's new jail does within milliseconds.
+  const reaping = reapStaleEmptyCgroups(host, 500);
+  await new Promise((r) => setTimeout(r, 100));
+  const closed = populate(starting.procsFiles);
+  try {
+    const removed = await reaping;
+    assert.deepEqual(removed.sort(), [...dead.dirs].sort());
+    for (const d of dead.dirs) assert.equal(existsSync(d), false);
+    for (const d of starting.dirs) assert.equal(existsSync(d), true);
+  } finally {
+    await starting.destroy();
+    await closed;
+  }
+});
+
+test("a cgroup with a process in it is never reaped", async () => {
+  const busy = await createCgroup(host, "busy", limits);
+  const closed = populate(busy.procsFiles);
   await new Promise((r) => setTimeout(r, 200));
   try {
     assert.deepEqual(await reapStaleEmptyCgroups(host, 0), []);
