@@ -3,11 +3,12 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import { isInitializeRequest, type JSONRPCMessage } from "@modelcontextprotocol/sdk/types.js";
 import { createMcpServer } from "../mcp/server.js";
-import type { ExecService } from "./service.js";
+import type { Caller, ExecService } from "./service.js";
 
 interface Session {
   transport: StreamableHTTPServerTransport;
-  keyId: string;
+  /** The key that opened it, with its policy as of the session's latest request. */
+  caller: Caller;
   lastSeen: number;
 }
 
@@ -38,23 +39,29 @@ export class McpSessions {
     return this.sessions.size;
   }
 
+  /**
+   * One request to /mcp from an authenticated caller. The session keeps the caller as of its
+   * latest request, so its key's policy (tool schema, limits) is the one stored now.
+   */
   async handle(
     req: IncomingMessage,
     res: ServerResponse,
-    keyId: string,
+    caller: Caller,
     body: unknown,
   ): Promise<void> {
+    const { keyId } = caller;
     const sid = req.headers["mcp-session-id"];
     if (typeof sid === "string") {
       const s = this.sessions.get(sid);
-      if (!s || s.keyId !== keyId) return rpcError(res, 404, -32001, "Session not found");
+      if (!s || s.caller.keyId !== keyId) return rpcError(res, 404, -32001, "Session not found");
       s.lastSeen = Date.now();
+      s.caller = caller;
       cancelOnDisconnect(res, s.transport, body);
       return s.transport.handleRequest(req, res, body);
     }
     if (req.method !== "POST" || !isInitializeRequest(body))
       return rpcError(res, 400, -32000, "No valid session: send initialize first");
-    const mine = [...this.sessions.values()].filter((s) => s.keyId === keyId).length;
+    const mine = [...this.sessions.values()].filter((s) => s.caller.keyId === keyId).length;
     if (
       mine >= this.limits.maxPerKey ||
       this.sessions.size + this.pending >= this.limits.maxTotal
@@ -63,10 +70,12 @@ export class McpSessions {
       return rpcError(res, 429, -32000, "Too many MCP sessions; close one (DELETE /mcp) first");
     }
     this.pending++;
+    // Assigned below, before the transport handles the initialize that registers it.
+    let session: Session | undefined;
     const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
       sessionIdGenerator: () => randomUUID(),
       onsessioninitialized: (id) => {
-        this.sessions.set(id, { transport, keyId, lastSeen: Date.now() });
+        if (session) this.sessions.set(id, session);
       },
       onsessionclosed: (id) => {
         this.sessions.delete(id);
@@ -75,7 +84,8 @@ export class McpSessions {
     transport.onclose = () => {
       if (transport.sessionId) this.sessions.delete(transport.sessionId);
     };
-    const server = createMcpServer(this.service.forCaller({ keyId, transport: "mcp" }));
+    const opened: Session = (session = { transport, caller, lastSeen: Date.now() });
+    const server = createMcpServer(this.service.forCaller(() => opened.caller));
     try {
       await server.connect(transport);
       await transport.handleRequest(req, res, body);

@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { execInputSchema } from "../schema/exec.js";
 import { VERSION } from "../version.js";
-import { wireErrorSchema, wireResultSchema } from "./wire.js";
+import { limitsWireSchema, wireErrorSchema, wireResultSchema } from "./wire.js";
 
 const json = (ref: string) => ({ "application/json": { schema: { $ref: ref } } });
 const error = (description: string, headers?: Record<string, unknown>) => ({
@@ -115,6 +115,11 @@ export function buildOpenApiDocument() {
             version: { type: "string" },
             isolation: { type: "string" },
             network_note: { type: "string" },
+            limits: {
+              ...schemaOf(limitsWireSchema, "output"),
+              description:
+                "What this API key may ask for: its runtimes, network modes, timeout_ms and memory_mb (default, max, and whose limit: the server's, the key's own policy, or the host's), concurrency and rate. POST /v1/exec refuses (400) what lies outside it.",
+            },
             runtimes: {
               type: "object",
               description: "What each runtime is, from the image manifest (as scratchrun_runtimes)",

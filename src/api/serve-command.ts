@@ -1,26 +1,51 @@
+import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
-import { createEngineFromEnv } from "../setup/engine-factory.js";
+import { startApiReplica } from "../cluster/api-role.js";
+import { discovery } from "../cluster/discovery.js";
+import { workerTokenFromEnv } from "../cluster/protocol.js";
+import { startWorkerRole } from "../cluster/worker-role.js";
+import { withImageConfig } from "../images/config-load.js";
+import { createEngineFromEnv, withEgressAllow } from "../setup/engine-factory.js";
+import { egressAllowlistFromEnv } from "../setup/network.js";
 import { openDatabase } from "../store/db.js";
 import { scratchrunHome } from "../store/home.js";
 import { acquireHomeLock } from "../store/lock.js";
+import { databaseUrl, openStore } from "../store/open.js";
 import { RunStore } from "../store/runs.js";
 import { SandboxStore } from "../store/sandboxes.js";
-import { createLogger } from "./log.js";
+import { hostCeiling, RECORDABLE_CEILING } from "../policy/host.js";
+import { serverLimitsFromEnv, serverPolicy, withServerLimits } from "../policy/server-policy.js";
+import { createLogger, type Logger } from "./log.js";
 import { reapOrphanSandboxes } from "./reap.js";
 import { startApiServer } from "./server.js";
 
-export const SERVE_USAGE = `scratchrun serve [--host H] [--port N] [limits]
+export const SERVE_USAGE = `scratchrun serve [--role all|api|worker] [--host H] [--port N] [limits]
 
+  --role all               one process: API, sandboxes and SQLite records (the default)
+  --role api               an API replica: keys, quotas and records in Postgres
+                           (SCRATCHRUN_DATABASE_URL); every call goes to a worker
+  --role worker            runs sandboxes for API replicas; no database, no API keys
+  --workers NAME:PORT      (api) the workers: a DNS name (a headless Service) and their port;
+                           comma-separated for several (or SCRATCHRUN_WORKERS)
   --host H                 address to bind (default 127.0.0.1; loopback binds check Host/Origin)
-  --port N                 port (default 8787; 0 picks a free one)
+  --port N                 port (default 8787, worker 8788; 0 picks a free one)
   --max-concurrent N       sandboxes running at once (default 4)
   --max-queued N           calls waiting for a sandbox (default 64)
   --queue-deadline-ms N    longest wait in the queue before 429 (default 60000)
   --key-concurrency N      calls in flight per API key (default 4)
   --key-rate N             calls per minute per API key (default 120, burst 30)
   --body-cap-bytes N       largest request body (default 16 MiB)
+  --image-config PATH      the image config the image was built from (SCRATCHRUN_IMAGE_CONFIG)
+  --max-timeout-ms N       (all, api) the longest timeout_ms a call may ask for (default 30000;
+                           up to 900000, 15 minutes; SCRATCHRUN_MAX_TIMEOUT_MS); an API key's own
+                           policy may set another (scratchrun keys update --max-timeout-ms)
+  --max-memory-mb N        (all, api) the most memory_mb a call may ask for (default 512; up to
+                           half of the host's RAM; SCRATCHRUN_MAX_MEMORY_MB)
+  --egress-allow LIST      network "public" reaches only these names over HTTP(S): domain names
+                           and *. wildcards, comma-separated (SCRATCHRUN_EGRESS_ALLOW)
 
 State (database, lock) lives in SCRATCHRUN_HOME (default /var/lib/scratchrun for root).
+API replicas and workers share a secret: SCRATCHRUN_WORKER_TOKEN (or SCRATCHRUN_WORKER_TOKEN_FILE).
 `;
 
 function int(v: string | undefined, name: string, fallback: number, min = 1): number {
@@ -30,10 +55,26 @@ function int(v: string | undefined, name: string, fallback: number, min = 1): nu
   return n;
 }
 
+/** Resolves with the exit code on the first SIGTERM/SIGINT, after `stop` finished. */
+function untilSignal(logger: Logger, stop: () => Promise<void>, inFlight: () => number) {
+  return new Promise<number>((resolve) => {
+    let stopping = false;
+    const onSignal = (signal: string) => {
+      if (stopping) return resolve(1);
+      stopping = true;
+      logger.info({ signal, in_flight: inFlight() }, "draining");
+      void stop().then(() => resolve(0));
+    };
+    process.on("SIGTERM", () => onSignal("SIGTERM"));
+    process.on("SIGINT", () => onSignal("SIGINT"));
+  });
+}
+
 /**
- * `scratchrun serve`: takes the state directory's lock, marks runs a dead predecessor left
- * running as failed, destroys its orphaned sandboxes, then serves until SIGTERM/SIGINT, when it
- * drains calls in flight before exiting.
+ * `scratchrun serve`: with --role all (the default) takes the state directory's lock, marks runs
+ * a dead predecessor left running as failed, destroys its orphaned sandboxes, then serves until
+ * SIGTERM/SIGINT, when it drains calls in flight before exiting. --role api and --role worker
+ * split that between API replicas (Postgres) and workers (sandboxes); see src/cluster/.
  */
 export async function runServe(
   argv: string[],
@@ -42,6 +83,8 @@ export async function runServe(
   const { values } = parseArgs({
     args: argv,
     options: {
+      role: { type: "string" },
+      workers: { type: "string" },
       host: { type: "string" },
       port: { type: "string" },
       "max-concurrent": { type: "string" },
@@ -50,6 +93,10 @@ export async function runServe(
       "key-concurrency": { type: "string" },
       "key-rate": { type: "string" },
       "body-cap-bytes": { type: "string" },
+      "image-config": { type: "string" },
+      "max-timeout-ms": { type: "string" },
+      "max-memory-mb": { type: "string" },
+      "egress-allow": { type: "string" },
       help: { type: "boolean", short: "h" },
     },
     strict: true,
@@ -58,11 +105,104 @@ export async function runServe(
     process.stdout.write(SERVE_USAGE);
     return 0;
   }
+  const role = values.role ?? "all";
+  if (role !== "all" && role !== "api" && role !== "worker")
+    throw new Error(`--role must be all, api or worker (got ${JSON.stringify(role)})`);
+  // Raised limits: checked before anything starts (against this host's RAM where sandboxes run).
+  const limitFlags = {
+    maxTimeoutMs: values["max-timeout-ms"],
+    maxMemoryMb: values["max-memory-mb"],
+  };
+  if (role === "worker" && (limitFlags.maxTimeoutMs ?? limitFlags.maxMemoryMb) !== undefined)
+    throw new Error(
+      "--max-timeout-ms and --max-memory-mb are for --role all and api: a worker runs what its replicas' policies allow, up to its host's ceiling",
+    );
+  const limitsEnv = withServerLimits(env, limitFlags);
+  const serverLimits = serverLimitsFromEnv(
+    limitsEnv,
+    role === "api" ? RECORDABLE_CEILING : hostCeiling(),
+  );
+  // A bad allowlist entry is a configuration error, said before the state directory is touched.
+  const egressEnv = withEgressAllow(limitsEnv, values["egress-allow"]);
+  egressAllowlistFromEnv(egressEnv);
   const logger = createLogger();
+  const host = values.host ?? "127.0.0.1";
+  const limits = {
+    maxConcurrent: int(values["max-concurrent"], "max-concurrent", 4),
+    maxQueued: int(values["max-queued"], "max-queued", 64, 0),
+    queueDeadlineMs: int(values["queue-deadline-ms"], "queue-deadline-ms", 60_000),
+  };
+  const keyLimits = {
+    maxConcurrent: int(values["key-concurrency"], "key-concurrency", 4),
+    ratePerMinute: int(values["key-rate"], "key-rate", 120),
+  };
+  const bodyCapBytes = int(values["body-cap-bytes"], "body-cap-bytes", 16 * 1024 * 1024);
+  // The engine's environment (the worker's and --role all's) names the image config, if any.
+  const engineEnv = withImageConfig(egressEnv, values["image-config"]);
+
+  if (role === "worker") {
+    const token = workerTokenFromEnv(env, (p) => readFileSync(p, "utf8"));
+    const worker = await startWorkerRole({
+      env: engineEnv,
+      logger,
+      host,
+      port: int(values.port, "port", 8788, 0),
+      token,
+      limits,
+    });
+    process.stderr.write(
+      `scratchrun: worker serving on ${worker.server.url} (isolation ${worker.isolation})\n`,
+    );
+    return untilSignal(
+      logger,
+      () => worker.stop(),
+      () => worker.server.active,
+    );
+  }
+
+  if (role === "api") {
+    const spec = values.workers ?? env.SCRATCHRUN_WORKERS;
+    if (!spec) throw new Error("--role api needs --workers NAME:PORT (or SCRATCHRUN_WORKERS)");
+    if (databaseUrl(env) === null)
+      throw new Error("--role api keeps its records in Postgres: set SCRATCHRUN_DATABASE_URL");
+    const token = workerTokenFromEnv(env, (p) => readFileSync(p, "utf8"));
+    const store = await openStore(env, {
+      onError: (e) => logger.warn({ err: e.message }, "database connection dropped"),
+    });
+    const replica = await startApiReplica({
+      store,
+      logger,
+      host,
+      port: int(values.port, "port", 8787, 0),
+      discover: discovery(spec, env),
+      token,
+      keyLimits,
+      policy: serverPolicy(serverLimits),
+      bodyCapBytes,
+      ...(env.SCRATCHRUN_LEASE_TTL_MS
+        ? { leaseTtlMs: int(env.SCRATCHRUN_LEASE_TTL_MS, "lease-ttl-ms", 15_000, 100) }
+        : {}),
+      ...(env.SCRATCHRUN_WORKER_POLL_MS
+        ? { pollMs: int(env.SCRATCHRUN_WORKER_POLL_MS, "worker-poll-ms", 1000, 50) }
+        : {}),
+    });
+    process.stderr.write(
+      `scratchrun: api replica ${replica.replicaId} serving on ${replica.api.url}\n`,
+    );
+    return untilSignal(
+      logger,
+      async () => {
+        await replica.close();
+        await store.close();
+      },
+      () => replica.api.service.active,
+    );
+  }
+
   const home = scratchrunHome(env);
   const db = openDatabase(home);
   const lock = acquireHomeLock(home);
-  const interrupted = new RunStore(db).markInterrupted();
+  const interrupted = await new RunStore(db).markInterrupted();
   const sandboxes = new SandboxStore(db);
   const reaped = await reapOrphanSandboxes({ recorded: sandboxes.names() });
   sandboxes.clear();
@@ -75,41 +215,27 @@ export async function runServe(
     },
     "recovered",
   );
-  const engine = await createEngineFromEnv(env, {
-    maxConcurrent: int(values["max-concurrent"], "max-concurrent", 4),
-    maxQueued: int(values["max-queued"], "max-queued", 64, 0),
-    queueDeadlineMs: int(values["queue-deadline-ms"], "queue-deadline-ms", 60_000),
-  });
+  const engine = await createEngineFromEnv(engineEnv, limits);
   const api = await startApiServer({
     engine,
     db,
     logger,
-    host: values.host ?? "127.0.0.1",
+    host,
     port: int(values.port, "port", 8787, 0),
-    keyLimits: {
-      maxConcurrent: int(values["key-concurrency"], "key-concurrency", 4),
-      ratePerMinute: int(values["key-rate"], "key-rate", 120),
-    },
-    bodyCapBytes: int(values["body-cap-bytes"], "body-cap-bytes", 16 * 1024 * 1024),
+    keyLimits,
+    bodyCapBytes,
   });
   process.stderr.write(
     `scratchrun: serving on ${api.url} (isolation ${engine.backend.isolation})\n`,
   );
-  return new Promise<number>((resolve) => {
-    let stopping = false;
-    const stop = (signal: string) => {
-      if (stopping) return resolve(1);
-      stopping = true;
-      logger.info({ signal, in_flight: api.service.active }, "draining");
-      void (async () => {
-        await api.close();
-        await engine.close();
-        db.close();
-        lock.release();
-        resolve(0);
-      })();
-    };
-    process.on("SIGTERM", () => stop("SIGTERM"));
-    process.on("SIGINT", () => stop("SIGINT"));
-  });
+  return untilSignal(
+    logger,
+    async () => {
+      await api.close();
+      await engine.close();
+      db.close();
+      lock.release();
+    },
+    () => api.service.active,
+  );
 }

@@ -5,7 +5,7 @@ import { isScratchRunError } from "../errors.js";
 import { RUNTIMES, type RuntimeName } from "../schema/exec.js";
 import { parseExecRequest } from "../schema/validate.js";
 import type { Db } from "../store/db.js";
-import { KeyStore } from "../store/keys.js";
+import { KeyStore, type VerifiedKey } from "../store/keys.js";
 import { RunStore } from "../store/runs.js";
 import { SandboxStore } from "../store/sandboxes.js";
 import { SandboxTracker } from "./tracker.js";
@@ -14,16 +14,38 @@ import { FailureLimiter, parseBearer } from "./auth.js";
 import { readJsonBody } from "./body.js";
 import type { Logger } from "./log.js";
 import { McpSessions, type McpSessionLimits } from "./mcp-http.js";
-import { Metrics } from "./metrics.js";
+import { Metrics, type GaugeSource } from "./metrics.js";
 import { buildOpenApiDocument } from "./openapi.js";
 import { checkHostOrigin } from "./origin.js";
 import { KeyQuota, type KeyLimits } from "./quota.js";
-import { ExecService, RetryLater } from "./service.js";
-import { outcomeToWire, type WireError } from "./wire.js";
+import {
+  ExecService,
+  localAdmission,
+  RetryLater,
+  type CallAdmission,
+  type Caller,
+  type ServiceEngine,
+} from "./service.js";
+import { limitsToWire, outcomeToWire, type WireError } from "./wire.js";
 
-export interface ApiServerOptions {
-  engine: Engine;
-  db: Db;
+/**
+ * What an API replica (`serve --role api`) serves from instead of a local engine and SQLite: the
+ * dispatcher to workers, the shared store, and its own readiness and gauges.
+ */
+export interface ReplicaBacking {
+  keys: KeyStore;
+  runs: RunStore;
+  admission: CallAdmission;
+  readiness(): { ready: boolean; status: string };
+  gauges: GaugeSource[];
+  /** Admission records the key's last use itself (one database round trip less per call). */
+  admissionTouchesKey?: boolean;
+}
+
+export type ApiServerOptions = ApiServerCommon &
+  ({ engine: Engine; db: Db } | { engine: ServiceEngine; replica: ReplicaBacking });
+
+export interface ApiServerCommon {
   logger: Logger;
   host: string;
   /** 0 picks a free port. */
@@ -77,19 +99,41 @@ function sendError(
   send(res, status, { error: { code, message } }, headers);
 }
 
+/** How long shutdown waits for calls in flight: 90 s, or the latest call's deadline and 15 s. */
+export function drainBoundMs(latestDeadline: number, now = Date.now()): number {
+  return Math.max(90_000, latestDeadline - now + 15_000);
+}
+
 /** Starts the HTTP service (REST, MCP, health, metrics) on one engine. */
 export async function startApiServer(options: ApiServerOptions): Promise<ApiServer> {
   const { engine, logger } = options;
-  const keys = new KeyStore(options.db);
-  const runs = new RunStore(options.db);
   const metrics = new Metrics();
-  const quota = new KeyQuota({ ...DEFAULT_KEY_LIMITS, ...options.keyLimits });
-  const tracker = new SandboxTracker(new SandboxStore(options.db));
-  // Warm-pool sandboxes are this server's too: recorded as they become ready (and those already
-  // ready now), so a crash before any call still leaves nothing a restart cannot find.
-  const untrack = engine.backend.onSandboxReady(() => void tracker.sandboxRunning());
-  void tracker.sandboxRunning();
-  const service = new ExecService(engine, runs, quota, metrics, logger, tracker);
+  const replica = "replica" in options ? options.replica : null;
+  const local = "db" in options ? { engine: options.engine, db: options.db } : null;
+  const keys = replica?.keys ?? new KeyStore(local!.db);
+  const runs = replica?.runs ?? new RunStore(local!.db);
+  let service: ExecService;
+  let untrack = () => {};
+  const keyLimits: KeyLimits = { ...DEFAULT_KEY_LIMITS, ...options.keyLimits };
+  if (local) {
+    const quota = new KeyQuota(keyLimits);
+    const tracker = new SandboxTracker(new SandboxStore(local.db));
+    // Warm-pool sandboxes are this server's too: recorded as they become ready (and those already
+    // ready now), so a crash before any call still leaves nothing a restart cannot find.
+    untrack = local.engine.backend.onSandboxReady(() => void tracker.sandboxRunning());
+    void tracker.sandboxRunning();
+    service = new ExecService(
+      engine,
+      runs,
+      localAdmission(quota, runs),
+      metrics,
+      logger,
+      keyLimits,
+      tracker,
+    );
+  } else {
+    service = new ExecService(engine, runs, replica!.admission, metrics, logger, keyLimits);
+  }
   const sessions = new McpSessions(service, {
     maxPerKey: 32,
     maxTotal: 1024,
@@ -98,22 +142,30 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
   });
   const failures = new FailureLimiter();
   const bodyCap = options.bodyCapBytes ?? DEFAULT_BODY_CAP_BYTES;
-  const warm = (r: RuntimeName) => engine.backend.warm(r);
-
+  if (local) {
+    const warm = (r: RuntimeName) => local.engine.backend.warm(r);
+    metrics.addGauge({
+      name: "scratchrun_sandboxes_active",
+      help: "Calls holding a sandbox slot.",
+      read: () => [{ labels: {}, value: local.engine.admission.active }],
+    });
+    metrics.addGauge({
+      name: "scratchrun_queue_depth",
+      help: "Calls waiting for a sandbox slot.",
+      read: () => [{ labels: {}, value: local.engine.admission.queued }],
+    });
+    metrics.addGauge({
+      name: "scratchrun_pool_ready",
+      help: "Warm sandboxes ready per runtime (the namespace backend's jails serve every runtime).",
+      labelNames: ["runtime"],
+      read: () => RUNTIMES.map((r) => ({ labels: { runtime: r }, value: warm(r).ready })),
+    });
+  }
+  for (const g of replica?.gauges ?? []) metrics.addGauge(g);
   metrics.addGauge({
-    name: "scratchrun_sandboxes_active",
-    help: "Calls holding a sandbox slot.",
-    read: () => [{ labels: {}, value: engine.admission.active }],
-  });
-  metrics.addGauge({
-    name: "scratchrun_queue_depth",
-    help: "Calls waiting for a sandbox slot.",
-    read: () => [{ labels: {}, value: engine.admission.queued }],
-  });
-  metrics.addGauge({
-    name: "scratchrun_pool_ready",
-    help: "Warm sandboxes ready per runtime (the namespace backend's jails serve every runtime).",
-    read: () => RUNTIMES.map((r) => ({ labels: { runtime: r }, value: warm(r).ready })),
+    name: "scratchrun_calls_in_flight",
+    help: "Calls this server has admitted and not yet answered (what the API's HPA scales on).",
+    read: () => [{ labels: {}, value: service.active }],
   });
   metrics.addGauge({
     name: "scratchrun_mcp_sessions",
@@ -123,7 +175,10 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
 
   let port = options.port;
 
-  const authenticate = (req: IncomingMessage, res: ServerResponse): { id: string } | null => {
+  const authenticate = async (
+    req: IncomingMessage,
+    res: ServerResponse,
+  ): Promise<VerifiedKey | null> => {
     const addr = req.socket.remoteAddress ?? "unknown";
     const wait = failures.retryAfterS(addr);
     if (wait > 0) {
@@ -133,7 +188,17 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
       return null;
     }
     const token = parseBearer(req.headers.authorization);
-    const key = token === null ? null : keys.verify(token);
+    let key: VerifiedKey | null;
+    try {
+      key = token === null ? null : await keys.verify(token);
+    } catch (e) {
+      // The shared database is away (failover): not the caller's fault, retry shortly.
+      if (isScratchRunError(e) && e.code === "NOT_READY") {
+        sendError(res, 503, "NOT_READY", e.message, { "Retry-After": "2" });
+        return null;
+      }
+      throw e;
+    }
     if (!key) {
       failures.recordFailure(addr);
       sendError(res, 401, "UNAUTHORIZED", "A valid API key is required (Authorization: Bearer)", {
@@ -141,11 +206,11 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
       });
       return null;
     }
-    keys.touch(key.id);
+    if (!replica?.admissionTouchesKey) keys.touch(key.id).catch(() => {});
     return key;
   };
 
-  const exec = async (req: IncomingMessage, res: ServerResponse, keyId: string) => {
+  const exec = async (req: IncomingMessage, res: ServerResponse, caller: Caller) => {
     const body = await readJsonBody(req, bodyCap);
     if (!body.ok) {
       const code =
@@ -161,8 +226,8 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
       if (!res.writableFinished) controller.abort();
     });
     try {
-      const request = parseExecRequest(body.value);
-      const outcome = await service.run({ keyId, transport: "rest" }, request, {
+      const request = parseExecRequest(body.value, caller.policy.call);
+      const outcome = await service.run(caller, request, {
         signal: controller.signal,
       });
       if (!res.destroyed) send(res, 200, outcomeToWire(outcome));
@@ -174,8 +239,16 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
         logger.error({ err: e instanceof Error ? e.message : String(e) }, "exec failed");
         return sendError(res, 500, "INTERNAL", "Internal error");
       }
-      const status = { INVALID_INPUT: 400, NOT_READY: 503, BUSY: 429 }[e.code as string] ?? 500;
-      sendError(res, status, e.code, e.message);
+      const status =
+        { INVALID_INPUT: 400, NOT_READY: 503, BUSY: 429, WORKER_LOST: 502 }[e.code as string] ??
+        500;
+      sendError(
+        res,
+        status,
+        e.code,
+        e.message,
+        e.code === "NOT_READY" ? { "Retry-After": "2" } : {},
+      );
     }
   };
 
@@ -195,19 +268,22 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
       return path;
     }
     if (path === "/readyz" && method === "GET") {
-      // Warming: a pool is configured and nothing in it is ready yet (a pool of 0 never warms).
-      const warming =
-        RUNTIMES.some((r) => warm(r).target > 0) && RUNTIMES.every((r) => warm(r).ready === 0);
-      const ready = !warming && !service.isDraining;
-      send(res, ready ? 200 : 503, {
-        status: ready ? "ready" : service.isDraining ? "draining" : "warming",
-        isolation: engine.backend.isolation,
-      });
+      let status: string;
+      if (service.isDraining) status = "draining";
+      else if (local) {
+        // Warming: a pool is configured and nothing in it is ready yet (a pool of 0 never warms).
+        const warm = (r: RuntimeName) => local.engine.backend.warm(r);
+        const warming =
+          RUNTIMES.some((r) => warm(r).target > 0) && RUNTIMES.every((r) => warm(r).ready === 0);
+        status = warming ? "warming" : "ready";
+      } else status = replica!.readiness().status;
+      const ready = status === "ready";
+      send(res, ready ? 200 : 503, { status, isolation: engine.backend.isolation });
       return path;
     }
     if (path === "/metrics" && method === "GET") {
-      const text = metrics.render();
-      res.writeHead(200, { "Content-Type": "text/plain; version=0.0.4; charset=utf-8" });
+      const text = await metrics.render();
+      res.writeHead(200, { "Content-Type": metrics.contentType });
       res.end(text);
       return path;
     }
@@ -224,17 +300,19 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
       sendError(res, 503, "NOT_READY", "The server is shutting down", { Connection: "close" });
       return path;
     }
-    const key = authenticate(req, res);
+    const key = await authenticate(req, res);
     if (!key) return path;
+    const policy = service.policyFor(key.policy);
     if (path === "/v1/info" && method === "GET") {
       send(res, 200, {
         version: VERSION,
         isolation: engine.backend.isolation,
-        network_note: engine.networkNote,
+        network_note: policy.networkNote ?? engine.networkNote,
+        limits: limitsToWire(policy),
         ...(engine.options.runtimes ? { runtimes: engine.options.runtimes } : {}),
       });
     } else if (path === "/v1/exec" && method === "POST") {
-      await exec(req, res, key.id);
+      await exec(req, res, { keyId: key.id, transport: "rest", policy });
     } else if (path === "/mcp") {
       let body: unknown;
       if (method === "POST") {
@@ -251,7 +329,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
         }
         body = parsed.value;
       }
-      await sessions.handle(req, res, key.id, body);
+      await sessions.handle(req, res, { keyId: key.id, transport: "mcp", policy }, body);
     } else {
       sendError(res, 405, "NOT_FOUND", `${method} is not allowed on ${path}`);
     }
@@ -298,7 +376,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
       (closing ??= (async () => {
         const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
         const drained = service.drain();
-        const bound = options.drainTimeoutMs ?? 90_000;
+        const bound = options.drainTimeoutMs ?? drainBoundMs(service.latestDeadline());
         let timer: NodeJS.Timeout | undefined;
         const flushed = drained.then(
           () => new Promise<void>((r) => (openPosts === 0 ? r() : (postsIdle = r))),

@@ -1,11 +1,16 @@
-import type { Engine, ExecuteOptions } from "../engine/engine.js";
+import type { ExecuteOptions } from "../engine/engine.js";
 import type { ExecOutcome } from "../engine/result.js";
 import { isScratchRunError, ScratchRunError } from "../errors.js";
+import type { ExecEngine } from "../mcp/server.js";
+import type { Ceiling } from "../policy/host.js";
+import type { KeyPolicy } from "../policy/key-policy.js";
+import { resolveCallerPolicy, type CallerPolicy } from "../policy/resolve.js";
 import type { ExecRequest } from "../schema/exec.js";
+import { policyViolations } from "../schema/policy.js";
 import type { RunStore } from "../store/runs.js";
 import type { Logger } from "./log.js";
 import type { Metrics } from "./metrics.js";
-import type { KeyQuota } from "./quota.js";
+import type { KeyLimits, KeyQuota } from "./quota.js";
 import type { SandboxTracker } from "./tracker.js";
 
 /** A refusal the client should retry later: HTTP 429 with Retry-After, MCP "BUSY: ...". */
@@ -24,25 +29,84 @@ const ENGINE_BUSY_RETRY_S = 2;
 export interface Caller {
   keyId: string;
   transport: "rest" | "mcp";
+  /** What the key may do: its own policy over the server's (ExecService.policyFor). */
+  policy: CallerPolicy;
+}
+
+/** The engine behind the service, and the most any call may get there. */
+export type ServiceEngine = ExecEngine & { readonly ceiling: Ceiling };
+
+export type Admitted =
+  | { ok: true; runId: string; release: () => void }
+  | { ok: false; reason: "concurrency" | "rate"; retryAfterS: number };
+
+/**
+ * Per-key quota and the run's first record, in one step: in memory plus the local store for one
+ * server (`localAdmission`), one Postgres transaction for API replicas (src/cluster/api-role.ts).
+ */
+export interface CallAdmission {
+  admit(caller: Caller, req: ExecRequest, now: number): Promise<Admitted>;
+}
+
+/** One server: the in-memory quota, then the run's row. */
+export function localAdmission(quota: KeyQuota, runs: RunStore): CallAdmission {
+  return {
+    async admit(caller, req, now) {
+      const decision = quota.tryAcquire(caller.keyId, now, caller.policy.quota);
+      if (!decision.ok) return decision;
+      try {
+        const runId = await runs.begin(caller.keyId, caller.transport, req, now);
+        return { ok: true, runId, release: decision.release };
+      } catch (e) {
+        decision.release();
+        throw e;
+      }
+    },
+  };
 }
 
 /**
- * Every HTTP call (REST or MCP) goes through here on its way to the one engine: per-key quota,
- * a run record, metrics, and the in-flight count that shutdown drains.
+ * Every HTTP call (REST or MCP) goes through here on its way to the engine (the local one, or
+ * an API replica's dispatcher to workers): per-key quota, a run record, metrics, and the
+ * in-flight count that shutdown drains.
  */
 export class ExecService {
   private inFlight = 0;
   private draining = false;
   private idle: (() => void)[] = [];
 
+  private readonly policies = new Map<string, CallerPolicy>();
+
   constructor(
-    readonly engine: Engine,
+    readonly engine: ServiceEngine,
     private readonly runs: RunStore,
-    private readonly quota: KeyQuota,
+    private readonly admission: CallAdmission,
     private readonly metrics: Metrics,
     private readonly log: Logger,
+    /** The server-wide per-key quota (a key's policy may set its own). */
+    private readonly keyLimits: KeyLimits,
     private readonly tracker?: SandboxTracker,
   ) {}
+
+  /**
+   * What a key may do: its policy (null: none) over the server's, capped by the ceiling of
+   * where its calls run. Computed once per distinct policy.
+   */
+  policyFor(key: KeyPolicy | null): CallerPolicy {
+    const k = JSON.stringify(key);
+    let p = this.policies.get(k);
+    if (!p) {
+      if (this.policies.size >= 1024) this.policies.clear();
+      p = resolveCallerPolicy({
+        server: this.engine.policy,
+        ceiling: this.engine.ceiling,
+        quota: this.keyLimits,
+        key,
+      });
+      this.policies.set(k, p);
+    }
+    return p;
+  }
 
   get active(): number {
     return this.inFlight;
@@ -52,13 +116,36 @@ export class ExecService {
     return this.draining;
   }
 
-  /** An engine-shaped object for one caller, for the MCP server of that caller's session. */
-  forCaller(caller: Caller) {
+  /** Deadlines (ms since the epoch) of the calls in flight: arrival + their timeout. */
+  private readonly deadlines = new Map<object, number>();
+
+  /**
+   * The latest deadline of a call in flight (0: none), so a drain waits as long as a raised
+   * limit lets a call run, not a fixed time.
+   */
+  latestDeadline(): number {
+    let latest = 0;
+    for (const d of this.deadlines.values()) latest = Math.max(latest, d);
+    return latest;
+  }
+
+  /**
+   * An engine-shaped object for one caller, for the MCP server of that caller's session: its
+   * policy (the tool schema it lists, what its calls are parsed with) is read at each use, so a
+   * key updated meanwhile is held to its new policy from the session's next request.
+   */
+  forCaller(caller: () => Caller): ExecEngine {
+    const engine = this.engine;
     return {
-      backend: { isolation: this.engine.backend.isolation },
-      networkNote: this.engine.networkNote,
-      options: { runtimes: this.engine.options.runtimes },
-      execute: (req: ExecRequest, options: ExecuteOptions = {}) => this.run(caller, req, options),
+      backend: { isolation: engine.backend.isolation },
+      get networkNote() {
+        return caller().policy.networkNote ?? engine.networkNote;
+      },
+      get policy() {
+        return caller().policy.call;
+      },
+      options: { runtimes: engine.options.runtimes },
+      execute: (req: ExecRequest, options: ExecuteOptions = {}) => this.run(caller(), req, options),
     };
   }
 
@@ -67,7 +154,34 @@ export class ExecService {
       throw new ScratchRunError("NOT_READY", "The server is shutting down", {
         fix: "Retry against another instance or after it restarts",
       });
-    const decision = this.quota.tryAcquire(caller.keyId);
+    // The key's policy holds whatever parsed the request: refused before admission, so nothing is
+    // recorded and no sandbox starts.
+    const beyond = policyViolations(req, caller.policy.call);
+    if (beyond.length) {
+      this.metrics.refused.inc({ reason: "policy" });
+      throw new ScratchRunError("INVALID_INPUT", `Invalid request: ${beyond.join("; ")}`);
+    }
+    // Counted from before the (asynchronous) admission, so a drain never misses a call.
+    this.inFlight++;
+    const token = {};
+    // The engine's queue deadline and the sandbox's start come on top of the call's own timeout.
+    this.deadlines.set(token, Date.now() + req.timeout_ms + 60_000);
+    try {
+      return await this.admitted(caller, req, options);
+    } finally {
+      this.deadlines.delete(token);
+      this.inFlight--;
+      if (this.inFlight === 0) for (const wake of this.idle.splice(0)) wake();
+    }
+  }
+
+  private async admitted(
+    caller: Caller,
+    req: ExecRequest,
+    options: ExecuteOptions,
+  ): Promise<ExecOutcome> {
+    const arrived = Date.now();
+    const decision = await this.admission.admit(caller, req, arrived);
     if (!decision.ok) {
       this.metrics.refused.inc({ reason: `key_${decision.reason}` });
       throw new RetryLater(
@@ -77,19 +191,29 @@ export class ExecService {
         decision.retryAfterS,
       );
     }
-    this.inFlight++;
-    const arrived = Date.now();
-    const runId = this.runs.begin(caller.keyId, caller.transport, req, arrived);
+    const { runId } = decision;
+    // Record writes of one run go in order (a late "started" must not follow "finished").
+    let recorded: Promise<void> = Promise.resolve();
+    const record = (write: () => Promise<void>) =>
+      (recorded = recorded.then(write).catch((e: unknown) => {
+        this.log.error(
+          { run: runId, err: e instanceof Error ? e.message : String(e) },
+          "run record write failed",
+        );
+      }));
     try {
       const outcome = await this.engine.execute(req, {
         ...options,
+        runId,
+        ...(caller.policy.egressAllow ? { egressAllow: caller.policy.egressAllow } : {}),
         onProgress: (p) => {
-          if (p.stage === "starting") this.runs.started(runId);
+          if (p.stage === "starting")
+            void record(() => this.runs.started(runId, Date.now(), p.worker));
           if (p.stage === "running") void this.tracker?.sandboxRunning();
           options.onProgress?.(p);
         },
       });
-      this.runs.finished(runId, outcome);
+      await record(() => this.runs.finished(runId, outcome));
       const seconds = (Date.now() - arrived) / 1000;
       this.metrics.calls.inc({ runtime: req.runtime, exit_reason: outcome.result.exit_reason });
       this.metrics.latency.observe({ runtime: req.runtime }, seconds);
@@ -107,7 +231,7 @@ export class ExecService {
       return outcome;
     } catch (e) {
       const code = isScratchRunError(e) ? e.code : "INTERNAL";
-      this.runs.failed(runId, code);
+      await record(() => this.runs.failed(runId, code));
       this.metrics.refused.inc({ reason: code });
       this.log.warn({ run: runId, key_id: caller.keyId, code }, "run failed");
       if (isScratchRunError(e) && e.code === "BUSY" && !(e instanceof RetryLater))
@@ -116,8 +240,6 @@ export class ExecService {
     } finally {
       decision.release();
       void this.tracker?.callEnded();
-      this.inFlight--;
-      if (this.inFlight === 0) for (const wake of this.idle.splice(0)) wake();
     }
   }
 

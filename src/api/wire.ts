@@ -1,7 +1,15 @@
 import { z } from "zod";
 import type { ExecOutcome, FileOut } from "../engine/result.js";
-import { ScratchRunError, type ErrorCode } from "../errors.js";
-import { execOutputShape, returnedFileShape, type ExecResult } from "../schema/exec.js";
+import { ERROR_CODES, ScratchRunError, type ErrorCode } from "../errors.js";
+import type { CallerPolicy } from "../policy/resolve.js";
+import {
+  execOutputShape,
+  NETWORK_MODES,
+  returnedFileShape,
+  RUNTIMES,
+  type ExecResult,
+} from "../schema/exec.js";
+import type { CallPolicy } from "../schema/policy.js";
 
 /**
  * The REST body of a result: the tool's structured result, where each returned file with status
@@ -15,12 +23,9 @@ export const wireResultSchema = z.strictObject({
 });
 export type WireResult = z.infer<typeof wireResultSchema>;
 
-export const ERROR_CODES = [
-  "INVALID_INPUT",
-  "NOT_READY",
-  "BUSY",
-  "SANDBOX_FAILED",
-  "INTERNAL",
+/** The engine's codes, then the ones only the HTTP layer answers with. */
+export const WIRE_ERROR_CODES = [
+  ...ERROR_CODES,
   "UNAUTHORIZED",
   "FORBIDDEN",
   "NOT_FOUND",
@@ -28,7 +33,7 @@ export const ERROR_CODES = [
   "UNSUPPORTED_MEDIA_TYPE",
 ] as const;
 export const wireErrorSchema = z.strictObject({
-  error: z.strictObject({ code: z.enum(ERROR_CODES), message: z.string() }),
+  error: z.strictObject({ code: z.enum(WIRE_ERROR_CODES), message: z.string() }),
 });
 export type WireError = z.infer<typeof wireErrorSchema>;
 
@@ -61,7 +66,7 @@ export function wireToOutcome(body: unknown): ExecOutcome {
   return { result, files };
 }
 
-const ENGINE_CODES = new Set<string>(["INVALID_INPUT", "NOT_READY", "BUSY", "SANDBOX_FAILED"]);
+const ENGINE_CODES = new Set<string>(ERROR_CODES);
 
 /** An error body back into the error the engine would have thrown locally. */
 export function wireToError(status: number, body: unknown): ScratchRunError {
@@ -76,4 +81,63 @@ export function wireToError(status: number, body: unknown): ScratchRunError {
         ? "Check SCRATCHRUN_API_KEY (create one with `scratchrun keys create --name N`)"
         : "Check SCRATCHRUN_URL",
   });
+}
+
+const SOURCES = ["server", "key", "host"] as const;
+const range = z.strictObject({
+  default: z.number().int(),
+  max: z.number().int(),
+  source: z.enum(SOURCES),
+});
+
+/**
+ * What GET /v1/info tells a key about its own limits: the policy its calls are held to and its
+ * quota. Remote mode builds its tool schema from it, so an agent behind `scratchrun-mcp` sees
+ * its key's runtimes and maxima too.
+ */
+export const limitsWireSchema = z.strictObject({
+  runtimes: z.array(z.enum(RUNTIMES)).min(1),
+  runtimes_source: z.enum(SOURCES),
+  networks: z.array(z.enum(NETWORK_MODES)).min(1),
+  networks_source: z.enum(SOURCES),
+  timeout_ms: range,
+  memory_mb: range,
+  concurrency: z.number().int(),
+  rate_per_minute: z.number(),
+  egress_allow: z.array(z.string()).optional(),
+});
+export type LimitsWire = z.infer<typeof limitsWireSchema>;
+
+export function limitsToWire(p: CallerPolicy): LimitsWire {
+  const c = p.call;
+  return {
+    runtimes: [...c.runtimes],
+    runtimes_source: c.sources.runtimes,
+    networks: [...c.networks],
+    networks_source: c.sources.networks,
+    timeout_ms: { ...c.timeoutMs, source: c.sources.timeoutMs },
+    memory_mb: { ...c.memoryMb, source: c.sources.memoryMb },
+    concurrency: p.quota.maxConcurrent,
+    rate_per_minute: p.quota.ratePerMinute,
+    ...(p.egressAllow ? { egress_allow: [...p.egressAllow] } : {}),
+  };
+}
+
+/** The call policy a server reported for a key, or null if it sent none (an older server). */
+export function policyFromWire(limits: unknown): CallPolicy | null {
+  const r = limitsWireSchema.safeParse(limits);
+  if (!r.success) return null;
+  const l = r.data;
+  return {
+    runtimes: RUNTIMES.filter((x) => l.runtimes.includes(x)),
+    networks: NETWORK_MODES.filter((x) => l.networks.includes(x)),
+    timeoutMs: { default: l.timeout_ms.default, max: l.timeout_ms.max },
+    memoryMb: { default: l.memory_mb.default, max: l.memory_mb.max },
+    sources: {
+      runtimes: l.runtimes_source,
+      networks: l.networks_source,
+      timeoutMs: l.timeout_ms.source,
+      memoryMb: l.memory_mb.source,
+    },
+  };
 }

@@ -1,70 +1,51 @@
 import { chmodSync, mkdirSync } from "node:fs";
+import { createRequire } from "node:module";
 import { join } from "node:path";
-import Database from "better-sqlite3";
+import type Database from "better-sqlite3";
+import { ScratchRunError } from "../errors.js";
 import { DATABASE_FILE } from "./home.js";
+import { MIGRATIONS } from "./migrations.js";
 
 export type Db = Database.Database;
 
 /**
- * Schema migrations, applied in order; `PRAGMA user_version` records how many ran. Append only:
- * a shipped migration is never edited.
- *
- * Runs hold metadata only: sizes and SHA-256 of code and outputs, never code, output, file
- * contents, env names or env values.
+ * better-sqlite3 is an optional dependency with a native build (its install script, which npm 11
+ * lists for approval and a later npm holds back). Only `serve` and `keys` use it, so it is loaded
+ * here, on first use; absent or unbuilt, the error says what to run.
  */
-const MIGRATIONS: string[] = [
-  `CREATE TABLE keys (
-     id TEXT PRIMARY KEY,
-     name TEXT NOT NULL,
-     hash BLOB NOT NULL,
-     created_at INTEGER NOT NULL,
-     revoked_at INTEGER,
-     last_used_at INTEGER
-   );
-   CREATE TABLE runs (
-     id TEXT PRIMARY KEY,
-     key_id TEXT,
-     transport TEXT NOT NULL,
-     runtime TEXT NOT NULL,
-     network TEXT NOT NULL,
-     timeout_ms INTEGER NOT NULL,
-     memory_mb INTEGER NOT NULL,
-     status TEXT NOT NULL,
-     received_at INTEGER NOT NULL,
-     started_at INTEGER,
-     finished_at INTEGER,
-     duration_ms INTEGER,
-     isolation TEXT,
-     exit_reason TEXT,
-     exit_code INTEGER,
-     signal INTEGER,
-     error_code TEXT,
-     code_bytes INTEGER NOT NULL,
-     code_sha256 TEXT NOT NULL,
-     env_count INTEGER NOT NULL,
-     files_in_count INTEGER NOT NULL,
-     files_in_bytes INTEGER NOT NULL,
-     stdout_bytes INTEGER,
-     stdout_sha256 TEXT,
-     stderr_bytes INTEGER,
-     stderr_sha256 TEXT,
-     files_out_count INTEGER,
-     files_out_bytes INTEGER,
-     files_out_sha256 TEXT
-   );
-   CREATE INDEX runs_status ON runs(status);
-   CREATE INDEX runs_key ON runs(key_id, received_at);`,
-  // Sandbox cgroups this server saw as its own while they ran: after a crash, the next start
-  // destroys exactly these (they are empty once bwrap --die-with-parent has killed their
-  // processes, and an empty cgroup cannot otherwise be told apart from another server's).
-  `CREATE TABLE sandboxes (name TEXT PRIMARY KEY, server_pid INTEGER NOT NULL, seen_at INTEGER NOT NULL);`,
-];
+function sqlite(): typeof Database {
+  try {
+    return createRequire(import.meta.url)("better-sqlite3") as typeof Database;
+  } catch (cause) {
+    throw sqliteMissing(cause);
+  }
+}
+
+function sqliteMissing(cause: unknown): ScratchRunError {
+  return new ScratchRunError(
+    "NOT_READY",
+    "SQLite is not available (the optional dependency better-sqlite3 is not installed or its native module was not built); `scratchrun serve` and `scratchrun keys` need it",
+    {
+      fix: "Allow its install script and rebuild it: in a project, `npm install-scripts approve better-sqlite3 && npm rebuild better-sqlite3`; for a global install, `npm install -g @scratchrun/mcp-server --allow-scripts=better-sqlite3` (needs a prebuilt binary for this platform, or python3, make and a C++ compiler)",
+      cause,
+    },
+  );
+}
 
 /** Opens (creating if needed) the state database under `home`, owner-only, migrated. */
 export function openDatabase(home: string): Db {
+  const Sqlite = sqlite();
   mkdirSync(home, { recursive: true, mode: 0o700 });
   const path = join(home, DATABASE_FILE);
-  const db = new Database(path);
+  let db: Db;
+  try {
+    db = new Sqlite(path);
+  } catch (cause) {
+    // An installed but unbuilt better-sqlite3 loads, and fails here looking for its binding.
+    if (/bindings|better_sqlite3\.node|NODE_MODULE_VERSION/i.test(String(cause)))
+      throw sqliteMissing(cause);
+    throw cause;
+  }
   chmodSync(path, 0o600);
   db.pragma("journal_mode = WAL");
   db.pragma("synchronous = NORMAL");
@@ -73,11 +54,12 @@ export function openDatabase(home: string): Db {
   return db;
 }
 
+/** Applies the pending migrations (`PRAGMA user_version` counts those that ran), each atomically. */
 export function migrate(db: Db): void {
   const version = db.pragma("user_version", { simple: true }) as number;
   for (let v = version; v < MIGRATIONS.length; v++) {
     db.transaction(() => {
-      db.exec(MIGRATIONS[v]!);
+      db.exec(MIGRATIONS[v]!.sqlite);
       db.pragma(`user_version = ${v + 1}`);
     })();
   }

@@ -1,5 +1,14 @@
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import { ScratchRunError } from "../errors.js";
+import {
+  applyPatch,
+  policyFromColumn,
+  policyToColumn,
+  type KeyPolicy,
+  type PolicyPatch,
+} from "../policy/key-policy.js";
 import type { Db } from "./db.js";
+import { asDriver, type SqlDriver } from "./sql.js";
 
 /**
  * API keys: `srk_<id>_<secret>`. The id (12 hex) finds the row; the secret is 32 random bytes.
@@ -14,6 +23,15 @@ export interface KeyInfo {
   createdAt: number;
   revokedAt: number | null;
   lastUsedAt: number | null;
+  /** The key's own policy (src/policy/key-policy.ts); null: the server's settings. */
+  policy: KeyPolicy | null;
+}
+
+/** A verified key: who it is and what it may do. */
+export interface VerifiedKey {
+  id: string;
+  name: string;
+  policy: KeyPolicy | null;
 }
 
 export const hashKey = (key: string): Buffer => createHash("sha256").update(key, "utf8").digest();
@@ -27,69 +45,149 @@ const NAME = /^[A-Za-z0-9][A-Za-z0-9 ._@-]{0,63}$/;
 
 export class KeyStore {
   private readonly dummy = hashKey(`srk_000000000000_${"A".repeat(43)}`);
+  private readonly sql: SqlDriver;
 
-  constructor(private readonly db: Db) {}
-
-  /** Creates a key; the returned `key` is shown once and never stored. */
-  create(name: string, now = Date.now()): { id: string; key: string } {
-    if (!NAME.test(name))
-      throw new Error(
-        `key name ${JSON.stringify(name)} must be 1-64 letters, digits, space, . _ @ or -`,
-      );
-    const id = randomBytes(6).toString("hex");
-    const key = `srk_${id}_${randomBytes(32).toString("base64url")}`;
-    this.db
-      .prepare("INSERT INTO keys (id, name, hash, created_at) VALUES (?, ?, ?, ?)")
-      .run(id, name, hashKey(key), now);
-    return { id, key };
+  /**
+   * verifiedCacheMs > 0 (API replicas): a key verified within that long is taken as verified
+   * again without a database round trip, so a revocation or a policy change reaches a replica
+   * within that time. Only successes are kept, by the presented key's hash.
+   */
+  constructor(
+    db: Db | SqlDriver,
+    private readonly options: { verifiedCacheMs?: number } = {},
+  ) {
+    this.sql = asDriver(db);
   }
 
-  list(): KeyInfo[] {
-    const rows = this.db
-      .prepare(
-        "SELECT id, name, created_at, revoked_at, last_used_at FROM keys ORDER BY created_at, id",
-      )
-      .all() as {
+  private readonly verified = new Map<string, { key: VerifiedKey; until: number }>();
+
+  /**
+   * Creates a key, with its own policy if given (checked: a TypeError names a bad field); the
+   * returned `key` is shown once and never stored.
+   */
+  async create(
+    name: string,
+    policy: PolicyPatch | null = null,
+    now = Date.now(),
+  ): Promise<{ id: string; key: string; policy: KeyPolicy | null }> {
+    if (!NAME.test(name))
+      throw new TypeError(
+        `key name ${JSON.stringify(name)} must be 1-64 letters, digits, space, . _ @ or -`,
+      );
+    const checked = policy ? applyPatch(null, policy) : null;
+    const id = randomBytes(6).toString("hex");
+    const key = `srk_${id}_${randomBytes(32).toString("base64url")}`;
+    await this.sql.run(
+      "INSERT INTO keys (id, name, hash, created_at, policy) VALUES (?, ?, ?, ?, ?)",
+      [id, name, hashKey(key), now, policyToColumn(checked)],
+    );
+    return { id, key, policy: checked };
+  }
+
+  /**
+   * Changes the policy of the active key with this id or name (fields in `patch` set, null ones
+   * cleared); the key's next request is held to it. Throws a TypeError for a bad field or a name
+   * that matches several keys; returns null when no active key matches.
+   */
+  async updatePolicy(
+    idOrName: string,
+    patch: PolicyPatch,
+  ): Promise<{ id: string; policy: KeyPolicy | null } | null> {
+    return this.sql.transaction(async (tx) => {
+      const rows = await tx.all<{ id: string; policy: string | null }>(
+        "SELECT id, policy FROM keys WHERE (id = ? OR name = ?) AND revoked_at IS NULL",
+        [idOrName, idOrName],
+      );
+      if (rows.length === 0) return null;
+      if (rows.length > 1)
+        throw new TypeError(
+          `${rows.length} active keys are named ${JSON.stringify(idOrName)}: give the id (${rows.map((r) => r.id).join(", ")})`,
+        );
+      const row = rows[0]!;
+      const policy = applyPatch(this.readPolicy(row.id, row.policy), patch);
+      await tx.run("UPDATE keys SET policy = ? WHERE id = ?", [policyToColumn(policy), row.id]);
+      return { id: row.id, policy };
+    });
+  }
+
+  /** A stored policy; one that no longer parses refuses the key (fail closed) and says why. */
+  private readPolicy(id: string, text: string | null): KeyPolicy | null {
+    try {
+      return policyFromColumn(text);
+    } catch (e) {
+      throw new ScratchRunError(
+        "INTERNAL",
+        `the stored policy of API key ${id} is not valid: ${e instanceof Error ? e.message : String(e)}`,
+        { fix: `Set it again: scratchrun keys update ${id} --… (or revoke the key)` },
+      );
+    }
+  }
+
+  async list(): Promise<KeyInfo[]> {
+    const rows = await this.sql.all<{
       id: string;
       name: string;
       created_at: number;
       revoked_at: number | null;
       last_used_at: number | null;
-    }[];
+      policy: string | null;
+    }>(
+      "SELECT id, name, created_at, revoked_at, last_used_at, policy FROM keys ORDER BY created_at, id",
+    );
     return rows.map((r) => ({
       id: r.id,
       name: r.name,
       createdAt: r.created_at,
       revokedAt: r.revoked_at,
       lastUsedAt: r.last_used_at,
+      policy: this.readPolicy(r.id, r.policy),
     }));
   }
 
   /** Revokes by id or by name; returns the ids revoked (none if nothing matched). */
-  revoke(idOrName: string, now = Date.now()): string[] {
-    const rows = this.db
-      .prepare("SELECT id FROM keys WHERE (id = ? OR name = ?) AND revoked_at IS NULL")
-      .all(idOrName, idOrName) as { id: string }[];
-    const stmt = this.db.prepare("UPDATE keys SET revoked_at = ? WHERE id = ?");
-    for (const r of rows) stmt.run(now, r.id);
+  async revoke(idOrName: string, now = Date.now()): Promise<string[]> {
+    const rows = await this.sql.all<{ id: string }>(
+      "SELECT id FROM keys WHERE (id = ? OR name = ?) AND revoked_at IS NULL",
+      [idOrName, idOrName],
+    );
+    for (const r of rows)
+      await this.sql.run("UPDATE keys SET revoked_at = ? WHERE id = ?", [now, r.id]);
     return rows.map((r) => r.id);
   }
 
-  /** The key's id when it is valid and not revoked, else null. */
-  verify(presented: string): { id: string; name: string } | null {
+  /** The key's id, name and policy when it is valid and not revoked, else null. */
+  async verify(presented: string, now = Date.now()): Promise<VerifiedKey | null> {
+    const ttl = this.options.verifiedCacheMs ?? 0;
+    if (ttl <= 0) return this.lookUp(presented);
+    const digest = hashKey(presented).toString("base64");
+    const hit = this.verified.get(digest);
+    if (hit && hit.until > now) return hit.key;
+    const key = await this.lookUp(presented);
+    if (this.verified.size >= 1024) this.verified.clear();
+    if (key) this.verified.set(digest, { key, until: now + ttl });
+    else this.verified.delete(digest);
+    return key;
+  }
+
+  private async lookUp(presented: string): Promise<VerifiedKey | null> {
     const id = parseKeyId(presented);
     const row =
       id === null
         ? undefined
-        : (this.db.prepare("SELECT id, name, hash, revoked_at FROM keys WHERE id = ?").get(id) as
-            { id: string; name: string; hash: Buffer; revoked_at: number | null } | undefined);
+        : await this.sql.get<{
+            id: string;
+            name: string;
+            hash: Buffer;
+            revoked_at: number | null;
+            policy: string | null;
+          }>("SELECT id, name, hash, revoked_at, policy FROM keys WHERE id = ?", [id]);
     const expected = row?.hash.length === 32 ? row.hash : this.dummy;
     const match = timingSafeEqual(hashKey(presented), expected);
     if (!row || !match || row.revoked_at !== null) return null;
-    return { id: row.id, name: row.name };
+    return { id: row.id, name: row.name, policy: this.readPolicy(row.id, row.policy) };
   }
 
-  touch(id: string, now = Date.now()): void {
-    this.db.prepare("UPDATE keys SET last_used_at = ? WHERE id = ?").run(now, id);
+  async touch(id: string, now = Date.now()): Promise<void> {
+    await this.sql.run("UPDATE keys SET last_used_at = ? WHERE id = ?", [now, id]);
   }
 }

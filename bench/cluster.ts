@@ -1,0 +1,265 @@
+#!/usr/bin/env node
+// `npm run bench:cluster [-- --quick] [--out DIR]`: ScratchRun as a cluster on this one machine
+// (namespace backend): the multi-node harness of test/cluster (workers in network namespaces of
+// their own, two API replicas, a front door, Postgres). Measures throughput and p50 through the
+// front door with 1, 2 and 3 workers (scaling as a ratio to 1), and the dispatch overhead of a
+// call: through the front door and straight to an API replica, against calling a worker directly,
+// interleaved in one run. Node's fetch keeps connections alive, as real clients and the
+// replicas' own dispatch do.
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { cpus, loadavg } from "node:os";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { Cluster, API_ADDRESS } from "../test/cluster/harness.js";
+import { summarize, type Summary } from "./stats.js";
+import { REPO_ROOT } from "./peers.js";
+
+const log = (m: string) =>
+  process.stderr.write(`[bench:cluster ${new Date().toISOString().slice(11, 19)}] ${m}\n`);
+
+const { values } = parseArgs({
+  options: { quick: { type: "boolean" }, out: { type: "string" } },
+});
+const QUICK = values.quick ?? false;
+const OUT = values.out ?? join(REPO_ROOT, "bench", "results");
+const WINDOW_MS = QUICK ? 3000 : 15_000;
+const OVERHEAD_SAMPLES = QUICK ? 20 : 200;
+
+const WORKLOADS = {
+  echo: { runtime: "bash", code: "echo hi" },
+  sleep200: { runtime: "bash", code: "sleep 0.2; echo hi" },
+} as const;
+
+async function post(url: string, body: unknown, auth: string): Promise<number> {
+  const res = await fetch(url, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${auth}`, "Content-Type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  const text = await res.text();
+  if (res.status !== 200 && process.env.BENCH_DEBUG) log(text.slice(0, 200));
+  return res.status;
+}
+
+interface LoadResult {
+  workers: number;
+  workload: string;
+  concurrency: number;
+  callsPerS: number;
+  ok: number;
+  refused: number;
+  latency: Summary | null;
+}
+
+/** Closed loop: `concurrency` clients calling back to back for WINDOW_MS. */
+async function load(
+  c: Cluster,
+  workers: number,
+  workload: keyof typeof WORKLOADS,
+): Promise<LoadResult> {
+  const concurrency = 4 * workers;
+  const url = `${c.url}/v1/exec`;
+  const lat: number[] = [];
+  let ok = 0;
+  let refused = 0;
+  const end = Date.now() + WINDOW_MS;
+  const t0 = Date.now();
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (Date.now() < end) {
+        const s = performance.now();
+        const status = await post(url, WORKLOADS[workload], c.key);
+        if (status === 200) {
+          ok++;
+          lat.push(performance.now() - s);
+        } else {
+          refused++;
+          await new Promise((r) => setTimeout(r, 50));
+        }
+      }
+    }),
+  );
+  const seconds = (Date.now() - t0) / 1000;
+  return {
+    workers,
+    workload,
+    concurrency,
+    callsPerS: Math.round((ok / seconds) * 10) / 10,
+    ok,
+    refused,
+    latency: summarize(lat),
+  };
+}
+
+/** CPU seconds (user + system) each process has used so far. */
+function cpuByPid(pids: number[]): Map<number, number> {
+  const out = new Map<number, number>();
+  for (const pid of pids) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      out.set(pid, (Number(f[11]) + Number(f[12])) / 100); // USER_HZ
+    } catch {
+      // gone
+    }
+  }
+  return out;
+}
+
+/** CPU used since `before` by the processes alive now (new ones from zero; gone ones lost). */
+function cpuSince(before: Map<number, number>, now: Map<number, number>): number {
+  let s = 0;
+  for (const [pid, t] of now) s += t - (before.get(pid) ?? 0);
+  return s;
+}
+
+/** The postmaster and its children (backends serving the replicas). */
+function postgresPids(postmaster: number): number[] {
+  const out = [postmaster];
+  for (const e of readdirSync("/proc")) {
+    if (!/^\d+$/.test(e)) continue;
+    try {
+      const stat = readFileSync(`/proc/${e}/stat`, "utf8");
+      if (Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]) === postmaster)
+        out.push(Number(e));
+    } catch {
+      // gone
+    }
+  }
+  return out;
+}
+
+/** Sequential calls, the three paths interleaved so drift hits each alike. */
+async function overhead(c: Cluster) {
+  const worker = c.workers[0]!;
+  const replica = c.replicas[0]!;
+  c.publishWorkers([worker]);
+  await c.waitWorkersUp(1);
+  const paths = {
+    direct: async () =>
+      post(
+        `http://${worker.addr}/v1/worker/exec`,
+        { run_id: "bench", replica_id: "bench", request: { ...WORKLOADS.echo } },
+        c.token,
+      ),
+    replica: () => post(`http://${API_ADDRESS}:${replica.port}/v1/exec`, WORKLOADS.echo, c.key),
+    front: () => post(`${c.url}/v1/exec`, WORKLOADS.echo, c.key),
+  };
+  const samples: Record<keyof typeof paths, number[]> = { direct: [], replica: [], front: [] };
+  for (const p of Object.values(paths)) for (let i = 0; i < 5; i++) await p(); // warm up
+  // CPU the replicas and Postgres spend on the calls that go through them (2 of every 3), which
+  // a busy host does not inflate the way it inflates wall-clock differences.
+  const replicaPids = c.replicas.map((r) => r.proc!.child.pid!);
+  const cpu0 = { replicas: cpuByPid(replicaPids), pg: cpuByPid(postgresPids(c.pgServer.pid)) };
+  for (let i = 0; i < OVERHEAD_SAMPLES; i++)
+    for (const [name, p] of Object.entries(paths) as [
+      keyof typeof paths,
+      () => Promise<number>,
+    ][]) {
+      const s = performance.now();
+      const status = await p();
+      if (status === 200) samples[name].push(performance.now() - s);
+      else log(`${name}: HTTP ${status}`);
+    }
+  const apiCalls = samples.replica.length + samples.front.length;
+  const cpuPerCallMs = {
+    replicas: Math.round((cpuSince(cpu0.replicas, cpuByPid(replicaPids)) / apiCalls) * 10000) / 10,
+    postgres:
+      Math.round((cpuSince(cpu0.pg, cpuByPid(postgresPids(c.pgServer.pid))) / apiCalls) * 10000) /
+      10,
+  };
+  const summary = Object.fromEntries(
+    Object.entries(samples).map(([k, v]) => [k, summarize(v)]),
+  ) as Record<keyof typeof paths, Summary | null>;
+  const p50 = (k: keyof typeof paths) => summary[k]?.p50 ?? Number.NaN;
+  return {
+    summary,
+    dispatchMs: Math.round((p50("replica") - p50("direct")) * 10) / 10,
+    frontDoorMs: Math.round((p50("front") - p50("direct")) * 10) / 10,
+    cpuPerCallMs,
+  };
+}
+
+async function main() {
+  const startedAt = new Date();
+  const load1 = loadavg()[0]!;
+  log("starting 3 workers, 2 API replicas, Postgres");
+  const c = await Cluster.start({
+    workers: 3,
+    replicas: 2,
+    worker: { maxConcurrent: 2, maxQueued: 2, poolSize: 2 },
+  });
+  const results: LoadResult[] = [];
+  let over: Awaited<ReturnType<typeof overhead>>;
+  try {
+    for (const n of [1, 2, 3]) {
+      c.publishWorkers(c.workers.slice(0, n));
+      await c.waitWorkersUp(n);
+      for (const w of Object.keys(WORKLOADS) as (keyof typeof WORKLOADS)[]) {
+        const r = await load(c, n, w);
+        log(
+          `${n} worker(s) ${w}: ${r.callsPerS} calls/s, p50 ${r.latency?.p50} ms, ${r.refused} refused`,
+        );
+        results.push(r);
+      }
+    }
+    log("dispatch overhead");
+    over = await overhead(c);
+    log(
+      `p50 direct ${over.summary.direct?.p50} ms, replica ${over.summary.replica?.p50} ms, front door ${over.summary.front?.p50} ms`,
+    );
+  } finally {
+    await c.close();
+  }
+  const base = (w: string) => results.find((r) => r.workers === 1 && r.workload === w)!.callsPerS;
+  const rows = results.map(
+    (r) =>
+      `| ${r.workload} | ${r.workers} | ${r.concurrency} | ${r.callsPerS} | ${(r.callsPerS / base(r.workload)).toFixed(2)}× | ${r.latency?.p50} ±${((r.latency?.iqr ?? 0) / 2).toFixed(1)} | ${r.refused} |`,
+  );
+  const o = over.summary;
+  const md = `# Cluster benchmark (\`npm run bench:cluster${QUICK ? " -- --quick" : ""}\`)
+
+${startedAt.toISOString().slice(0, 16).replace("T", " ")} UTC, ${cpus().length} × ${cpus()[0]?.model ?? "?"}, Node ${process.version}; 1-min load ${load1.toFixed(1)} at start, ${loadavg()[0]!.toFixed(1)} at end.
+Namespace backend; every worker (2 slots, 2 queue places, a pool of 2 jails) in its own network
+namespace behind a veth link; 2 API replicas with Postgres; calls through a TCP front door. All of
+it shares this machine's ${cpus().length} cores, so more workers add slots, not CPUs.
+
+## Throughput through the front door (closed loop, ${WINDOW_MS / 1000} s per row, 4 clients per worker)
+
+| workload | workers | clients | calls/s | vs 1 worker | p50 ±½IQR ms | refused (429) |
+| --- | ---: | ---: | ---: | ---: | ---: | ---: |
+${rows.join("\n")}
+
+\`echo\` is bash \`echo hi\` (CPU-bound on this host: the jail, the agent and three node processes
+per call); \`sleep200\` is \`sleep 0.2; echo hi\` (bound by slots: what a cluster adds).
+
+## Dispatch overhead (sequential, ${OVERHEAD_SAMPLES} calls per path, interleaved; bash \`echo hi\`)
+
+| path | p50 ms | ±½IQR | p90 ms |
+| --- | ---: | ---: | ---: |
+| worker directly (\`POST /v1/worker/exec\`) | ${o.direct?.p50} | ${((o.direct?.iqr ?? 0) / 2).toFixed(1)} | ${o.direct?.p90} |
+| API replica (key, quota, records in Postgres, dispatch) | ${o.replica?.p50} | ${((o.replica?.iqr ?? 0) / 2).toFixed(1)} | ${o.replica?.p90} |
+| front door → API replica | ${o.front?.p50} | ${((o.front?.iqr ?? 0) / 2).toFixed(1)} | ${o.front?.p90} |
+
+Dispatch overhead per call (p50, API replica − worker directly): **${over.dispatchMs} ms** (target ≤ 3 ms);
+through the front door: ${over.frontDoorMs} ms. CPU per call on the API side (measured from
+/proc over the ${OVERHEAD_SAMPLES * 2} calls that went through a replica, including the replicas'
+status polls meanwhile): replicas ${over.cpuPerCallMs.replicas} ms, Postgres ${over.cpuPerCallMs.postgres} ms.
+`;
+  mkdirSync(OUT, { recursive: true });
+  const name = QUICK ? "cluster-quick" : "cluster-latest";
+  writeFileSync(join(OUT, `${name}.md`), md);
+  writeFileSync(
+    join(OUT, `${name}.json`),
+    JSON.stringify({ startedAt, quick: QUICK, results, overhead: over }, null, 2) + "\n",
+  );
+  process.stdout.write(md);
+}
+
+main().then(
+  () => process.exit(0),
+  (e: unknown) => {
+    process.stderr.write(`${e instanceof Error ? e.stack : String(e)}\n`);
+    process.exit(1);
+  },
+);

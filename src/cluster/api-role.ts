@@ -1,0 +1,162 @@
+import { randomBytes } from "node:crypto";
+import { hostname } from "node:os";
+import type { Logger } from "../api/log.js";
+import type { KeyLimits } from "../api/quota.js";
+import { DEFAULT_KEY_LIMITS, startApiServer, type ApiServer } from "../api/server.js";
+import type { CallAdmission } from "../api/service.js";
+import type { CallPolicy } from "../schema/policy.js";
+import { KeyStore } from "../store/keys.js";
+import type { Store } from "../store/open.js";
+import { admitShared } from "../store/shared-quota.js";
+import { ClusterEngine } from "./dispatch.js";
+import { WorkerTable } from "./workers.js";
+
+/** How long a replica trusts a key it verified (SECURITY.md, "API keys"). */
+export const VERIFIED_KEY_CACHE_MS = 1000;
+
+export interface ApiReplicaOptions {
+  store: Store;
+  logger: Logger;
+  host: string;
+  port: number;
+  discover: () => Promise<string[]>;
+  token: string;
+  keyLimits?: Partial<KeyLimits>;
+  /** The server-wide policy (an operator's raised maxima); default: the product's. */
+  policy?: CallPolicy;
+  bodyCapBytes?: number;
+  /** A replica that has not renewed its lease for this long is dead; its runs are interrupted. */
+  leaseTtlMs?: number;
+  pollMs?: number;
+  replicaId?: string;
+  drainTimeoutMs?: number;
+}
+
+export interface ApiReplica {
+  readonly api: ApiServer;
+  readonly replicaId: string;
+  readonly table: WorkerTable;
+  close(): Promise<void>;
+}
+
+/**
+ * `scratchrun serve --role api`: the HTTP service with Postgres for records and a dispatcher to
+ * workers instead of a local engine. Keeps a lease in the database, renewed every third of its
+ * TTL; a replica sweeps the runs of expired leases only after its own database connection has
+ * been good for a whole TTL (after an outage every live replica has had its chance to renew).
+ */
+export async function startApiReplica(o: ApiReplicaOptions): Promise<ApiReplica> {
+  const replicaId = o.replicaId ?? `${hostname()}-${randomBytes(4).toString("hex")}`;
+  const ttl = o.leaseTtlMs ?? 15_000;
+  const { store, logger } = o;
+  await store.leases.renew(replicaId, ttl);
+  let goodSince: number | null = Date.now();
+  let databaseUp = true;
+  const renew = async () => {
+    try {
+      await store.leases.renew(replicaId, ttl);
+      databaseUp = true;
+      goodSince ??= Date.now();
+      if (Date.now() - goodSince >= ttl) {
+        const interrupted = await store.leases.sweep();
+        if (interrupted > 0) logger.warn({ interrupted }, "runs of a lost replica interrupted");
+      }
+    } catch (e) {
+      if (databaseUp)
+        logger.warn({ err: e instanceof Error ? e.message : String(e) }, "database unreachable");
+      databaseUp = false;
+      goodSince = null;
+    }
+  };
+  let renewing = false;
+  const leaseTimer = setInterval(
+    () => {
+      if (renewing) return;
+      renewing = true;
+      void renew().finally(() => (renewing = false));
+    },
+    Math.max(100, Math.floor(ttl / 3)),
+  );
+  leaseTimer.unref();
+
+  const table = new WorkerTable({
+    discover: o.discover,
+    token: o.token,
+    logger,
+    ...(o.pollMs ? { pollMs: o.pollMs } : {}),
+  });
+  await table.start();
+  const engine = new ClusterEngine(table, {
+    token: o.token,
+    replicaId,
+    ...(o.policy ? { policy: o.policy } : {}),
+  });
+  const limits: KeyLimits = { ...DEFAULT_KEY_LIMITS, ...o.keyLimits };
+  const admission: CallAdmission = {
+    async admit(caller, req, now) {
+      const r = await admitShared(
+        store.sql,
+        {
+          keyId: caller.keyId,
+          transport: caller.transport,
+          req,
+          replicaId,
+          limits: caller.policy.quota,
+        },
+        now,
+      );
+      return r.ok ? { ...r, release: () => {} } : r;
+    },
+  };
+  const api = await startApiServer({
+    engine,
+    replica: {
+      // A key verified in the last second skips the database (one round trip less per call);
+      // a revocation or a policy change reaches every replica within that second.
+      keys: new KeyStore(store.sql, { verifiedCacheMs: VERIFIED_KEY_CACHE_MS }),
+      runs: store.runs,
+      admission,
+      readiness: () => ({ ready: true, status: "ready" }),
+      admissionTouchesKey: true,
+      gauges: [
+        {
+          name: "scratchrun_workers",
+          help: "Workers this replica sees, by state (up: answering its polls; draining).",
+          labelNames: ["state"],
+          read: () => {
+            const c = table.counts();
+            return [
+              { labels: { state: "up" }, value: c.up },
+              { labels: { state: "draining" }, value: c.draining },
+            ];
+          },
+        },
+        {
+          name: "scratchrun_database_up",
+          help: "1 while this replica's last lease renewal reached the database.",
+          read: () => [{ labels: {}, value: databaseUp ? 1 : 0 }],
+        },
+      ],
+    },
+    logger,
+    host: o.host,
+    port: o.port,
+    keyLimits: limits,
+    ...(o.bodyCapBytes ? { bodyCapBytes: o.bodyCapBytes } : {}),
+    ...(o.drainTimeoutMs ? { drainTimeoutMs: o.drainTimeoutMs } : {}),
+  });
+  logger.info({ replica: replicaId, workers: table.counts().up }, "api replica ready");
+  let closing: Promise<void> | undefined;
+  return {
+    api,
+    replicaId,
+    table,
+    close: () =>
+      (closing ??= (async () => {
+        await api.close();
+        table.stop();
+        clearInterval(leaseTimer);
+        await store.leases.release(replicaId).catch(() => {});
+      })()),
+  };
+}

@@ -1,0 +1,90 @@
+/**
+ * What an API replica and a worker say to each other (internal; never exposed to clients):
+ *
+ * - `GET  /v1/worker/status` → WorkerStatus, polled about once a second by every replica.
+ * - `GET  /v1/worker/info`   → WorkerInfo (runtimes from the image), read once per worker.
+ * - `POST /v1/worker/exec`   → the call. A refusal before the call starts is an HTTP error
+ *   (401, 400, 429 BUSY, 503 NOT_READY while draining) and the replica may place the call on
+ *   another worker. Once accepted, the answer is `application/x-ndjson`: progress and output
+ *   events, then exactly one `result` or `error` line. A replica that drops the connection
+ *   cancels the call: the worker destroys its sandbox.
+ *
+ * Both sides authenticate with a shared secret (Authorization: Bearer, compared as SHA-256 in
+ * constant time); workers hold no database credentials and no API keys.
+ */
+import { createHash, timingSafeEqual } from "node:crypto";
+import { z } from "zod";
+import { wireResultSchema } from "../api/wire.js";
+import { ERROR_CODES } from "../errors.js";
+import { ISOLATIONS, RUNTIMES } from "../schema/exec.js";
+
+export const WORKER_PATHS = {
+  status: "/v1/worker/status",
+  info: "/v1/worker/info",
+  exec: "/v1/worker/exec",
+} as const;
+
+const count = z.number().int().min(0);
+
+export const workerStatusSchema = z.strictObject({
+  version: z.string(),
+  /** Random per worker process: a new id at the same address means the worker restarted. */
+  worker_id: z.string().min(1).max(64),
+  isolation: z.enum(ISOLATIONS),
+  network_note: z.string(),
+  draining: z.boolean(),
+  slots: z.strictObject({ max: count, active: count, queued: count, max_queued: count }),
+  /** Warm sandboxes that could take a call of each runtime now (namespace: shared jails). */
+  warm: z.strictObject(
+    Object.fromEntries(RUNTIMES.map((r) => [r, z.strictObject({ ready: count, target: count })])),
+  ),
+});
+export type WorkerStatus = z.infer<typeof workerStatusSchema>;
+
+export const workerInfoSchema = z.object({ runtimes: z.unknown().optional() });
+
+export const workerExecBodySchema = z.strictObject({
+  run_id: z.string().min(1).max(64),
+  replica_id: z.string().min(1).max(128),
+  /**
+   * Validated again by the worker with the one request schema, up to its host's ceiling: the
+   * replica has already held the call to its key's policy.
+   */
+  request: z.unknown(),
+  /** The key's egress allowlist (domain patterns), when it has one; the worker's engine enforces it. */
+  egress_allow: z.array(z.string().max(256)).max(256).optional(),
+});
+export type WorkerExecBody = z.infer<typeof workerExecBodySchema>;
+
+export const workerEventSchema = z.discriminatedUnion("t", [
+  z.strictObject({
+    t: z.literal("progress"),
+    stage: z.enum(["queued", "starting", "running", "collecting"]),
+  }),
+  z.strictObject({
+    t: z.literal("output"),
+    stream: z.enum(["stdout", "stderr"]),
+    data_base64: z.string(),
+  }),
+  z.strictObject({ t: z.literal("result"), result: wireResultSchema }),
+  z.strictObject({ t: z.literal("error"), code: z.enum(ERROR_CODES), message: z.string() }),
+]);
+export type WorkerEvent = z.infer<typeof workerEventSchema>;
+
+const digest = (s: string) => createHash("sha256").update(s, "utf8").digest();
+
+/** Constant-time check of a presented bearer token against the shared secret. */
+export function tokenMatches(presented: string | null, secret: string): boolean {
+  return timingSafeEqual(digest(presented ?? ""), digest(secret)) && presented !== null;
+}
+
+/** The shared secret: SCRATCHRUN_WORKER_TOKEN, or the file SCRATCHRUN_WORKER_TOKEN_FILE names. */
+export function workerTokenFromEnv(env: NodeJS.ProcessEnv, read: (path: string) => string): string {
+  const file = env.SCRATCHRUN_WORKER_TOKEN_FILE;
+  const token = (file ? read(file) : (env.SCRATCHRUN_WORKER_TOKEN ?? "")).trim();
+  if (token.length < 16)
+    throw new Error(
+      "the API and worker roles need a shared secret of at least 16 characters: set SCRATCHRUN_WORKER_TOKEN (or SCRATCHRUN_WORKER_TOKEN_FILE)",
+    );
+  return token;
+}

@@ -1,0 +1,81 @@
+import type { Logger } from "../api/log.js";
+import { reapOrphanSandboxes } from "../api/reap.js";
+import { drainBoundMs } from "../api/server.js";
+import { SandboxTracker } from "../api/tracker.js";
+import type { EngineOptions } from "../engine/engine.js";
+import { createEngineFromEnv } from "../setup/engine-factory.js";
+import { openDatabase } from "../store/db.js";
+import { scratchrunHome } from "../store/home.js";
+import { acquireHomeLock } from "../store/lock.js";
+import { SandboxStore } from "../store/sandboxes.js";
+import { startWorkerServer, type WorkerServer } from "./worker-server.js";
+
+export interface WorkerRoleOptions {
+  env: NodeJS.ProcessEnv;
+  logger: Logger;
+  host: string;
+  port: number;
+  token: string;
+  limits: EngineOptions;
+  /** Upper bound on how long a drain waits for calls in flight. */
+  drainTimeoutMs?: number;
+}
+
+export interface WorkerRole {
+  readonly server: WorkerServer;
+  readonly isolation: string;
+  /** Drains (no new calls; in-flight ones finish), then stops everything. */
+  stop(): Promise<void>;
+}
+
+/**
+ * `scratchrun serve --role worker`: like one server's start (the state directory's lock, orphans
+ * of a dead predecessor reaped by ownership, sandboxes recorded while they run), but no keys, no
+ * records and no database credentials: the local SQLite file holds only the sandboxes table.
+ */
+export async function startWorkerRole(o: WorkerRoleOptions): Promise<WorkerRole> {
+  const home = scratchrunHome(o.env);
+  const db = openDatabase(home);
+  const lock = acquireHomeLock(home);
+  const sandboxes = new SandboxStore(db);
+  const reaped = await reapOrphanSandboxes({ recorded: sandboxes.names() });
+  sandboxes.clear();
+  o.logger.info(
+    {
+      home,
+      reaped_sandboxes: reaped.cgroups.length,
+      reaped_processes: reaped.processes.length,
+    },
+    "recovered",
+  );
+  const engine = await createEngineFromEnv(o.env, o.limits);
+  const server = await startWorkerServer({
+    engine,
+    token: o.token,
+    logger: o.logger,
+    host: o.host,
+    port: o.port,
+    tracker: new SandboxTracker(sandboxes),
+  });
+  let stopping: Promise<void> | undefined;
+  return {
+    server,
+    isolation: engine.backend.isolation,
+    stop: () =>
+      (stopping ??= (async () => {
+        let timer: NodeJS.Timeout | undefined;
+        await Promise.race([
+          server.drain(),
+          new Promise(
+            (r) =>
+              (timer = setTimeout(r, o.drainTimeoutMs ?? drainBoundMs(server.latestDeadline()))),
+          ),
+        ]);
+        clearTimeout(timer);
+        await server.close();
+        await engine.close();
+        db.close();
+        lock.release();
+      })()),
+  };
+}

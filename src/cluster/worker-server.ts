@@ -1,0 +1,279 @@
+import { randomBytes } from "node:crypto";
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { parseBearer } from "../api/auth.js";
+import { readJsonBody } from "../api/body.js";
+import type { Logger } from "../api/log.js";
+import { Metrics } from "../api/metrics.js";
+import type { SandboxTracker } from "../api/tracker.js";
+import { outcomeToWire } from "../api/wire.js";
+import type { Engine } from "../engine/engine.js";
+import { isScratchRunError } from "../errors.js";
+import { RUNTIMES } from "../schema/exec.js";
+import { parseExecRequest } from "../schema/validate.js";
+import { ceilingPolicyOf } from "../policy/resolve.js";
+import { VERSION } from "../version.js";
+import {
+  tokenMatches,
+  WORKER_PATHS,
+  workerExecBodySchema,
+  type WorkerEvent,
+  type WorkerStatus,
+} from "./protocol.js";
+
+export interface WorkerServerOptions {
+  engine: Engine;
+  /** The secret API replicas present. */
+  token: string;
+  logger: Logger;
+  host: string;
+  port: number;
+  tracker?: SandboxTracker;
+  bodyCapBytes?: number;
+}
+
+export interface WorkerServer {
+  readonly url: string;
+  readonly port: number;
+  readonly workerId: string;
+  /** Calls accepted and not yet answered. */
+  readonly active: number;
+  /** The latest deadline (ms since the epoch) of a call in flight, 0 when none. */
+  latestDeadline(): number;
+  /** Refuses new calls (status and /readyz say draining) and resolves when none is in flight. */
+  drain(): Promise<void>;
+  /** Closes the listener and every connection (after drain() for a graceful stop). */
+  close(): Promise<void>;
+}
+
+function sendJson(res: ServerResponse, status: number, body: unknown, headers = {}) {
+  const text = JSON.stringify(body);
+  res.writeHead(status, {
+    "Content-Type": "application/json",
+    "Content-Length": String(Buffer.byteLength(text)),
+    "Cache-Control": "no-store",
+    ...headers,
+  });
+  res.end(text);
+}
+
+const sendError = (
+  res: ServerResponse,
+  status: number,
+  code: string,
+  message: string,
+  headers: Record<string, string> = {},
+) => sendJson(res, status, { error: { code, message } }, headers);
+
+/**
+ * `scratchrun serve --role worker`: the engine behind an internal endpoint that only API replicas
+ * call. It knows nothing of keys, quotas or records; it runs what an authenticated replica sends,
+ * reports its capacity and warm sandboxes, and kills a call's sandbox when the replica that sent
+ * it goes away (connection closed).
+ */
+export async function startWorkerServer(options: WorkerServerOptions): Promise<WorkerServer> {
+  const { engine, logger, tracker } = options;
+  // A worker runs what an authenticated replica sends, held to its key's policy there: here only
+  // the host's ceiling bounds it (defaults stay the product's).
+  const ceilingPolicy = ceilingPolicyOf(engine.ceiling);
+  const workerId = randomBytes(8).toString("hex");
+  const bodyCap = options.bodyCapBytes ?? 16 * 1024 * 1024;
+  const metrics = new Metrics();
+  let inFlight = 0;
+  let draining = false;
+  const deadlines = new Map<symbol, number>();
+  const idle: (() => void)[] = [];
+
+  const status = (): WorkerStatus => ({
+    version: VERSION,
+    worker_id: workerId,
+    isolation: engine.backend.isolation,
+    network_note: engine.networkNote,
+    draining,
+    slots: {
+      max: engine.admission.maxConcurrent,
+      active: engine.admission.active,
+      queued: engine.admission.queued,
+      max_queued: engine.admission.maxQueued,
+    },
+    warm: Object.fromEntries(
+      RUNTIMES.map((r) => [r, engine.backend.warm(r)]),
+    ) as WorkerStatus["warm"],
+  });
+
+  metrics.addGauge({
+    name: "scratchrun_sandboxes_active",
+    help: "Calls holding a sandbox slot.",
+    read: () => [{ labels: {}, value: engine.admission.active }],
+  });
+  metrics.addGauge({
+    name: "scratchrun_queue_depth",
+    help: "Calls waiting for a sandbox slot.",
+    read: () => [{ labels: {}, value: engine.admission.queued }],
+  });
+  metrics.addGauge({
+    name: "scratchrun_pool_ready",
+    help: "Warm sandboxes ready per runtime.",
+    labelNames: ["runtime"],
+    read: () =>
+      RUNTIMES.map((r) => ({ labels: { runtime: r }, value: engine.backend.warm(r).ready })),
+  });
+
+  const untrack = tracker
+    ? engine.backend.onSandboxReady(() => void tracker.sandboxRunning())
+    : null;
+  if (tracker) void tracker.sandboxRunning();
+
+  const exec = async (req: IncomingMessage, res: ServerResponse) => {
+    if (draining)
+      return sendError(res, 503, "NOT_READY", "The worker is draining", { Connection: "close" });
+    const body = await readJsonBody(req, bodyCap);
+    if (!body.ok) return sendError(res, body.status, "INVALID_INPUT", body.message);
+    const envelope = workerExecBodySchema.safeParse(body.value);
+    if (!envelope.success) return sendError(res, 400, "INVALID_INPUT", "Malformed worker call");
+    let request;
+    try {
+      request = parseExecRequest(envelope.data.request, ceilingPolicy);
+    } catch (e) {
+      return sendError(res, 400, "INVALID_INPUT", e instanceof Error ? e.message : String(e));
+    }
+    const { admission } = engine;
+    // Refused before it starts (the replica may try another worker): no slot and a full queue.
+    if (admission.active >= admission.maxConcurrent && admission.queued >= admission.maxQueued) {
+      metrics.refused.inc({ reason: "busy" });
+      return sendError(res, 429, "BUSY", "The worker has no free slot", { "Retry-After": "1" });
+    }
+    const controller = new AbortController();
+    res.once("close", () => {
+      if (!res.writableFinished) controller.abort();
+    });
+    res.writeHead(200, { "Content-Type": "application/x-ndjson", "Cache-Control": "no-store" });
+    const emit = (e: WorkerEvent) => {
+      if (!res.destroyed) res.write(`${JSON.stringify(e)}\n`);
+    };
+    inFlight++;
+    const started = Date.now();
+    // Its queue wait and sandbox start come on top of the call's own timeout.
+    const call = Symbol("call");
+    deadlines.set(call, started + request.timeout_ms + 60_000);
+    try {
+      const outcome = await engine.execute(request, {
+        signal: controller.signal,
+        ...(envelope.data.egress_allow ? { egressAllow: envelope.data.egress_allow } : {}),
+        onProgress: (p) => {
+          if (p.stage === "output")
+            emit({
+              t: "output",
+              stream: p.stream,
+              data_base64: Buffer.from(p.chunk).toString("base64"),
+            });
+          else emit({ t: "progress", stage: p.stage });
+          if (p.stage === "running") void tracker?.sandboxRunning();
+        },
+      });
+      emit({ t: "result", result: outcomeToWire(outcome) });
+      metrics.calls.inc({ runtime: request.runtime, exit_reason: outcome.result.exit_reason });
+      logger.info(
+        {
+          run: envelope.data.run_id,
+          replica: envelope.data.replica_id,
+          runtime: request.runtime,
+          exit_reason: outcome.result.exit_reason,
+          cancelled: controller.signal.aborted,
+          ms: Date.now() - started,
+        },
+        "call finished",
+      );
+    } catch (e) {
+      const code = isScratchRunError(e) ? e.code : "INTERNAL";
+      metrics.refused.inc({ reason: code });
+      emit({ t: "error", code, message: isScratchRunError(e) ? e.message : "Internal error" });
+      logger.warn({ run: envelope.data.run_id, code }, "call failed");
+    } finally {
+      res.end();
+      void tracker?.callEnded();
+      deadlines.delete(call);
+      inFlight--;
+      if (inFlight === 0) for (const wake of idle.splice(0)) wake();
+    }
+  };
+
+  const route = async (req: IncomingMessage, res: ServerResponse): Promise<string> => {
+    const path = (req.url ?? "/").split("?")[0]!;
+    const method = req.method ?? "GET";
+    if (path === "/healthz" && method === "GET") {
+      sendJson(res, 200, { status: "ok" });
+      return path;
+    }
+    if (path === "/readyz" && method === "GET") {
+      const warming =
+        RUNTIMES.some((r) => engine.backend.warm(r).target > 0) &&
+        RUNTIMES.every((r) => engine.backend.warm(r).ready === 0);
+      const state = draining ? "draining" : warming ? "warming" : "ready";
+      sendJson(res, state === "ready" ? 200 : 503, { status: state, worker_id: workerId });
+      return path;
+    }
+    if (path === "/metrics" && method === "GET") {
+      const text = await metrics.render();
+      res.writeHead(200, { "Content-Type": metrics.contentType });
+      res.end(text);
+      return path;
+    }
+    const known = Object.values(WORKER_PATHS) as string[];
+    if (!known.includes(path)) {
+      sendError(res, 404, "NOT_FOUND", `No route ${path}`);
+      return "unknown";
+    }
+    if (!tokenMatches(parseBearer(req.headers.authorization), options.token)) {
+      sendError(res, 401, "UNAUTHORIZED", "This endpoint is for ScratchRun API replicas");
+      return path;
+    }
+    if (path === WORKER_PATHS.status && method === "GET") sendJson(res, 200, status());
+    else if (path === WORKER_PATHS.info && method === "GET")
+      sendJson(res, 200, { runtimes: engine.options.runtimes });
+    else if (path === WORKER_PATHS.exec && method === "POST") await exec(req, res);
+    else sendError(res, 405, "NOT_FOUND", `${method} is not allowed on ${path}`);
+    return path;
+  };
+
+  const server = createServer((req, res) => {
+    route(req, res).then(
+      (label) => metrics.http.inc({ route: label, status: String(res.statusCode) }),
+      (e: unknown) => {
+        logger.error({ err: e instanceof Error ? e.message : String(e) }, "request failed");
+        if (!res.headersSent) sendError(res, 500, "INTERNAL", "Internal error");
+        else res.destroy();
+      },
+    );
+  });
+  server.requestTimeout = 0;
+  server.headersTimeout = 30_000;
+  server.keepAliveTimeout = 65_000;
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(options.port, options.host, () => resolve());
+  });
+  const port = (server.address() as AddressInfo).port;
+  const hostPart = options.host.includes(":") ? `[${options.host}]` : options.host;
+  logger.info({ host: options.host, port, worker_id: workerId }, "worker listening");
+
+  return {
+    url: `http://${hostPart}:${port}`,
+    port,
+    workerId,
+    get active() {
+      return inFlight;
+    },
+    latestDeadline: () => Math.max(0, ...deadlines.values()),
+    async drain() {
+      draining = true;
+      if (inFlight > 0) await new Promise<void>((r) => idle.push(r));
+    },
+    async close() {
+      const closed = new Promise<void>((r) => server.close(() => r()));
+      server.closeAllConnections();
+      await closed;
+      untrack?.();
+    },
+  };
+}

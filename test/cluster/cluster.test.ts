@@ -1,0 +1,354 @@
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { readdirSync, readFileSync } from "node:fs";
+import { after, before, describe, test } from "node:test";
+import pg from "pg";
+import { waitFor } from "../api/harness.js";
+import { skipOutsideCi } from "../helpers/ci.js";
+import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
+import { postgresMissing, promote, startStandby, type PgServer } from "../helpers/postgres.js";
+import { Cluster, type CallResult, type WorkerNode } from "./harness.js";
+import { REPO_ROOT } from "../helpers/mcp-client.js";
+import { join } from "node:path";
+
+const CLI = join(REPO_ROOT, "dist/src/bin/scratchrun.js");
+
+const MISSING = process.getuid?.() !== 0 ? "needs root (namespaces, cgroups)" : postgresMissing();
+
+/** Processes whose command line contains `text` (a sandboxed program, seen from the host). */
+function processesRunning(text: string): number[] {
+  const out: number[] = [];
+  for (const e of readdirSync("/proc")) {
+    if (!/^\d+$/.test(e) || Number(e) === process.pid) continue;
+    try {
+      if (readFileSync(`/proc/${e}/cmdline`, "utf8").replace(/\0/g, " ").includes(text))
+        out.push(Number(e));
+    } catch {
+      // gone
+    }
+  }
+  return out;
+}
+
+async function workerStatus(c: Cluster, w: WorkerNode) {
+  const res = await fetch(`http://${w.addr}/v1/worker/status`, {
+    headers: { Authorization: `Bearer ${c.token}` },
+    signal: AbortSignal.timeout(2000),
+  });
+  return (await res.json()) as { slots: { active: number }; worker_id: string };
+}
+
+/** Log lines (pino JSON) of a process whose message is `msg`. */
+function logLines(stderr: string, msg: string): Record<string, unknown>[] {
+  return stderr
+    .split("\n")
+    .filter((l) => l.startsWith("{") && l.includes(`"msg":"${msg}"`))
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
+}
+
+describe(
+  "cluster: API replicas, workers in their own network namespaces, Postgres",
+  { skip: skipOutsideCi(MISSING) },
+  () => {
+    let c: Cluster;
+    let base: HostSnapshot;
+    let standby: PgServer | undefined;
+
+    before(async () => {
+      base = snapshot();
+      c = await Cluster.start({ workers: 2, replicas: 2 });
+      await c.waitWorkersUp(2);
+    });
+
+    after(async () => {
+      await c?.close();
+      await standby?.stop();
+      await assertNoLeaks(base);
+    });
+
+    /** Waits until `n` new runs are running and returns them. */
+    const running = (n: number, seen: Set<string>) =>
+      waitFor(`${n} runs to be running`, async () => {
+        const rows = (await c.runs()).filter(
+          (r) => !seen.has(r.id) && r.status === "running" && r.worker,
+        );
+        return rows.length >= n ? rows : undefined;
+      });
+    const ids = async () => new Set((await c.runs()).map((r) => r.id));
+    const workerAt = (addr: unknown) => c.workers.find((w) => w.addr === addr)!;
+
+    test("calls through the front door run on both workers and are recorded with their worker", async () => {
+      const results = await Promise.all(
+        Array.from({ length: 8 }, (_, i) => c.exec({ runtime: "bash", code: `echo call-${i}` })),
+      );
+      results.forEach((r, i) => {
+        assert.equal(r.status, 200, JSON.stringify(r.body));
+        assert.equal(r.body.stdout, `call-${i}\n`);
+      });
+      const runs = await c.runs();
+      assert.equal(runs.length, 8);
+      assert.ok(runs.every((r) => r.status === "finished" && r.exit_reason === "ok"));
+      const workers = new Set(runs.map((r) => r.worker));
+      assert.deepEqual(
+        [...workers].sort(),
+        c.workers.map((w) => w.addr).sort(),
+        "both workers ran calls",
+      );
+      assert.equal(new Set(runs.map((r) => r.replica_id)).size, 2, "both replicas took calls");
+      // `scratchrun keys` works on the shared database too (straight to the server: a
+      // synchronous spawn would stall the proxy that runs in this process).
+      const listed = spawnSync(process.execPath, [CLI, "keys", "list", "--json"], {
+        env: { ...process.env, SCRATCHRUN_DATABASE_URL: c.pgServer.url("scratchrun") },
+        encoding: "utf8",
+      });
+      assert.equal(listed.status, 0, listed.stderr);
+      assert.deepEqual(
+        (JSON.parse(listed.stdout) as { name: string }[]).map((k) => k.name),
+        ["cluster"],
+      );
+    });
+
+    test("a worker runs nothing for a caller without the shared secret", async () => {
+      const w = c.workers[0]!;
+      const body = JSON.stringify({
+        run_id: "x",
+        replica_id: "intruder",
+        request: { runtime: "bash", code: "sleep 7" },
+      });
+      const before = processesRunning("sleep 7").length;
+      for (const auth of [undefined, "Bearer wrong-token-wrong-token", `Bearer ${c.token}x`]) {
+        const headers: Record<string, string> = { "Content-Type": "application/json" };
+        if (auth) headers.Authorization = auth;
+        const res = await fetch(`http://${w.addr}/v1/worker/exec`, {
+          method: "POST",
+          headers,
+          body,
+        });
+        assert.equal(res.status, 401, String(auth));
+        const status = await fetch(`http://${w.addr}/v1/worker/status`, { headers });
+        assert.equal(status.status, 401);
+      }
+      assert.equal(processesRunning("sleep 7").length, before);
+      assert.equal((await workerStatus(c, w)).slots.active, 0, "nothing was started");
+    });
+
+    test("a worker killed mid-call (SIGKILL, link down): WORKER_LOST within ~3 s, run failed, next calls elsewhere, its orphans reaped when it returns", async (t) => {
+      const seen = await ids();
+      const calls = [0, 1].map((i) =>
+        c
+          .exec({ runtime: "bash", code: `sleep 6; echo survived-${i}`, timeout_ms: 20_000 })
+          .then((r) => ({ ...r, at: Date.now() })),
+      );
+      const rows = await running(2, seen);
+      const victim = workerAt(rows[0]!.worker);
+      const survivor = c.workers.find((w) => w !== victim)!;
+      // Unplugged first: no FIN or RST can tell the replicas; only their polls can.
+      victim.linkDown();
+      const killedAt = Date.now();
+      await victim.proc!.kill("SIGKILL");
+      const results = await Promise.all(calls);
+      const lost = results.filter((r) => r.status !== 200);
+      assert.equal(lost.length, rows.filter((r) => r.worker === victim.addr).length);
+      for (const r of lost) {
+        assert.equal(r.status, 502, JSON.stringify(r.body));
+        assert.equal(r.body.error?.code, "WORKER_LOST");
+        t.diagnostic(`WORKER_LOST answered ${r.at - killedAt} ms after the kill`);
+        assert.ok(r.at - killedAt < 6000, `detected in ${r.at - killedAt} ms`);
+      }
+      for (const r of results.filter((x) => x.status === 200))
+        assert.match(String(r.body.stdout), /^survived-\d\n$/);
+      const after = await c.runs();
+      for (const row of rows) {
+        const now = after.find((r) => r.id === row.id)!;
+        if (row.worker === victim.addr)
+          assert.deepEqual([now.status, now.error_code], ["failed", "WORKER_LOST"]);
+        else assert.equal(now.status, "finished");
+      }
+
+      const next = await Promise.all(
+        Array.from({ length: 4 }, (_, i) => c.exec({ runtime: "bash", code: `echo next-${i}` })),
+      );
+      assert.ok(next.every((r) => r.status === 200));
+      const nextRows = (await c.runs()).slice(-4);
+      assert.ok(
+        nextRows.every((r) => r.worker === survivor.addr),
+        "new calls went elsewhere",
+      );
+
+      victim.linkUp();
+      await victim.start();
+      const recovered = logLines(victim.proc!.stderr, "recovered")[0]!;
+      assert.ok(
+        Number(recovered.reaped_sandboxes) >= 1,
+        `the returning worker reaped its orphans: ${JSON.stringify(recovered)}`,
+      );
+      await c.waitWorkersUp(2);
+    });
+
+    test("an API replica killed mid-call: the worker kills that sandbox, the run is interrupted once the lease expires, the other replica keeps serving", async () => {
+      const seen = await ids();
+      const doomed = c.replicas[0]!;
+      const call = c
+        .exec(
+          { runtime: "bash", code: "sleep 27; echo never", timeout_ms: 30_000 },
+          { port: doomed.port },
+        )
+        .catch((e: unknown) => e);
+      const [row] = await running(1, seen);
+      assert.equal(row!.replica_id, doomed.replicaId);
+      assert.ok(processesRunning("sleep 27").length > 0, "the call's program runs");
+      const worker = workerAt(row!.worker);
+      const killedAt = Date.now();
+      await doomed.proc!.kill("SIGKILL");
+      c.publishReplicas();
+      await call;
+      await waitFor(
+        "the worker to kill the orphaned sandbox",
+        async () =>
+          (await workerStatus(c, worker)).slots.active === 0 &&
+          processesRunning("sleep 27").length === 0,
+        10_000,
+      );
+      const other = await c.exec({ runtime: "bash", code: "echo still-serving" });
+      assert.equal(other.status, 200);
+      assert.equal(other.body.stdout, "still-serving\n");
+      const interrupted = await waitFor(
+        "the run to be marked interrupted after the lease expired",
+        async () => {
+          const r = (await c.runs()).find((x) => x.id === row!.id)!;
+          return r.status === "failed" ? r : undefined;
+        },
+        20_000,
+      );
+      assert.equal(interrupted.error_code, "INTERRUPTED");
+      // The lease was last renewed at most a third of its TTL before the kill.
+      assert.ok(
+        Number(interrupted.finished_at) >= killedAt + (2 * c.leaseTtlMs) / 3 - 50,
+        "not before the lease had expired",
+      );
+      await doomed.start();
+      c.publishReplicas();
+      await c.waitWorkersUp(2);
+    });
+
+    test("drain: SIGTERM a worker mid-call; no new placements on it, its call finishes, it exits 0", async () => {
+      const seen = await ids();
+      const call = c.exec({ runtime: "bash", code: "sleep 3; echo drained" });
+      const [row] = await running(1, seen);
+      const draining = workerAt(row!.worker);
+      const other = c.workers.find((w) => w !== draining)!;
+      draining.proc!.kill("SIGTERM");
+      // As many at once as the other worker takes (2 slots + 2 queue places).
+      const during = await Promise.all(
+        Array.from({ length: 4 }, (_, i) => c.exec({ runtime: "bash", code: `echo during-${i}` })),
+      );
+      assert.ok(
+        during.every((r) => r.status === 200),
+        JSON.stringify(during.map((r) => r.body)),
+      );
+      const res = await call;
+      assert.equal(res.status, 200);
+      assert.equal(res.body.stdout, "drained\n");
+      assert.equal(await draining.proc!.exited, 0, "the worker exits cleanly after its drain");
+      const placed = (await c.runs()).filter((r) => !seen.has(r.id) && r.id !== row!.id);
+      assert.equal(placed.length, 4);
+      assert.ok(
+        placed.every((r) => r.worker === other.addr),
+        "no call was placed on the draining worker",
+      );
+      await draining.start();
+      await c.waitWorkersUp(2);
+    });
+
+    test("overload: every call is answered, the excess with 429 and Retry-After; no record left open", async () => {
+      const seen = await ids();
+      const results: CallResult[] = await Promise.all(
+        Array.from({ length: 24 }, (_, i) =>
+          c.exec({ runtime: "bash", code: `sleep 1; echo load-${i}` }),
+        ),
+      );
+      let ok = 0;
+      results.forEach((r, i) => {
+        if (r.status === 200) {
+          ok++;
+          assert.equal(r.body.stdout, `load-${i}\n`, "each answer is its own call's");
+        } else {
+          assert.equal(r.status, 429, JSON.stringify(r.body));
+          assert.equal(r.body.error?.code, "BUSY");
+          assert.ok(Number(r.retryAfter) >= 1, "429 says when to retry");
+        }
+      });
+      // Two workers × (2 slots + 2 queue places): at least the slots run, the rest is refused.
+      assert.ok(ok >= 4 && ok < 24, `${ok} ran`);
+      const rows = (await c.runs()).filter((r) => !seen.has(r.id));
+      assert.equal(rows.filter((r) => r.status === "finished").length, ok);
+      assert.ok(rows.every((r) => r.status === "finished" || r.status === "failed"));
+    });
+
+    test("Postgres primary killed, standby promoted: in-flight calls finish and are recorded, new calls get 503 NOT_READY in the gap, no run left running", async (t) => {
+      const t0 = Date.now();
+      const mark = (what: string) => t.diagnostic(`${what} at +${Date.now() - t0} ms`);
+      standby = await startStandby(c.pgServer);
+      mark("standby streaming");
+      const caughtUp = async () => {
+        const p = new pg.Client({ connectionString: c.pgServer.url() });
+        const s2 = new pg.Client({ connectionString: standby!.url() });
+        await p.connect();
+        await s2.connect();
+        try {
+          const lsn = (await p.query("SELECT pg_current_wal_lsn() AS l")).rows[0].l as string;
+          await waitFor(
+            "the standby to replay the primary's WAL",
+            async () =>
+              (await s2.query("SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn AS ok", [lsn])).rows[0]
+                .ok,
+          );
+        } finally {
+          await p.end();
+          await s2.end();
+        }
+      };
+      await caughtUp();
+      const seen = await ids();
+      const inflight = [0, 1].map((i) =>
+        c.exec({ runtime: "bash", code: `sleep 4; echo kept-${i}` }),
+      );
+      const rows = await running(2, seen);
+      // A synchronous standby would have these rows; the test waits as one would.
+      await caughtUp();
+      mark("calls running, standby caught up");
+      await c.pgServer.kill();
+      mark("primary killed");
+      const gap = await Promise.all(
+        [0, 1].map(() => c.exec({ runtime: "bash", code: "echo gap" })),
+      );
+      for (const r of gap) {
+        assert.equal(r.status, 503, JSON.stringify(r.body));
+        assert.equal(r.body.error?.code, "NOT_READY");
+        assert.ok(Number(r.retryAfter) >= 1);
+      }
+      mark("gap calls answered 503");
+      await promote(standby);
+      c.dbProxy.targets = [standby.port];
+      mark("standby promoted");
+      const results = await Promise.all(inflight);
+      mark("in-flight calls answered");
+      results.forEach((r, i) => {
+        assert.equal(r.status, 200, JSON.stringify(r.body));
+        assert.equal(r.body.stdout, `kept-${i}\n`);
+      });
+      await c.readFrom(standby);
+      const after = await c.runs();
+      for (const row of rows)
+        assert.equal(
+          after.find((r) => r.id === row.id)?.status,
+          "finished",
+          "written after the failover",
+        );
+      const open = after.filter((r) => r.status === "running" || r.status === "queued");
+      assert.deepEqual(open, [], "no run left running");
+      const back = await c.exec({ runtime: "bash", code: "echo back" });
+      assert.equal(back.status, 200);
+    });
+  },
+);

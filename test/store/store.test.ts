@@ -1,0 +1,484 @@
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+import { openDatabase } from "../../src/store/db.js";
+import { hashKey, KeyStore, parseKeyId } from "../../src/store/keys.js";
+import { DATABASE_FILE } from "../../src/store/home.js";
+import Sqlite from "better-sqlite3";
+import { MIGRATIONS } from "../../src/store/migrations.js";
+import { storeOn, type Store } from "../../src/store/open.js";
+import { isTransientDbError, migratePostgres, PostgresDriver } from "../../src/store/postgres.js";
+import { admitShared } from "../../src/store/shared-quota.js";
+import { decideQuota } from "../../src/api/quota.js";
+import fc from "fast-check";
+import { SqliteDriver, type SqlDriver } from "../../src/store/sql.js";
+import { parseExecRequest } from "../../src/schema/validate.js";
+import type { ExecOutcome } from "../../src/engine/result.js";
+import { skipOutsideCi } from "../helpers/ci.js";
+import { postgresMissing, relaunch, startPostgres, type PgServer } from "../helpers/postgres.js";
+
+const PG_MISSING = postgresMissing();
+const REQ = parseExecRequest({ runtime: "bash", code: "echo hi", env: { A: "secret-value" } });
+const OUTCOME: ExecOutcome = {
+  result: {
+    stdout: "hi\n",
+    stderr: "",
+    exit_code: 0,
+    exit_reason: "ok",
+    signal: null,
+    duration_ms: 12,
+    isolation: "namespace",
+    network: "none",
+    stdout_truncated: false,
+    stderr_truncated: false,
+    stdout_omitted_bytes: 0,
+    stderr_omitted_bytes: 0,
+    files: [],
+  },
+  files: [],
+};
+
+let pgServer: PgServer | undefined;
+let dbCount = 0;
+const cleanups: (() => Promise<void> | void)[] = [];
+
+before(async () => {
+  if (!PG_MISSING) pgServer = await startPostgres();
+});
+after(async () => {
+  for (const c of cleanups.reverse()) await c();
+  await pgServer?.stop();
+});
+
+/** A fresh, migrated store of each kind. */
+const KINDS: Record<string, () => Promise<Store>> = {
+  sqlite: async () => {
+    const home = mkdtempSync(join(tmpdir(), "sr-store-"));
+    const store = storeOn(new SqliteDriver(openDatabase(home)), 0);
+    cleanups.push(async () => {
+      await store.close().catch(() => {});
+      rmSync(home, { recursive: true, force: true });
+    });
+    return store;
+  },
+  postgres: async () => {
+    const url = await pgServer!.createDatabase(`store_${process.pid}_${++dbCount}`);
+    const sql = new PostgresDriver({ url });
+    await migratePostgres(sql);
+    const store = storeOn(sql, 0);
+    cleanups.push(() => store.close().catch(() => {}));
+    return store;
+  },
+};
+
+const VETERAN_ID = "0123456789ab";
+const VETERAN = `srk_${VETERAN_ID}_${"v".repeat(43)}`;
+
+/**
+ * A database of each kind with only the first `version` migrations applied (a release's), and
+ * the step that brings it to the current schema the way a server's start does.
+ */
+async function openAtVersion(
+  kind: string,
+  version: number,
+): Promise<{ sql: SqlDriver; migrate(): Promise<Store> }> {
+  if (kind === "sqlite") {
+    const home = mkdtempSync(join(tmpdir(), "sr-store-old-"));
+    const db = new Sqlite(join(home, DATABASE_FILE));
+    for (const m of MIGRATIONS.slice(0, version)) db.exec(m.sqlite);
+    db.pragma(`user_version = ${version}`);
+    cleanups.push(() => rmSync(home, { recursive: true, force: true }));
+    return {
+      sql: new SqliteDriver(db),
+      async migrate() {
+        db.close();
+        const store = storeOn(new SqliteDriver(openDatabase(home)), 0);
+        cleanups.push(() => store.close().catch(() => {}));
+        return store;
+      },
+    };
+  }
+  const url = await pgServer!.createDatabase(`store_old_${process.pid}_${++dbCount}`);
+  const sql = new PostgresDriver({ url });
+  for (const m of MIGRATIONS.slice(0, version)) await sql.run(m.postgres);
+  await sql.run("CREATE TABLE schema_version (version INTEGER NOT NULL)");
+  await sql.run("INSERT INTO schema_version (version) VALUES (?)", [version]);
+  cleanups.push(() => sql.close().catch(() => {}));
+  return {
+    sql,
+    async migrate() {
+      assert.equal(await migratePostgres(sql), MIGRATIONS.length - version);
+      return storeOn(sql, 0);
+    },
+  };
+}
+
+async function columns(sql: SqlDriver, table: string): Promise<string[]> {
+  const rows =
+    sql.dialect === "sqlite"
+      ? await sql.all<{ name: string }>(`SELECT name FROM pragma_table_info('${table}')`)
+      : await sql.all<{ name: string }>(
+          "SELECT column_name AS name FROM information_schema.columns WHERE table_name = ?",
+          [table],
+        );
+  return rows.map((r) => r.name).sort();
+}
+
+for (const [kind, open] of Object.entries(KINDS)) {
+  describe(
+    `store on ${kind}`,
+    { skip: kind === "postgres" ? skipOutsideCi(PG_MISSING) : undefined },
+    () => {
+      let store: Store;
+      before(async () => {
+        store = await open();
+      });
+
+      test("migrations bring a fresh database to the same tables and columns on both", async () => {
+        const expected: Record<string, string[]> = {
+          keys: ["created_at", "hash", "id", "last_used_at", "name", "policy", "revoked_at"],
+          replicas: ["expires_at", "id", "renewed_at", "started_at"],
+          key_quota: ["at", "key_id", "tokens"],
+          sandboxes: ["name", "seen_at", "server_pid"],
+        };
+        for (const [table, cols] of Object.entries(expected))
+          assert.deepEqual(await columns(store.sql, table), cols, table);
+        const runCols = await columns(store.sql, "runs");
+        for (const c of ["replica_id", "worker", "status", "error_code", "code_sha256"])
+          assert.ok(runCols.includes(c), c);
+        assert.equal(runCols.length, 31);
+        if (store.sql.dialect === "postgres") {
+          assert.equal(await migratePostgres(store.sql), 0, "a second run applies nothing");
+          const v = await store.sql.get<{ version: number }>("SELECT version FROM schema_version");
+          assert.equal(v?.version, MIGRATIONS.length);
+        } else {
+          assert.equal(store.sqlite!.pragma("user_version", { simple: true }), MIGRATIONS.length);
+        }
+      });
+
+      test("a created key verifies; near misses, other keys' ids and revoked keys do not", async () => {
+        const { keys } = store;
+        const a = await keys.create("alice");
+        const b = await keys.create("bob");
+        assert.equal((await keys.verify(a.key))?.id, a.id);
+        assert.equal((await keys.verify(b.key))?.id, b.id);
+        const secretA = a.key.slice(-43);
+        const last = a.key.at(-1) === "A" ? "B" : "A";
+        for (const bad of [
+          a.key.slice(0, -1) + last,
+          `srk_${b.id}_${secretA}`,
+          a.key + "x",
+          a.key.toUpperCase(),
+          "",
+          `srk_${a.id}_`,
+          secretA,
+        ])
+          assert.equal(await keys.verify(bad), null, bad.slice(0, 20));
+        assert.deepEqual(await keys.revoke("alice"), [a.id]);
+        assert.equal(await keys.verify(a.key), null);
+        assert.equal((await keys.verify(b.key))?.id, b.id);
+        assert.deepEqual(await keys.revoke("alice"), []);
+      });
+
+      test("a replica's verified-key cache: a revoked key stops within its time, a wrong key is never cached", async () => {
+        const cached = new KeyStore(store.sql, { verifiedCacheMs: 1000 });
+        const c = await store.keys.create("carol");
+        const t0 = 1_000_000;
+        assert.equal((await cached.verify(c.key, t0))?.id, c.id);
+        const wrong = c.key.slice(0, -1) + (c.key.at(-1) === "A" ? "B" : "A");
+        assert.equal(await cached.verify(wrong, t0), null);
+        await store.keys.revoke("carol");
+        assert.equal((await cached.verify(c.key, t0 + 999))?.id, c.id, "trusted within the second");
+        assert.equal(await cached.verify(c.key, t0 + 1000), null, "revoked after it");
+        assert.equal(
+          await cached.verify(c.key, t0 + 1001),
+          null,
+          "a refusal is not cached as a pass",
+        );
+        assert.equal(await cached.verify(wrong, t0 + 1), null);
+        // Without the cache (the single server) a revocation holds at once.
+        const d = await store.keys.create("dave");
+        assert.equal((await store.keys.verify(d.key))?.id, d.id);
+        await store.keys.revoke("dave");
+        assert.equal(await store.keys.verify(d.key), null);
+      });
+
+      test("keys are stored only as hashes and never listed; names are checked", async () => {
+        const a = await store.keys.create("ci");
+        assert.equal(parseKeyId(a.key), a.id);
+        const listed = JSON.stringify(await store.keys.list());
+        assert.ok(!listed.includes(a.key.slice(-43)));
+        assert.match(a.key, /^srk_[0-9a-f]{12}_[A-Za-z0-9_-]{43}$/);
+        const raw = JSON.stringify(await store.sql.all("SELECT * FROM keys"));
+        assert.ok(!raw.includes(a.key.slice(-43)), "the table holds no secret");
+        for (const bad of ["", " lead", "a/b", "x".repeat(65), "a\nb"])
+          await assert.rejects(store.keys.create(bad));
+        const touched = Date.now();
+        await store.keys.touch(a.id, touched);
+        const info = (await store.keys.list()).find((k) => k.id === a.id)!;
+        assert.equal(info.lastUsedAt, touched, "ms timestamps come back as numbers");
+      });
+
+      test("a key's policy is stored with it, read back with every verification, updated and cleared; a bad one is refused, a corrupt one fails closed", async () => {
+        const { keys } = store;
+        const narrow = await keys.create("narrow", { runtimes: ["bash"], max_timeout_ms: 5000 });
+        assert.deepEqual(narrow.policy, { runtimes: ["bash"], max_timeout_ms: 5000 });
+        assert.deepEqual((await keys.verify(narrow.key))?.policy, narrow.policy);
+        const plain = await keys.create("plain");
+        assert.equal((await keys.verify(plain.key))?.policy, null);
+        const updated = await keys.updatePolicy("narrow", {
+          max_timeout_ms: 900_000,
+          max_memory_mb: 4096,
+          runtimes: null,
+        });
+        assert.deepEqual(updated, {
+          id: narrow.id,
+          policy: { max_timeout_ms: 900_000, max_memory_mb: 4096 },
+        });
+        assert.deepEqual((await keys.verify(narrow.key))?.policy, updated!.policy);
+        const listed = (await keys.list()).find((k) => k.id === narrow.id);
+        assert.deepEqual(listed?.policy, updated!.policy);
+        await assert.rejects(keys.updatePolicy(narrow.id, { max_timeout_ms: 900_001 }), /900000/);
+        await assert.rejects(keys.create("bad", { network: "none", egress_allow: ["a.com"] }));
+        assert.equal(
+          (await keys.list()).some((k) => k.name === "bad"),
+          false,
+          "nothing written",
+        );
+        assert.equal(await keys.updatePolicy("nobody", { concurrency: 1 }), null);
+        await keys.create("twin");
+        await keys.create("twin");
+        await assert.rejects(keys.updatePolicy("twin", { concurrency: 1 }), /give the id/);
+        assert.deepEqual(
+          await keys.updatePolicy(narrow.id, { max_timeout_ms: null, max_memory_mb: null }),
+          { id: narrow.id, policy: null },
+        );
+        assert.equal(
+          (
+            await store.sql.get<{ policy: string | null }>("SELECT policy FROM keys WHERE id = ?", [
+              narrow.id,
+            ])
+          )?.policy,
+          null,
+          "no policy left: NULL, the server's settings",
+        );
+        await store.sql.run("UPDATE keys SET policy = ? WHERE id = ?", [
+          '{"max_timeout_ms": 99999999}',
+          plain.id,
+        ]);
+        await assert.rejects(keys.verify(plain.key), (e: Error & { code?: string }) => {
+          assert.equal(e.code, "INTERNAL");
+          assert.match(e.message, /stored policy of API key .* is not valid/);
+          return true;
+        });
+        await store.sql.run("UPDATE keys SET policy = NULL WHERE id = ?", [plain.id]);
+      });
+
+      test("migration 5 brings a database of the last release forward: its keys keep working, with no policy", async () => {
+        const old = await openAtVersion(kind, 4);
+        const created = await new KeyStore(old.sql).create("veteran").catch(() => null);
+        assert.equal(created, null, "version 4 has no policy column to write");
+        await old.sql.run("INSERT INTO keys (id, name, hash, created_at) VALUES (?, ?, ?, ?)", [
+          VETERAN_ID,
+          "veteran",
+          hashKey(VETERAN),
+          1,
+        ]);
+        const store5 = await old.migrate();
+        assert.deepEqual(await store5.keys.verify(VETERAN), {
+          id: VETERAN_ID,
+          name: "veteran",
+          policy: null,
+        });
+        assert.ok((await columns(store5.sql, "keys")).includes("policy"));
+      });
+
+      test("a run's record: begin, started on a worker, finished; a late failed does not undo it", async () => {
+        const id = await store.runs.begin("k1", "rest", REQ, 1000, { replicaId: "r1" });
+        await store.runs.started(id, 1001, "10.0.0.7:8788");
+        await store.runs.finished(id, OUTCOME, 1050);
+        await store.runs.failed(id, "WORKER_LOST", 1060);
+        await store.runs.started(id, 1070, "other");
+        const row = (await store.runs.get(id))!;
+        assert.equal(row.status, "finished");
+        assert.equal(row.error_code, null);
+        assert.equal(row.worker, "10.0.0.7:8788");
+        assert.equal(row.started_at, 1001);
+        assert.equal(row.finished_at, 1050);
+        assert.equal(row.replica_id, "r1");
+        assert.equal(row.exit_reason, "ok");
+        assert.equal(row.stdout_bytes, 3);
+        assert.ok(!JSON.stringify(row).includes("secret-value"), "no env value in the record");
+        // Idempotent: the same writes again leave the same row.
+        await store.runs.finished(id, OUTCOME, 1050);
+        assert.deepEqual(await store.runs.get(id), row);
+      });
+
+      test("leases: runs of a replica whose lease expired become INTERRUPTED, a live one's stay", async () => {
+        await store.leases.renew("live", 10_000, 5_000);
+        await store.leases.renew("dead", 1_000, 5_000);
+        const mine = await store.runs.begin("k2", "rest", REQ, 5_001, { replicaId: "live" });
+        const theirs = await store.runs.begin("k2", "mcp", REQ, 5_001, { replicaId: "dead" });
+        const done = await store.runs.begin("k2", "rest", REQ, 5_001, { replicaId: "dead" });
+        await store.runs.finished(done, OUTCOME, 5_010);
+        assert.equal(await store.leases.sweep(5_500), 0, "nothing has expired yet");
+        assert.equal(await store.leases.sweep(7_000), 1);
+        assert.deepEqual(await store.leases.live(7_000), ["live"]);
+        assert.equal((await store.runs.get(mine))!.status, "queued");
+        const t = (await store.runs.get(theirs))!;
+        assert.deepEqual([t.status, t.error_code], ["failed", "INTERRUPTED"]);
+        assert.equal((await store.runs.get(done))!.status, "finished", "a finished run is kept");
+        await store.leases.release("live");
+        assert.equal(await store.leases.sweep(7_001), 1, "a released lease frees its runs too");
+      });
+    },
+  );
+}
+
+describe("shared quota on Postgres", { skip: skipOutsideCi(PG_MISSING) }, () => {
+  test("concurrency and rate per key hold across replicas admitting at once", async () => {
+    const url = await pgServer!.createDatabase(`quota_${process.pid}`);
+    const a = new PostgresDriver({ url, max: 5 });
+    const b = new PostgresDriver({ url, max: 5 });
+    cleanups.push(
+      () => a.close(),
+      () => b.close(),
+    );
+    await Promise.all([migratePostgres(a), migratePostgres(b)]);
+    const store = storeOn(a, 0);
+    const key = await store.keys.create("shared");
+    const now = Date.now();
+    await store.leases.renew("ra", 60_000, now);
+    await store.leases.renew("rb", 60_000, now);
+    const limits = { maxConcurrent: 3, ratePerMinute: 60, burst: 100 };
+    const admit = (sql: SqlDriver, replicaId: string) =>
+      admitShared(sql, { keyId: key.id, transport: "rest", req: REQ, replicaId, limits }, now);
+    const results = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => (i % 2 ? admit(a, "ra") : admit(b, "rb"))),
+    );
+    const ok = results.filter((r) => r.ok);
+    assert.equal(ok.length, 3, "exactly maxConcurrent admitted across both replicas");
+    const used = (await store.keys.list()).find((k) => k.id === key.id)!;
+    assert.equal(used.lastUsedAt, now, "admission records the key's last use");
+    for (const r of results.filter((x) => !x.ok))
+      assert.deepEqual(r, { ok: false, reason: "concurrency", retryAfterS: 1 });
+    // A finished call frees its slot; a dead replica's calls stop counting when its lease ends.
+    const first = ok[0] as { runId: string };
+    await store.runs.finished(first.runId, OUTCOME, now + 1);
+    assert.equal((await admit(a, "ra")).ok, true);
+    await store.leases.renew("rb", 1, now - 10);
+    const afterExpiry = await admit(a, "ra");
+    const rbHeld = (await store.runs.all()).filter(
+      (r) => r.replica_id === "rb" && r.status === "queued",
+    ).length;
+    assert.equal(afterExpiry.ok, rbHeld > 0, "rb's calls no longer count once its lease expired");
+
+    // Rate: a burst of 2, one token a minute, shared by both replicas.
+    const k2 = await store.keys.create("rated");
+    const rated = { maxConcurrent: 100, ratePerMinute: 1, burst: 2 };
+    const admitRated = (sql: SqlDriver) =>
+      admitShared(
+        sql,
+        { keyId: k2.id, transport: "rest", req: REQ, replicaId: "ra", limits: rated },
+        now,
+      );
+    const r = await Promise.all([admitRated(a), admitRated(b), admitRated(a), admitRated(b)]);
+    assert.equal(r.filter((x) => x.ok).length, 2);
+    const refused = r.find((x) => !x.ok) as { reason: string; retryAfterS: number };
+    assert.equal(refused.reason, "rate");
+    assert.ok(refused.retryAfterS >= 1 && refused.retryAfterS <= 60);
+  });
+
+  test("the database's admission rule is decideQuota's (property: same verdicts over random call sequences)", async () => {
+    const url = await pgServer!.createDatabase(`parity_${process.pid}`);
+    const sql = new PostgresDriver({ url });
+    cleanups.push(() => sql.close());
+    await migratePostgres(sql);
+    const store = storeOn(sql, 0);
+    await store.leases.renew("rp", 10 ** 12, 0);
+    const step = fc.oneof(
+      fc.record({ admit: fc.constant(true), dt: fc.integer({ min: 0, max: 5000 }) }),
+      fc.record({ admit: fc.constant(false), dt: fc.constant(0) }),
+    );
+    await fc.assert(
+      fc.asyncProperty(
+        fc.record({
+          maxConcurrent: fc.integer({ min: 1, max: 4 }),
+          ratePerMinute: fc.integer({ min: 1, max: 600 }),
+          burst: fc.integer({ min: 1, max: 4 }),
+        }),
+        fc.array(step, { minLength: 1, maxLength: 12 }),
+        async (limits, steps) => {
+          const key = await store.keys.create("parity");
+          let now = 1_000_000;
+          let bucket: { tokens: number; at: number } | undefined;
+          const open: string[] = [];
+          for (const s of steps) {
+            now += s.dt;
+            if (!s.admit) {
+              const id = open.shift();
+              if (id) await store.runs.finished(id, OUTCOME, now);
+              continue;
+            }
+            const model = decideQuota(limits, open.length, bucket, now);
+            if (model.bucket) bucket = model.bucket;
+            const got = await admitShared(
+              sql,
+              { keyId: key.id, transport: "rest", req: REQ, replicaId: "rp", limits },
+              now,
+            );
+            if (got.ok) open.push(got.runId);
+            const expected = model.ok
+              ? { ok: true }
+              : { ok: false, reason: model.reason, retryAfterS: model.retryAfterS };
+            const actual = got.ok ? { ok: true } : got;
+            assert.deepEqual(actual, expected, JSON.stringify({ limits, steps }));
+          }
+        },
+      ),
+      { numRuns: 25 },
+    );
+  });
+
+  test("an idempotent write waits out a restart; a read fails NOT_READY at once", async () => {
+    const url = await pgServer!.createDatabase(`restart_${process.pid}`);
+    const sql = new PostgresDriver({ url, connectTimeoutMs: 500 });
+    cleanups.push(() => sql.close());
+    await migratePostgres(sql);
+    const store = storeOn(sql, 20_000);
+    const id = await store.runs.begin("k", "rest", REQ, 1, {});
+    await pgServer!.kill();
+    await assert.rejects(store.runs.get(id), (e: Error & { code?: string }) => {
+      assert.equal(e.code, "NOT_READY");
+      return true;
+    });
+    const write = store.runs.finished(id, OUTCOME, 2);
+    await new Promise((r) => setTimeout(r, 800));
+    pgServer = await relaunch(pgServer!);
+    await write;
+    assert.equal((await store.runs.get(id))!.status, "finished");
+  });
+
+  test("transient errors are told apart from the caller's mistakes", () => {
+    const err = (message: string, code?: string) => Object.assign(new Error(message), { code });
+    for (const e of [
+      err("connect ECONNREFUSED 127.0.0.1:5432", "ECONNREFUSED"),
+      err("terminating connection due to administrator command", "57P01"),
+      err("the database system is starting up", "57P03"),
+      err("cannot execute UPDATE in a read-only transaction", "25006"),
+      err("Connection terminated unexpectedly"),
+      err("timeout exceeded when trying to connect"),
+      err("connection failure", "08006"),
+    ])
+      assert.equal(isTransientDbError(e), true, e.message);
+    for (const e of [
+      err('relation "nope" does not exist', "42P01"),
+      err("duplicate key value violates unique constraint", "23505"),
+      err("syntax error", "42601"),
+      "not an error",
+    ])
+      assert.equal(isTransientDbError(e), false, String(e));
+  });
+});
