@@ -1,12 +1,14 @@
 // Builds the sandbox agent (guest/agent.c + guest/agent-*.c) into build/guest/agent as a static
 // binary, and the pre-started node's reseed addon (guest/node-reseed.c) into
-// build/guest/scratchrun-reseed.node, each only when a source is newer than what was built.
-// Run by `npm run build`.
+// build/guest/scratchrun-reseed.node, each only when a source is newer than what was built, and
+// copies the pre-start scripts (guest/prestart.py, guest/prestart.js) beside them: the namespace
+// backend mounts that directory into its jails. Run by `npm run build`.
 import { spawnSync } from "node:child_process";
 import {
   existsSync,
   mkdirSync,
   readdirSync,
+  readFileSync,
   renameSync,
   rmSync,
   statSync,
@@ -14,7 +16,7 @@ import {
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const guest = join(root, "guest");
@@ -41,7 +43,34 @@ const self = fileURLToPath(import.meta.url);
 const stale = (target, inputs) =>
   !existsSync(target) ||
   statSync(target).mtimeMs < Math.max(...[...inputs, self].map((f) => statSync(f).mtimeMs));
-const agentStale = stale(out, [...sources, ...headers]);
+// The pre-start scripts, next to the agent (namespace jails see this directory at /opt/scratchrun).
+for (const script of ["prestart.py", "prestart.js"]) {
+  const src = join(guest, script);
+  const dest = join(root, "build", "guest", script);
+  const text = readFileSync(src);
+  if (existsSync(dest) && readFileSync(dest).equals(text)) continue;
+  mkdirSync(dirname(dest), { recursive: true });
+  writeFileSync(`${dest}.tmp-${process.pid}`, text, { mode: 0o444 });
+  renameSync(`${dest}.tmp-${process.pid}`, dest);
+  console.log(`build-guest: copied ${script}`);
+}
+
+// The constants the agent shares with the host, as a header generated from the compiled
+// TypeScript (src/protocol/guest-header.ts; `npm run build` runs tsc first).
+const include = join(root, "build", "guest", "include");
+const sharedHeader = join(include, "scratchrun-shared.h");
+const headerModule = join(root, "dist", "src", "protocol", "guest-header.js");
+if (!existsSync(headerModule)) fail(`missing ${headerModule}: run tsc first (npm run build)`);
+const { renderGuestHeader } = await import(pathToFileURL(headerModule).href);
+const headerText = renderGuestHeader();
+if (!existsSync(sharedHeader) || readFileSync(sharedHeader, "utf8") !== headerText) {
+  mkdirSync(include, { recursive: true });
+  writeFileSync(`${sharedHeader}.tmp-${process.pid}`, headerText);
+  renameSync(`${sharedHeader}.tmp-${process.pid}`, sharedHeader);
+  console.log(`build-guest: wrote ${sharedHeader}`);
+}
+
+const agentStale = stale(out, [...sources, ...headers, sharedHeader]);
 const addonStale = stale(addonOut, [addonSource]);
 if (!agentStale && !addonStale) {
   console.log(`build-guest: ${out} and ${addonOut} are up to date`);
@@ -83,7 +112,7 @@ function compile(target, args, what) {
   console.log(`build-guest: built ${target}`);
 }
 
-if (agentStale) compile(out, [...flags, ...sources], "the agent");
+if (agentStale) compile(out, [...flags, `-I${include}`, ...sources], "the agent");
 // A shared object for the guest's node (same glibc as the image): its Node-API, OpenSSL and V8
 // symbols come from the node binary that loads it; -z now makes a missing one fail the load.
 if (addonStale)

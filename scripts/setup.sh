@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Installs and builds everything ScratchRun needs on a Debian 12 host, idempotently:
 #   1. Debian packages (bubblewrap, QEMU, kernel, mmdebstrap, nftables, ...), only if missing
-#   2. npm dependencies (npm ci)
-#   3. the TypeScript build and the static guest agent (npm run build)
-#   4. the runtime image (Debian rootfs with python3.12, python3.11, node20, bash), cached by recipe
+#   2. npm dependencies (npm ci)                                  [source checkout only]
+#   3. the TypeScript build (tsc) [source checkout only] and the static guest agent
+#   4. the runtime image (Debian rootfs with python3.12, python3.11, node20, bash, and what the
+#      image config SCRATCHRUN_IMAGE_CONFIG adds: `scratchrun setup --image-config PATH`), cached by recipe
+#   5. the microVM guest (kernel, initramfs, root disk), cached
 # Run as root. Progress is printed for each step; the image build shows mmdebstrap's own output.
+# In a package npm installed (no tsconfig.json: `npx @scratchrun/mcp-server setup` or
+# `scratchrun setup` run this), npm has installed the dependencies and dist/ is prebuilt.
 set -euo pipefail
 exec 1>&2  # stdout stays clean: `npm start` hands it to the MCP server for JSON-RPC
 cd "$(dirname "$0")/.."
@@ -19,6 +23,13 @@ fi
 # ripgrep and socat: the benchmark's sandbox-runtime peer refuses to start without them.
 APT_PACKAGES=(bubblewrap qemu-system-x86 linux-image-cloud-amd64 busybox-static mmdebstrap
   nftables iproute2 erofs-utils squashfs-tools cpio util-linux gcc libc6-dev ripgrep socat)
+# A source checkout also runs the tests: postgresql (the store and cluster tests start servers of
+# their own, initdb in a temp dir) and kubectl (Debian's kubernetes-client, unless one is
+# installed; renders deploy/kubernetes in a test). An installed package needs neither.
+if [ -f tsconfig.json ]; then
+  APT_PACKAGES+=(postgresql)
+  command -v kubectl >/dev/null || APT_PACKAGES+=(kubernetes-client)
+fi
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -38,15 +49,22 @@ if [ "$node_major" -lt 20 ]; then
   exit 1
 fi
 
-if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-  step "npm ci"
-  npm ci --no-audit --no-fund
-else
-  step "npm dependencies: up to date"
-fi
+checkout=0
+[ -f tsconfig.json ] && checkout=1
 
-step "npm run build (TypeScript + guest agent)"
-npm run build --silent
+if [ "$checkout" = 1 ]; then
+  if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+    step "npm ci"
+    npm ci --no-audit --no-fund
+  else
+    step "npm dependencies: up to date"
+  fi
+  step "npm run build (TypeScript + guest agent)"
+  npm run build --silent
+else
+  step "guest agent (static C; rebuilt only when its sources change)"
+  node scripts/build-guest.mjs
+fi
 
 step "runtime image (cached; rebuilt only when its recipe changes)"
 node scripts/build-images.mjs
@@ -54,4 +72,8 @@ node scripts/build-images.mjs
 step "microVM guest: kernel, initramfs, root disk (cached)"
 node scripts/build-vm.mjs >/dev/null
 
-step "ready: start the stdio MCP server with: npx --no-install scratchrun-mcp"
+if [ "$checkout" = 1 ]; then
+  step "ready: start the stdio MCP server with: npx --no-install scratchrun-mcp"
+else
+  step "ready: an MCP client as root starts local mode with: npx -y @scratchrun/mcp-server (scratchrun doctor checks the host)"
+fi

@@ -1,7 +1,30 @@
 #!/usr/bin/env node
+// `scratchrun-mcp` and `mcp-server` (what `npx @scratchrun/mcp-server` runs): the stdio MCP server,
+// or, given a command first (`npx @scratchrun/mcp-server setup`), that `scratchrun` command.
 import { runMcpStdio } from "../cli/mcp.js";
 
-runMcpStdio(process.argv.slice(2)).catch((e: unknown) => {
-  process.stderr.write(`scratchrun-mcp: ${e instanceof Error ? e.message : String(e)}\n`);
-  process.exit(1);
-});
+const COMMANDS = new Set(["setup", "doctor", "serve", "keys", "run", "help", "--help", "-h"]);
+const argv = process.argv.slice(2);
+
+if (argv[0] !== undefined && COMMANDS.has(argv[0])) {
+  const { main } = await import("../cli/main.js");
+  main(argv).then(
+    (code) => process.exit(code),
+    (e: unknown) => {
+      process.stderr.write(`scratchrun: ${e instanceof Error ? e.message : String(e)}\n`);
+      process.exit(1);
+    },
+  );
+} else {
+  runMcpStdio(argv).catch((e: unknown) => {
+    process.stderr.write(
+      `scratchrun-mcp: ${oneLine(e instanceof Error ? e.message : String(e))}\n`,
+    );
+    process.exit(1);
+  });
+}
+
+/** A start-up failure is one line, however the message was built. */
+function oneLine(s: string): string {
+  return s.replace(/\s*\n\s*/g, " ");
+}

@@ -1,14 +1,18 @@
 import { existsSync, readFileSync, statfsSync } from "node:fs";
 import { join } from "node:path";
 import { detectCgroups } from "../jail/cgroup.js";
-import { findRootfs } from "../images/locate.js";
+import { IMAGE_CONFIG_ENV } from "../images/config.js";
+import { selectRootfs, type SelectResult } from "../images/locate.js";
 
 import { imagesDir } from "../images/paths.js";
 import { DEFAULT_UPLINK } from "../net/index.js";
 import { detectAccel } from "../backends/microvm/accel.js";
 import { buildVmArtifacts } from "../backends/microvm/build.js";
+import type { Manifest } from "../images/manifest.js";
+import { RUNTIMES, type RuntimeName } from "../schema/exec.js";
 import { AGENT_DIR } from "./engine-factory.js";
 import { egressBlocker } from "./network.js";
+import { setupCommand } from "./setup-command.js";
 
 export interface Check {
   name: string;
@@ -33,6 +37,8 @@ function check(
 /** What this host can do. Each failed check carries the exact command that fixes it. */
 export async function runChecks(env: NodeJS.ProcessEnv = process.env): Promise<Check[]> {
   const apt = (pkg: string) => `apt-get install -y ${pkg}`;
+  let selected: SelectResult | undefined;
+  const image = () => (selected ??= selectRootfs(env));
   return [
     check("root", true, () => ({
       ok: process.getuid?.() === 0,
@@ -64,15 +70,28 @@ export async function runChecks(env: NodeJS.ProcessEnv = process.env): Promise<C
     check("agent", true, () => ({
       ok: existsSync(join(AGENT_DIR, "agent")),
       detail: join(AGENT_DIR, "agent"),
-      fix: "npm run build (needs gcc and libc6-dev)",
+      fix: setupCommand(),
     })),
     check("runtime image", true, () => {
-      const r = findRootfs(env);
-      if (!r.ok) return { ok: false, detail: r.error, fix: "npm run setup" };
+      const r = image();
+      if (!r.ok) return { ok: false, detail: r.error, fix: setupCommand() };
       const versions = Object.entries(r.manifest.runtimes)
         .map(([name, info]) => `${name} ${info.version}`)
         .join(", ");
       return { ok: true, detail: `${r.dir} (${versions})` };
+    }),
+    check("image config", false, () => imageConfigCheck(env, image())),
+    ...RUNTIMES.map((runtime) =>
+      check(`runtime ${runtime}`, false, () => {
+        const r = image();
+        if (!r.ok) return { ok: false, detail: "no runtime image yet", fix: setupCommand() };
+        return { ok: true, detail: runtimeContents(r.manifest, runtime) };
+      }),
+    ),
+    check("python3.12 packages", false, () => {
+      const r = image();
+      if (!r.ok) return { ok: false, detail: "no runtime image yet", fix: setupCommand() };
+      return python312PackagesCheck(r.manifest);
     }),
     await kvmCheck(),
     check("qemu", false, () => ({
@@ -105,6 +124,105 @@ export async function runChecks(env: NodeJS.ProcessEnv = process.env): Promise<C
       };
     }),
   ];
+}
+
+/**
+ * What one runtime of the image holds: its version and packages with versions, the operator's
+ * additions marked (what `scratchrun_runtimes` lists, one runtime per line).
+ */
+export function runtimeContents(manifest: Manifest, runtime: RuntimeName): string {
+  const info = manifest.runtimes[runtime];
+  const extras = manifest.extras;
+  const added = new Set(
+    Object.keys(
+      !extras
+        ? {}
+        : runtime === "bash"
+          ? extras.debian
+          : runtime === "node20"
+            ? extras.node20
+            : runtime === "python3.12"
+              ? extras["python3.12"]
+              : {},
+    ),
+  );
+  const pkgs = Object.entries(info.packages ?? {}).map(
+    ([n, v]) => `${n} ${v}${added.has(n) ? " (image config)" : ""}`,
+  );
+  const debs =
+    runtime === "python3.11" && extras && Object.keys(extras["python3.11"]).length > 0
+      ? `; from the image config: ${Object.entries(extras["python3.11"])
+          .map(([n, v]) => `${n} ${v}`)
+          .join(", ")}`
+      : "";
+  return `${info.version}${pkgs.length ? `; packages: ${pkgs.join(", ")}` : "; no packages beyond the runtime's own"}${debs}`;
+}
+
+/** Whether the served image is the image config's, and how to get there if not. */
+export function imageConfigCheck(
+  env: NodeJS.ProcessEnv,
+  r: SelectResult,
+): { ok: boolean; detail: string; fix?: string } {
+  const path = env[IMAGE_CONFIG_ENV];
+  if (!r.ok)
+    return path
+      ? { ok: false, detail: `${path}: no image yet`, fix: "scratchrun image build (as root)" }
+      : {
+          ok: true,
+          detail: `none (${IMAGE_CONFIG_ENV} or --image-config adds packages and files)`,
+        };
+  if (r.stale)
+    return {
+      ok: false,
+      detail: r.stale,
+      fix: `fix ${path ?? "the config"} if it is invalid, then scratchrun image build (as root)`,
+    };
+  const extras = r.manifest.extras;
+  if (!extras)
+    return {
+      ok: true,
+      detail: `none (${IMAGE_CONFIG_ENV} or --image-config adds packages and files)`,
+    };
+  const count = (o: Record<string, string>) => Object.keys(o).length;
+  return {
+    ok: true,
+    detail: `${extras.config}: built; adds ${count(extras.debian)} Debian, ${count(extras["python3.11"])} python3.11, ${count(extras["python3.12"])} python3.12 and ${count(extras.node20)} npm package(s), ${extras.files.length} file entr${extras.files.length === 1 ? "y" : "ies"}`,
+  };
+}
+
+/** The scientific stack python3.12 is meant to have, as the product page's example uses it. */
+const PY312_STACK = ["numpy", "pandas", "matplotlib", "pillow", "scipy"];
+
+/**
+ * Whether the image's python3.12 has its scientific packages, and if not, how to get them: they
+ * come from a wheelhouse, a package index or PyPI at build time; without any of them python3.12
+ * has the standard library only (python3.11 has Debian's packages either way).
+ */
+export function python312PackagesCheck(manifest: Manifest): {
+  ok: boolean;
+  detail: string;
+  fix?: string;
+} {
+  const versions = new Map(
+    Object.entries(manifest.runtimes["python3.12"].packages ?? {}).map(([n, v]) => [
+      n.toLowerCase(),
+      v,
+    ]),
+  );
+  const missing = PY312_STACK.filter((n) => !versions.has(n));
+  if (manifest.python312PackagesFrom !== "none" && missing.length === 0)
+    return {
+      ok: true,
+      detail: `from ${manifest.python312PackagesFrom}: ${PY312_STACK.map((n) => `${n} ${versions.get(n)}`).join(", ")}`,
+    };
+  return {
+    ok: false,
+    detail:
+      manifest.python312PackagesFrom === "none"
+        ? `python3.12 has the standard library only (no ${missing.join(", ")}): the image was built without a wheelhouse, a package index or PyPI; python3.11 has them`
+        : `python3.12 lacks ${missing.join(", ")} (packages from ${manifest.python312PackagesFrom})`,
+    fix: `set SCRATCHRUN_WHEELHOUSE=/dir/of/wheels, or SCRATCHRUN_PIP_INDEX_URL=https://your-mirror/simple with SCRATCHRUN_PYTHON312_REQUIREMENTS=/hash-pinned/requirements.txt, or give the image config a "python3.12" entry (either kind), then run ${setupCommand()} (the server needs the same variables)`,
+  };
 }
 
 /** KVM as the microvm backend will really use it: the device opens and a probe guest boots. */

@@ -1,18 +1,32 @@
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { createMicrovmBackend } from "../backends/microvm/backend.js";
+import {
+  ensureRootDisk,
+  NotBuiltError,
+  vmArtifactsIfBuilt,
+  type VmArtifacts,
+} from "../backends/microvm/build.js";
 import { NamespaceBackend } from "../backends/namespace/backend.js";
 import type { Backend } from "../backends/types.js";
 import { Engine, type EngineOptions } from "../engine/engine.js";
 import { ScratchRunError } from "../errors.js";
-import { findRootfs } from "../images/locate.js";
+import type { Lease } from "../images/lease.js";
+import { leaseRootfs, selectRootfs } from "../images/locate.js";
 import { detectCgroups, reapStaleEmptyCgroups } from "../jail/cgroup.js";
 import type { Manifest } from "../images/manifest.js";
 import { MATPLOTLIB_CACHE_DIR, PACKAGE_ROOT } from "../images/paths.js";
+import { preimportFor, type Preimport } from "../images/preimport.js";
 import type { AgentFile } from "../protocol/types.js";
 import { WORKDIR } from "../schema/limits.js";
 import { RUNTIMES, type RuntimeName } from "../schema/exec.js";
-import { networkFromEnv } from "./network.js";
+import { homedir } from "node:os";
+import { hostCeiling, type Ceiling } from "../policy/host.js";
+import type { CallPolicy } from "../schema/policy.js";
+import { serverLimitsFromEnv, serverPolicy } from "../policy/server-policy.js";
+import { jailReadableAgentDir } from "./agent-dir.js";
+import { egressAllowlistFromEnv, networkFromEnv } from "./network.js";
+import { setupCommand } from "./setup-command.js";
 
 export type IsolationChoice = "namespace" | "microvm";
 
@@ -22,6 +36,14 @@ export const AGENT_DIR = join(PACKAGE_ROOT, "build", "guest");
 /** The environment with a command line's --isolation laid over SCRATCHRUN_ISOLATION. */
 export function withIsolation(env: NodeJS.ProcessEnv, flag: string | undefined): NodeJS.ProcessEnv {
   return flag === undefined ? env : { ...env, SCRATCHRUN_ISOLATION: flag };
+}
+
+/** The environment with a command line's --egress-allow laid over SCRATCHRUN_EGRESS_ALLOW. */
+export function withEgressAllow(
+  env: NodeJS.ProcessEnv,
+  flag: string | undefined,
+): NodeJS.ProcessEnv {
+  return flag === undefined ? env : { ...env, SCRATCHRUN_EGRESS_ALLOW: flag };
 }
 
 export function isolationChoice(env: NodeJS.ProcessEnv = process.env): IsolationChoice {
@@ -38,11 +60,19 @@ export function isolationChoice(env: NodeJS.ProcessEnv = process.env): Isolation
   );
 }
 
-/** Checks every precondition of the namespace backend; throws NOT_READY with the fix. */
-export function namespacePreflight(env: NodeJS.ProcessEnv = process.env): {
+export interface Preflight {
   rootfsDir: string;
   manifest: Manifest;
-} {
+  /** Why the served image is not the current image config's (it fell back), or null. */
+  stale: string | null;
+}
+
+/**
+ * Checks every precondition of the namespace backend and picks the image to serve (the current
+ * recipe's, or the last one built when only the image config is unbuilt or bad); throws
+ * NOT_READY with the fix.
+ */
+export function namespacePreflight(env: NodeJS.ProcessEnv = process.env): Preflight {
   if (process.getuid?.() !== 0)
     throw new ScratchRunError(
       "NOT_READY",
@@ -57,11 +87,12 @@ export function namespacePreflight(env: NodeJS.ProcessEnv = process.env): {
     });
   if (!existsSync(join(AGENT_DIR, "agent")))
     throw new ScratchRunError("NOT_READY", `the sandbox agent is not built (${AGENT_DIR}/agent)`, {
-      fix: "Run `npm run build` in the package directory",
+      fix: `Run ${setupCommand()}`,
     });
-  const rootfs = findRootfs(env);
-  if (!rootfs.ok) throw new ScratchRunError("NOT_READY", rootfs.error);
-  return { rootfsDir: rootfs.dir, manifest: rootfs.manifest };
+  const rootfs = selectRootfs(env);
+  if (!rootfs.ok)
+    throw new ScratchRunError("NOT_READY", rootfs.error, { fix: `Run ${setupCommand()}` });
+  return { rootfsDir: rootfs.dir, manifest: rootfs.manifest, stale: rootfs.stale };
 }
 
 /**
@@ -104,35 +135,111 @@ export function matplotlibSeed(rootfsDir: string): AgentFile[] {
     }));
 }
 
-/** Builds the engine the environment asks for; refuses to start rather than downgrade. */
+/** Where the agent is copied when its build directory is private (see jailReadableAgentDir). */
+function agentCacheRoot(): string {
+  return process.getuid?.() === 0
+    ? "/var/cache/scratchrun/agent"
+    : join(homedir(), ".cache", "scratchrun", "agent");
+}
+
+/** The microVM's kernel, initramfs and root disk as setup built them; NOT_READY if missing. */
+function builtVmImages(rootfsDir: string): { artifacts: VmArtifacts; disk: string } {
+  try {
+    return { artifacts: vmArtifactsIfBuilt(), disk: ensureRootDisk(rootfsDir, undefined, false) };
+  } catch (e) {
+    if (!(e instanceof NotBuiltError)) throw e;
+    throw new ScratchRunError("NOT_READY", e.message, { fix: `Run ${setupCommand()}` });
+  }
+}
+
+/**
+ * What each runtime's pre-imported interpreter imports, from what the image's manifest says is
+ * installed in it (src/images/preimport.ts); SCRATCHRUN_PREIMPORT=0 turns pre-imports off.
+ */
+export function preimportsOf(
+  manifest: Manifest,
+  env: NodeJS.ProcessEnv = process.env,
+): Partial<Record<RuntimeName, Preimport>> {
+  if (env.SCRATCHRUN_PREIMPORT === "0") return {};
+  const out: Partial<Record<RuntimeName, Preimport>> = {};
+  for (const runtime of RUNTIMES) {
+    const p = preimportFor(manifest.runtimes[runtime], WORKDIR);
+    if (p) out[runtime] = p;
+  }
+  return out;
+}
+
+/**
+ * Builds the engine the environment asks for; refuses to start rather than downgrade.
+ * `prepare: "existing"` (the stdio MCP server) builds nothing: missing microVM images are a
+ * NOT_READY naming the setup command, so a client's initialize never waits on a build.
+ */
 export async function createEngineFromEnv(
   env: NodeJS.ProcessEnv = process.env,
   options: EngineOptions = {},
+  prepare: "build" | "existing" = "build",
 ): Promise<Engine> {
   const choice = isolationChoice(env);
-  const { rootfsDir, manifest } = namespacePreflight(env);
+  // Raised limits are checked against this host's RAM before anything else happens.
+  const ceiling = hostCeiling();
+  // A bad allowlist entry is a configuration error: said before anything else happens.
+  egressAllowlistFromEnv(env);
+  const policy = serverPolicy(serverLimitsFromEnv(env, ceiling));
+  const { rootfsDir, manifest, stale } = namespacePreflight(env);
+  // This server serves this image until it stops: no build's prune removes it meanwhile.
+  let lease: Lease;
+  try {
+    lease = leaseRootfs(rootfsDir);
+  } catch (e) {
+    throw new ScratchRunError("NOT_READY", (e as Error).message);
+  }
+  if (stale) process.stderr.write(`scratchrun: warning: ${stale}\n`);
+  try {
+    return await engineOn(env, options, prepare, choice, { rootfsDir, manifest, stale }, lease, {
+      policy,
+      ceiling,
+    });
+  } catch (e) {
+    lease.release();
+    throw e;
+  }
+}
+
+async function engineOn(
+  env: NodeJS.ProcessEnv,
+  options: EngineOptions,
+  prepare: "build" | "existing",
+  choice: IsolationChoice,
+  { rootfsDir, manifest, stale }: Preflight,
+  lease: Lease,
+  { policy, ceiling }: { policy: CallPolicy; ceiling: Ceiling },
+): Promise<Engine> {
+  const vmImages = choice === "microvm" && prepare === "existing" ? builtVmImages(rootfsDir) : {};
   // What dead servers left: empty sandbox cgroups (their processes died with them).
   await reapStaleEmptyCgroups(detectCgroups());
   // Both backends: public egress when the host can give it (a veth per sandbox for the
   // namespace backend, a tap per VM for the microVM backend), else every call runs with "none".
   const network = await networkFromEnv(env);
+  const preimport = preimportsOf(manifest, env);
   let backend: Backend;
   try {
     backend =
       choice === "microvm"
         ? await createMicrovmBackend({
             rootfsDir,
+            ...vmImages,
             pool: {
               sizes: poolSizes(env),
               mode: env.SCRATCHRUN_POOL_MODE === "boot" ? "boot" : "restore",
             },
+            preimport,
             ...(network.provider ? { network: network.provider } : {}),
           })
         : new NamespaceBackend({
             rootfsDir,
-            agentDir: AGENT_DIR,
-            // Jails are not per runtime: one pool as deep as the deepest runtime's.
-            poolSize: Math.max(...Object.values(poolSizes(env))),
+            agentDir: jailReadableAgentDir(AGENT_DIR, agentCacheRoot()),
+            poolSizes: poolSizes(env),
+            preimport,
             ...(network.provider ? { network: network.provider } : {}),
           });
   } catch (e) {
@@ -140,12 +247,23 @@ export async function createEngineFromEnv(
     throw e;
   }
   return new Engine(backend, {
+    policy,
+    ceiling,
     publicNetworkAvailable: network.provider !== null,
+    egressAllowlist: network.allowlist,
     networkNote: network.summary,
     networkReason: network.reason,
-    onClose: async () => network.provider?.close(),
-    runtimes: { runtimes: manifest.runtimes, notes: manifest.notes },
+    onClose: async () => {
+      await network.provider?.close();
+      lease.release();
+    },
+    runtimes: {
+      runtimes: manifest.runtimes,
+      notes: stale ? [...manifest.notes, stale] : manifest.notes,
+      ...(manifest.extras ? { extras: manifest.extras } : {}),
+    },
     seedFiles: { "python3.11": matplotlibSeed(rootfsDir) },
+    preimport,
     ...options,
   });
 }

@@ -3,20 +3,27 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { VmNetworkProvider } from "../backends/microvm/guest-net.js";
 import type { NetworkProvider } from "../backends/namespace/backend.js";
+import type { NetworkEgress } from "../backends/types.js";
 import { ScratchRunError } from "../errors.js";
+import { UidPool } from "../jail/uids.js";
+import { AllowlistError, parseAllowlist, type DomainAllowlist } from "../net/allowlist.js";
 import {
   createSandboxNetwork,
   reapOrphanNetworks,
   resolvConf,
   uplinkConfig,
+  type SandboxNetwork,
   type UplinkConfig,
 } from "../net/index.js";
+import { EgressProxy, PROXY_UID_BASE, PROXY_UID_COUNT } from "../net/proxy/supervisor.js";
 
 export type NetworkSetting = "auto" | "public" | "none";
 
 export interface NetworkPlan {
   /** null: every call runs with network "none". */
   provider: (NetworkProvider & VmNetworkProvider & { close(): Promise<void> }) | null;
+  /** The server's egress allowlist (SCRATCHRUN_EGRESS_ALLOW), null: every public destination. */
+  allowlist: DomainAllowlist | null;
   /** What calls get, in words for a model (the tool description). */
   summary: string;
   /** Why, with the operator's fix, for doctor and the startup log. */
@@ -26,7 +33,74 @@ export interface NetworkPlan {
 const NONE_SUMMARY = 'none on this server (every call runs with network "none")';
 const PUBLIC_SUMMARY =
   '"public" reaches the internet; private ranges, cloud metadata and the host are always blocked';
+/** How many allowlist entries the tool description names. */
+const SUMMARY_ENTRIES = 20;
 
+function allowlistSummary(allow: DomainAllowlist): string {
+  const shown = allow.entries.slice(0, SUMMARY_ENTRIES).join(", ");
+  const more = allow.entries.length - SUMMARY_ENTRIES;
+  return (
+    `"public" reaches only these names, over HTTP (port 80) and HTTPS (443): ${shown}` +
+    `${more > 0 ? ` and ${more} more` : ""}; every other name, IP address, port and protocol ` +
+    "is refused at once and listed in the result's network_refused; private ranges, cloud " +
+    "metadata and the host are always blocked"
+  );
+}
+
+/**
+ * The server's egress allowlist from SCRATCHRUN_EGRESS_ALLOW (names and `*.` wildcards, separated
+ * by commas or spaces), or null when unset. A bad entry stops the server, naming it.
+ */
+export function egressAllowlistFromEnv(
+  env: NodeJS.ProcessEnv = process.env,
+): DomainAllowlist | null {
+  const spec = env.SCRATCHRUN_EGRESS_ALLOW;
+  if (spec === undefined) return null;
+  try {
+    return parseAllowlist(spec);
+  } catch (e) {
+    if (!(e instanceof AllowlistError)) throw e;
+    throw new ScratchRunError("NOT_READY", `SCRATCHRUN_EGRESS_ALLOW: ${e.message}`, {
+      fix: 'Give domain names and "*." wildcards separated by commas, e.g. "pypi.org,*.github.com"',
+    });
+  }
+}
+
+/**
+ * A sandbox network's egress side: unrestricted, or (allow given) through `proxy`, which is told
+ * the sandbox's addresses and allowlist now and whenever a call brings another allowlist, and is
+ * told to forget them before the network (and its addresses) goes.
+ */
+export async function egressOf(
+  net: SandboxNetwork,
+  proxy: EgressProxy | null,
+  allow: DomainAllowlist | null,
+): Promise<NetworkEgress & { teardown(): Promise<void> }> {
+  const a = net.addresses;
+  const addrs = [a.sandboxV4, ...(a.sandboxV6 ? [a.sandboxV6] : [])];
+  let current = allow;
+  if (proxy && allow) await proxy.assign(addrs, allow);
+  return {
+    allowlist: allow,
+    async useAllowlist(next: DomainAllowlist) {
+      if (!proxy || !current || next === current) return;
+      current = next;
+      await proxy.assign(addrs, next);
+    },
+    async report() {
+      const c = await net.counters();
+      const r = proxy && current ? await proxy.collect(addrs) : null;
+      return {
+        blockedPackets: c.blocked + c.refused,
+        ...(r ? { refused: r.refused, refusedDropped: r.dropped } : {}),
+      };
+    },
+    async teardown() {
+      if (proxy && current) await proxy.release(addrs);
+      await net.teardown();
+    },
+  };
+}
 /**
  * Server-wide network setting. SCRATCHRUN_NETWORK=public requires egress and refuses to start
  * without it; =none forces "none" on every call; =auto (default) gives public egress when the host
@@ -35,6 +109,7 @@ const PUBLIC_SUMMARY =
  * SCRATCHRUN_NET_POOL_V6 and SCRATCHRUN_ENABLE_FORWARDING=1 configure the uplink.
  */
 export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Promise<NetworkPlan> {
+  const allowlist = egressAllowlistFromEnv(env);
   const setting = (env.SCRATCHRUN_NETWORK ?? "auto") as NetworkSetting;
   if (!["auto", "public", "none"].includes(setting))
     throw new ScratchRunError(
@@ -45,7 +120,12 @@ export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
       },
     );
   if (setting === "none")
-    return { provider: null, summary: NONE_SUMMARY, reason: "disabled by SCRATCHRUN_NETWORK=none" };
+    return {
+      provider: null,
+      allowlist,
+      summary: NONE_SUMMARY,
+      reason: "disabled by SCRATCHRUN_NETWORK=none",
+    };
 
   let uplink: UplinkConfig;
   try {
@@ -63,42 +143,94 @@ export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
   if (missing) {
     if (setting === "public")
       throw new ScratchRunError("NOT_READY", missing.problem, { fix: missing.fix });
-    return { provider: null, summary: NONE_SUMMARY, reason: `${missing.problem}; ${missing.fix}` };
+    return {
+      provider: null,
+      allowlist,
+      summary: NONE_SUMMARY,
+      reason: `${missing.problem}; ${missing.fix}`,
+    };
   }
 
   await reapOrphanNetworks(uplink);
+  // The egress proxy: started now for a server-wide allowlist (a failure stops the server), else
+  // on the first network that needs one (a call whose policy brings an allowlist).
+  const uids = new UidPool(PROXY_UID_BASE, PROXY_UID_COUNT);
+  let proxyUid: number | null = null;
+  let proxy: Promise<EgressProxy> | null = null;
+  const startProxy = (): Promise<EgressProxy> => {
+    if (!proxy) {
+      proxyUid = uids.acquire();
+      proxy = EgressProxy.start(uplink, proxyUid);
+      proxy.catch(() => {
+        proxy = null;
+        if (proxyUid !== null) uids.release(proxyUid);
+        proxyUid = null;
+      });
+    }
+    return proxy;
+  };
+  if (allowlist) {
+    try {
+      await startProxy();
+    } catch (e) {
+      throw new ScratchRunError("NOT_READY", `the egress proxy did not start: ${String(e)}`, {
+        fix: "check that nftables and iproute2 work (scratchrun doctor), or unset SCRATCHRUN_EGRESS_ALLOW",
+      });
+    }
+  }
   const dir = mkdtempSync(join(tmpdir(), "scratchrun-net-"));
   chmodSync(dir, 0o755);
   const resolvPath = join(dir, "resolv.conf");
   writeFileSync(resolvPath, resolvConf(uplink), { mode: 0o644 });
+  const open = async (
+    id: string,
+    allow: DomainAllowlist | null,
+    attach?: { kind: "tap"; name: string; uid: number },
+  ) => {
+    const px = allow ? await startProxy() : null;
+    const net = await createSandboxNetwork({
+      id,
+      uplink,
+      ...(attach ? { attach } : {}),
+      ...(px ? { proxy: px.ports } : {}),
+    });
+    return { net, egress: await egressOf(net, px, allow) };
+  };
   return {
-    summary: PUBLIC_SUMMARY,
-    reason: "public egress through the nftables filter",
+    allowlist,
+    summary: allowlist ? allowlistSummary(allowlist) : PUBLIC_SUMMARY,
+    reason: allowlist
+      ? `public egress through the nftables filter, limited to ${allowlist.entries.length} allowlisted names by the egress proxy`
+      : "public egress through the nftables filter",
     provider: {
-      async create(id: string) {
-        const net = await createSandboxNetwork({ id, uplink });
-        return {
-          netnsPath: net.netnsPath,
-          resolvConf: resolvPath,
-          blockedCount: () => net.blockedCount(),
-          teardown: () => net.teardown(),
-        };
+      defaultAllowlist: allowlist,
+      async create(id: string, allow: DomainAllowlist | null) {
+        const { net, egress } = await open(id, allow);
+        return { ...egress, netnsPath: net.netnsPath, resolvConf: resolvPath };
       },
       // The microVM backend: the sandbox side is a tap QEMU (uid) opens inside the namespace.
-      async createTap(id: string, tap: { name: string; uid: number }) {
-        const net = await createSandboxNetwork({ id, uplink, attach: { kind: "tap", ...tap } });
+      async createTap(
+        id: string,
+        tap: { name: string; uid: number },
+        allow: DomainAllowlist | null,
+      ) {
+        const { net, egress } = await open(id, allow, { kind: "tap", ...tap });
         return {
+          ...egress,
           netnsPath: net.netnsPath,
           tapName: net.sandboxIfname,
           sandboxV4: net.addresses.sandboxV4,
           prefixV4: net.addresses.prefixV4,
           gatewayV4: net.addresses.gatewayV4,
           resolvConf: net.resolvConf,
-          blockedCount: () => net.blockedCount(),
-          teardown: () => net.teardown(),
         };
       },
       async close() {
+        const p = proxy;
+        proxy = null;
+        if (p) await (await p.catch(() => null))?.close();
+        if (proxyUid !== null) uids.release(proxyUid);
+        proxyUid = null;
         rmSync(dir, { recursive: true, force: true });
       },
     },

@@ -1,0 +1,47 @@
+import { spawn } from "node:child_process";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { withImageConfig } from "../images/config-load.js";
+import { PACKAGE_ROOT } from "../images/paths.js";
+
+/** True in a source checkout (TypeScript beside the build), false in a package npm installed. */
+export function isSourceCheckout(root: string = PACKAGE_ROOT): boolean {
+  return existsSync(join(root, "tsconfig.json"));
+}
+
+/** The one command that installs and builds what local mode needs, for this copy of ScratchRun. */
+export function setupCommand(root: string = PACKAGE_ROOT): string {
+  return isSourceCheckout(root)
+    ? "npm run setup (as root)"
+    : "npx @scratchrun/mcp-server setup (as root)";
+}
+
+/**
+ * `scratchrun setup` / `npx @scratchrun/mcp-server setup`: runs scripts/setup.sh (apt packages,
+ * the guest agent, the runtime image, the microVM guest; idempotent), its progress on stderr.
+ */
+export function runSetup(argv: string[], root: string = PACKAGE_ROOT): Promise<number> {
+  let flag: string | undefined;
+  try {
+    flag = parseArgs({ args: argv, options: { "image-config": { type: "string" } }, strict: true })
+      .values["image-config"];
+  } catch {
+    process.stderr.write(
+      `scratchrun setup: takes only --image-config PATH (got ${argv.join(" ")})\n`,
+    );
+    return Promise.resolve(2);
+  }
+  return new Promise((resolve) => {
+    const child = spawn("bash", [join(root, "scripts", "setup.sh")], {
+      cwd: root,
+      env: withImageConfig(process.env, flag),
+      stdio: ["ignore", process.stderr, process.stderr],
+    });
+    child.once("error", (e) => {
+      process.stderr.write(`scratchrun setup: cannot run bash: ${e.message}\n`);
+      resolve(1);
+    });
+    child.once("exit", (code, signal) => resolve(code ?? (signal ? 1 : 0)));
+  });
+}

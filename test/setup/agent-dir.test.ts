@@ -1,0 +1,72 @@
+import assert from "node:assert/strict";
+import {
+  chmodSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, describe, test } from "node:test";
+import { jailReadableAgentDir, reachableByEveryone } from "../../src/setup/agent-dir.js";
+
+// The namespace backend bind-mounts the agent's directory as the sandbox's unprivileged uid:
+// under a private directory (npx's cache in /root) it must use a copy others can reach.
+const tmp = mkdtempSync(join(tmpdir(), "scratchrun-agent-dir-"));
+after(() => rmSync(tmp, { recursive: true, force: true }));
+
+function agentIn(dir: string, content: string): string {
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, "agent"), content, { mode: 0o755 });
+  return dir;
+}
+
+describe("the agent's directory for jails", () => {
+  chmodSync(tmp, 0o755);
+  const cache = join(tmp, "cache");
+
+  test("an agent every uid can reach is used where it is", () => {
+    const open = agentIn(join(tmp, "open/build/guest"), "agent-v1");
+    assert.equal(reachableByEveryone(open), true);
+    assert.equal(jailReadableAgentDir(open, cache), open);
+  });
+
+  test("below a 0700 directory: a copy in the cache, 0755, same bytes, reused", () => {
+    const priv = join(tmp, "private");
+    const dir = agentIn(join(priv, "npx/build/guest"), "agent-v2");
+    chmodSync(priv, 0o700);
+    assert.equal(reachableByEveryone(dir), false);
+    const staged = jailReadableAgentDir(dir, cache);
+    assert.notEqual(staged, dir);
+    assert.ok(staged.startsWith(cache));
+    assert.equal(readFileSync(join(staged, "agent"), "utf8"), "agent-v2");
+    assert.equal(statSync(join(staged, "agent")).mode & 0o777, 0o755);
+    assert.equal(statSync(staged).mode & 0o777, 0o755);
+    assert.equal(reachableByEveryone(staged), true);
+    assert.equal(jailReadableAgentDir(dir, cache), staged, "the same build reuses its copy");
+  });
+
+  test("an agent others cannot read or run is copied too; a tampered copy is replaced", () => {
+    const dir = agentIn(join(tmp, "closed"), "agent-v3");
+    chmodSync(join(dir, "agent"), 0o700);
+    assert.equal(reachableByEveryone(dir), false);
+    const staged = jailReadableAgentDir(dir, cache);
+    writeFileSync(join(staged, "agent"), "tampered");
+    assert.equal(jailReadableAgentDir(dir, cache), staged);
+    assert.equal(readFileSync(join(staged, "agent"), "utf8"), "agent-v3");
+  });
+
+  test("a new build gets its own copy", () => {
+    const priv = join(tmp, "private2");
+    const dir = agentIn(join(priv, "g"), "agent-v4");
+    chmodSync(priv, 0o700);
+    const a = jailReadableAgentDir(dir, cache);
+    writeFileSync(join(dir, "agent"), "agent-v5");
+    const b = jailReadableAgentDir(dir, cache);
+    assert.notEqual(a, b);
+    assert.equal(readFileSync(join(b, "agent"), "utf8"), "agent-v5");
+  });
+});

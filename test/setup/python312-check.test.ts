@@ -1,0 +1,58 @@
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import type { Manifest } from "../../src/images/manifest.js";
+import { python312PackagesCheck } from "../../src/setup/checks.js";
+
+// What `scratchrun doctor` says about python3.12's packages, from the image's manifest.
+function manifest(from: Manifest["python312PackagesFrom"], packages: Record<string, string>) {
+  return {
+    format: 1,
+    recipeHash: "x",
+    builtAt: "2024-01-01T00:00:00.000Z",
+    sizeBytes: 1,
+    env: {},
+    runtimes: {
+      "python3.12": { argv: ["/p"], version: "3.12.1", packages },
+      "python3.11": { argv: ["/p"], version: "3.11.2" },
+      node20: { argv: ["/n"], version: "v20.0.0" },
+      bash: { argv: ["/b"], version: "5" },
+    },
+    python312PackagesFrom: from,
+    notes: [],
+  } as Manifest;
+}
+
+const STACK = {
+  numpy: "1.26.4",
+  pandas: "2.2.3",
+  matplotlib: "3.9.2",
+  Pillow: "11.0.0",
+  scipy: "1.14.1",
+};
+
+describe("doctor: python3.12's packages", () => {
+  test("standard library only: a warning naming what is missing and both ways to get it", () => {
+    const c = python312PackagesCheck(manifest("none", { pip: "23.2.1" }));
+    assert.equal(c.ok, false);
+    assert.match(c.detail, /standard library only \(no numpy, pandas, matplotlib, pillow, scipy\)/);
+    assert.match(c.fix ?? "", /SCRATCHRUN_WHEELHOUSE=/);
+    assert.match(c.fix ?? "", /SCRATCHRUN_PIP_INDEX_URL=.*SCRATCHRUN_PYTHON312_REQUIREMENTS=/);
+    assert.match(c.fix ?? "", /setup/);
+  });
+
+  test("a wheelhouse that left one out: a warning naming it", () => {
+    const { scipy: _, ...partial } = STACK;
+    const c = python312PackagesCheck(manifest("wheelhouse", partial));
+    assert.equal(c.ok, false);
+    assert.match(c.detail, /lacks scipy \(packages from wheelhouse\)/);
+  });
+
+  test("the whole stack: ok with the versions (package names in any case)", () => {
+    const c = python312PackagesCheck(manifest("index", STACK));
+    assert.equal(c.ok, true);
+    assert.equal(
+      c.detail,
+      "from index: numpy 1.26.4, pandas 2.2.3, matplotlib 3.9.2, pillow 11.0.0, scipy 1.14.1",
+    );
+  });
+});
