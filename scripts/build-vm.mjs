@@ -8,10 +8,13 @@ import {
   ensureRootDisk,
   pruneVmCache,
 } from "../dist/src/backends/microvm/build.js";
-import { locateRootfs } from "../dist/src/images/locate.js";
+import { selectRootfs } from "../dist/src/images/locate.js";
 
+// The image a server would serve: the current recipe's, or the last one built when only the
+// image config is unbuilt or bad (src/images/locate.ts).
 const i = process.argv.indexOf("--rootfs");
-const rootfsDir = i > 0 ? process.argv[i + 1] : locateRootfs()?.dir;
+const selected = i > 0 ? null : selectRootfs();
+const rootfsDir = i > 0 ? process.argv[i + 1] : selected?.ok ? selected.dir : undefined;
 try {
   const artifacts = buildVmArtifacts();
   const disk = rootfsDir ? ensureRootDisk(rootfsDir) : null;

@@ -1,38 +1,41 @@
-import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
-import {
-  appendFile,
-  chown,
-  copyFile,
-  mkdir,
-  readdir,
-  readFile,
-  rename,
-  rm,
-  writeFile,
-} from "node:fs/promises";
+import { copyFile, mkdir, readdir, rename, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
+import { explainAptFailure } from "./apt-errors.js";
+import { debianIncludes, type ImageConfig } from "./config.js";
 import { parsePackageList, runMmdebstrap } from "./debootstrap.js";
+import { installExtraFiles } from "./extra-files.js";
+import { verifyExtras, type VerifiedExtras } from "./extras.js";
 import { findRootfs, type LocatedRootfs } from "./locate.js";
-import { IMAGE_ENV, runtimeArgv, type Manifest } from "./manifest.js";
+import { IMAGE_ENV, type Manifest } from "./manifest.js";
 import {
-  IN_IMAGE,
-  imagesDir,
-  MANIFEST_FILE,
-  MATPLOTLIB_CACHE_DIR,
-  RECIPE_DIR,
-  ROOTFS_PREFIX,
-} from "./paths.js";
-import { recipeHash, resolveHostSources, type HostSources } from "./recipe.js";
-import { checkInRootfs } from "./rootfs-exec.js";
+  fetchNpmPackages,
+  NPM_DIR_IN_IMAGE,
+  packagesWithScripts,
+  placeNpmTree,
+  runNpmInstallScripts,
+  type NpmPackageLock,
+} from "./npm.js";
+import { imagesDir, MANIFEST_FILE, RECIPE_DIR, ROOTFS_PREFIX } from "./paths.js";
+import { displayIndexUrl, type PipIndex } from "./pip-index.js";
+import { activeImage, imageHolders, pruneImages, setActiveImage } from "./prune.js";
+import { baseRecipeHash, recipeHash, resolveHostSources, type HostSources } from "./recipe.js";
+import {
+  addUserAndMountPoints,
+  bakeMatplotlibCache,
+  diskBytes,
+  purgePackages,
+  slim,
+} from "./rootfs-steps.js";
 import {
   copiedElfObjects,
   installNode20,
   installPython312,
   missingSharedLibs,
 } from "./runtimes.js";
+import { verifyRuntimes } from "./verify-runtimes.js";
 import {
-  installedPackages,
+  installFromIndex,
   installFromPypi,
   installWheelhouse,
   pypiReachable,
@@ -52,44 +55,84 @@ export interface BuildResult extends LocatedRootfs {
 }
 
 export const NO_PYPI_NOTE =
-  "PyPI not reachable: python3.12 has the standard library only (set SCRATCHRUN_WHEELHOUSE to install wheels)";
+  "PyPI not reachable: python3.12 has the standard library only (set SCRATCHRUN_WHEELHOUSE to a directory of wheels, or SCRATCHRUN_PIP_INDEX_URL to a package index with SCRATCHRUN_PYTHON312_REQUIREMENTS hash-pinned, and run setup again)";
 
 const BUILDING_PREFIX = ".building-";
-/** dpkg wants the sbin directories (ldconfig, start-stop-daemon) that a sandbox's PATH omits. */
-const ROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /**
- * Builds the runtime rootfs of the current recipe unless it exists. Builds in a temporary
- * directory beside the final one and renames it into place only when complete and verified, so an
- * interrupted build never looks finished; then prunes images of older recipes.
+ * Builds the runtime rootfs of the current recipe (the image config included) unless it exists.
+ * Builds in a temporary directory beside the final one and renames it into place only when
+ * complete and verified, so an interrupted or failed build never looks finished and changes
+ * nothing a server uses; then marks it the active image and prunes images no live server holds.
  */
 export async function buildRootfs(options: BuildOptions = {}): Promise<BuildResult> {
   const log = options.onProgress ?? ((line: string) => process.stderr.write(`[images] ${line}\n`));
   const env = options.env ?? process.env;
   const started = Date.now();
   const src = resolveHostSources(env);
-  if (!src.ok) throw new Error(src.error);
+  if (!src.ok) {
+    const active = activeImage(imagesDir(env));
+    throw new Error(
+      `${src.error}\nnothing changed: ${active ? `servers keep serving ${active}, and start with it` : "no image was built here before"}`,
+    );
+  }
   const hash = recipeHash(src.sources);
   const root = imagesDir(env);
   const final = join(root, `${ROOTFS_PREFIX}${hash}`);
   const existing = findRootfs(env);
   if (existing.ok && !options.force) {
     log(`image for recipe ${hash} is up to date: ${existing.dir}`);
+    setActiveImage(root, existing.dir);
     return { dir: existing.dir, manifest: existing.manifest, reused: true, seconds: 0 };
   }
   if (process.getuid?.() !== 0)
     throw new Error("building the runtime image needs root (mmdebstrap --mode=root)");
+  // A live server serves from this directory: replacing it would change its image under it.
+  const holders = existsSync(final) ? imageHolders(root, final) : [];
+  if (holders.length > 0)
+    throw new Error(
+      `${final} is in use by a running server (pid ${holders.join(", ")}); stop it before rebuilding this image with --force`,
+    );
 
+  try {
+    return await buildNew(root, final, hash, src.sources, started, log);
+  } catch (e) {
+    const active = activeImage(root);
+    throw new Error(
+      `${(e as Error).message}\nnothing changed: ${active ? `servers keep serving ${active}, and start with it` : "no image was built here before"}`,
+      { cause: e },
+    );
+  }
+}
+
+async function buildNew(
+  root: string,
+  final: string,
+  hash: string,
+  sources: HostSources,
+  started: number,
+  log: (line: string) => void,
+): Promise<BuildResult> {
   await mkdir(root, { recursive: true });
   await removeAbandonedBuilds(root, log);
   const tmp = join(root, `${BUILDING_PREFIX}${hash}-${process.pid}`);
+  const npmStage = join(root, `${BUILDING_PREFIX}npm-${hash}-${process.pid}`);
   try {
+    const config = sources.imageConfig ?? null;
+    if (config) log(`image config ${config.path}: ${describeConfig(config)}`);
+    // Fetched first: a missing npm package or version fails in seconds, not after the bootstrap.
+    let npmLock: NpmPackageLock | null = null;
+    if (config?.npm) {
+      log(`fetching ${Object.keys(config.npm.packages).length} npm package(s) for node20`);
+      npmLock = await fetchNpmPackages(config.npm, npmStage, log);
+    }
     log(`building image for recipe ${hash} in ${tmp}`);
-    const manifest = await buildInto(tmp, hash, src.sources, log);
+    const manifest = await buildInto(tmp, hash, sources, { config, npmLock, npmStage }, log);
     await writeFile(join(tmp, MANIFEST_FILE), `${JSON.stringify(manifest, null, 2)}\n`);
     if (existsSync(final)) await rm(final, { recursive: true, force: true });
     await rename(tmp, final);
-    await pruneOtherImages(root, final, log);
+    setActiveImage(root, final);
+    pruneImages(root, final, log);
     const seconds = Math.round((Date.now() - started) / 1000);
     log(
       `image ready: ${final} (${(manifest.sizeBytes / 1024 / 1024).toFixed(0)} MiB, ${seconds} s)`,
@@ -97,20 +140,66 @@ export async function buildRootfs(options: BuildOptions = {}): Promise<BuildResu
     return { dir: final, manifest, reused: false, seconds };
   } finally {
     await rm(tmp, { recursive: true, force: true });
+    await rm(npmStage, { recursive: true, force: true });
   }
+}
+
+/** One line naming what the config adds. */
+export function describeConfig(c: ImageConfig): string {
+  const parts = [
+    c.debian.length ? `${c.debian.length} Debian package(s)` : "",
+    c.python311.length ? `${c.python311.length} python3.11 package(s)` : "",
+    c.npm ? `${Object.keys(c.npm.packages).length} npm package(s)` : "",
+    c.python312 ? `python3.12 packages from a ${c.python312.kind}` : "",
+    c.files.length ? `${c.files.length} extra file entr${c.files.length === 1 ? "y" : "ies"}` : "",
+  ].filter(Boolean);
+  return parts.length ? parts.join(", ") : "adds nothing";
+}
+
+interface ConfigInputs {
+  config: ImageConfig | null;
+  npmLock: NpmPackageLock | null;
+  /** Where the npm packages were fetched on the host. */
+  npmStage: string;
+}
+
+/** Where python3.12's third-party packages come from: the config, else the environment. */
+function python312Source(
+  sources: HostSources,
+): { wheelhouse: string } | { index: PipIndex } | null {
+  const py = sources.imageConfig?.python312;
+  if (py?.kind === "wheelhouse") return { wheelhouse: py.wheelhouse };
+  if (py?.kind === "index") return { index: { url: py.url, requirements: py.requirements } };
+  if (sources.wheelhouse) return { wheelhouse: sources.wheelhouse };
+  if (sources.pipIndex) return { index: sources.pipIndex };
+  return null;
 }
 
 async function buildInto(
   rootfs: string,
   hash: string,
   sources: HostSources,
+  inputs: ConfigInputs,
   log: (line: string) => void,
 ): Promise<Manifest> {
-  const packages = parsePackageList(readFileSync(join(RECIPE_DIR, "packages.txt"), "utf8"));
-  log(`mmdebstrap: ${packages.length} packages from bookworm (takes a few minutes)`);
-  await runMmdebstrap(packages, rootfs, log);
+  const { config } = inputs;
+  const base = parsePackageList(readFileSync(join(RECIPE_DIR, "packages.txt"), "utf8"));
+  const extra = debianIncludes(config);
+  const packages = [...base, ...extra.filter((p) => !base.includes(p))];
+  log(
+    `mmdebstrap: ${packages.length} packages from bookworm${extra.length ? ` (${extra.length} from the image config)` : ""} (takes a few minutes)`,
+  );
+  try {
+    await runMmdebstrap(packages, rootfs, log);
+  } catch (e) {
+    throw config ? new Error(explainAptFailure((e as Error).message, config)) : e;
+  }
 
-  await purgePackages(rootfs, log);
+  await purgePackages(
+    rootfs,
+    extra.map((p) => p.split("=")[0] ?? p),
+    log,
+  );
   await slim(rootfs);
   await addUserAndMountPoints(rootfs);
   await copyFile(join(RECIPE_DIR, "matplotlibrc"), join(rootfs, "etc/matplotlibrc"));
@@ -127,11 +216,24 @@ async function buildInto(
 
   const notes: string[] = [];
   let from: Manifest["python312PackagesFrom"] = "none";
-  if (sources.wheelhouse) {
-    log(`installing wheels from ${sources.wheelhouse} into python3.12`);
-    const wheels = await installWheelhouse({ rootfs, onProgress: log }, sources.wheelhouse);
-    notes.push(`python3.12: installed ${wheels.length} wheels from SCRATCHRUN_WHEELHOUSE`);
+  const py312 = python312Source(sources);
+  const via = config?.python312 ? `the image config ${config.path}` : null;
+  if (py312 && "wheelhouse" in py312) {
+    log(`installing wheels from ${py312.wheelhouse} into python3.12`);
+    const wheels = await installWheelhouse({ rootfs, onProgress: log }, py312.wheelhouse);
+    notes.push(
+      `python3.12: installed ${wheels.length} wheels from ${via ?? "SCRATCHRUN_WHEELHOUSE"}`,
+    );
     from = "wheelhouse";
+  } else if (py312) {
+    log(
+      `installing ${py312.index.requirements} from ${displayIndexUrl(py312.index.url)} into python3.12`,
+    );
+    await installFromIndex({ rootfs, onProgress: log }, py312.index);
+    notes.push(
+      `python3.12: installed ${py312.index.requirements} (hash-pinned) from ${via ?? "SCRATCHRUN_PIP_INDEX_URL"}`,
+    );
+    from = "index";
   } else if (await pypiReachable()) {
     log("installing pinned python3.12 packages from PyPI");
     await installFromPypi(
@@ -145,6 +247,18 @@ async function buildInto(
     notes.push(NO_PYPI_NOTE);
   }
 
+  if (config?.npm && inputs.npmLock) {
+    log(`placing the npm packages at ${NPM_DIR_IN_IMAGE} (/node_modules)`);
+    const npmDir = await placeNpmTree(rootfs, inputs.npmStage);
+    const scripted = packagesWithScripts(inputs.npmLock);
+    if (scripted.length > 0) {
+      log(`running the install scripts of ${scripted.join(", ")} in the build jail`);
+      await runNpmInstallScripts(rootfs, npmDir, log);
+    }
+  }
+  // Before the font cache is baked, so matplotlib knows an extra font from the first plot.
+  if (config) await installExtraFiles(rootfs, config.files, log);
+
   log("baking matplotlib's font cache into the image");
   await bakeMatplotlibCache(rootfs);
 
@@ -152,6 +266,21 @@ async function buildInto(
   const runtimes = await verifyRuntimes(rootfs);
   if (runtimes["python3.12"].version !== sources.python312Version)
     throw new Error(`python3.12 in the image reports ${runtimes["python3.12"].version}`);
+  let verified: VerifiedExtras | null = null;
+  if (config) {
+    verified = await verifyExtras(
+      rootfs,
+      config,
+      inputs.npmLock,
+      config.python312 ? py312 : null,
+      log,
+    );
+    if (Object.keys(verified.node20Packages).length > 0)
+      runtimes.node20.packages = verified.node20Packages;
+    if (Object.keys(verified.extras.debian).length > 0)
+      runtimes.bash.packages = verified.extras.debian;
+    notes.push(`image config ${config.path}: ${describeConfig(config)}`);
+  }
   return {
     format: 1,
     recipeHash: hash,
@@ -161,118 +290,12 @@ async function buildInto(
     runtimes,
     python312PackagesFrom: from,
     notes,
+    baseRecipeHash: baseRecipeHash(sources),
+    ...(verified ? { extras: verified.extras } : {}),
   };
 }
 
-/**
- * matplotlib scans every font on first use and caches the result in its (writable) cache dir:
- * ~0.4 s on the host per fresh sandbox, seconds under TCG. The scan is done once here, inside the
- * image so its paths are the sandbox's; the engine seeds the file into each python sandbox.
- */
-async function bakeMatplotlibCache(rootfs: string): Promise<void> {
-  await mkdir(join(rootfs, MATPLOTLIB_CACHE_DIR), { recursive: true });
-  await checkInRootfs({
-    rootfs,
-    writable: true,
-    env: { MPLCONFIGDIR: `/${MATPLOTLIB_CACHE_DIR}` },
-    argv: ["/usr/bin/python3.11", "-c", "import matplotlib.font_manager"],
-  });
-}
-
-async function purgePackages(rootfs: string, log: (line: string) => void): Promise<void> {
-  const wanted = parsePackageList(readFileSync(join(RECIPE_DIR, "purge.txt"), "utf8"));
-  const status = await readFile(join(rootfs, "var/lib/dpkg/status"), "utf8");
-  const installed = new Set([...status.matchAll(/^Package: (\S+)$/gm)].map((m) => m[1]));
-  const purge = wanted.filter((p) => installed.has(p));
-  if (purge.length === 0) return;
-  log(`purging ${purge.length} build-only packages`);
-  await checkInRootfs({
-    rootfs,
-    writable: true,
-    env: { PATH: ROOT_PATH },
-    argv: ["/usr/bin/dpkg", "--purge", "--force-depends", ...purge],
-  });
-}
-
-/** Drops what a sandbox never reads: apt lists and caches, logs. */
-async function slim(rootfs: string): Promise<void> {
-  for (const dir of ["var/cache/apt", "var/lib/apt/lists", "var/log", "var/cache/debconf"]) {
-    const p = join(rootfs, dir);
-    if (!existsSync(p)) continue;
-    for (const name of await readdir(p)) {
-      if (name === "partial" || name === "lock") continue;
-      await rm(join(p, name), { recursive: true, force: true });
-    }
-  }
-}
-
-async function addUserAndMountPoints(rootfs: string): Promise<void> {
-  const passwd = await readFile(join(rootfs, "etc/passwd"), "utf8");
-  if (/^[^:]*:[^:]*:1000:/m.test(passwd)) throw new Error("uid 1000 already exists in the image");
-  await appendFile(
-    join(rootfs, "etc/passwd"),
-    "user:x:1000:1000:ScratchRun:/home/user:/bin/bash\n",
-  );
-  await appendFile(join(rootfs, "etc/group"), "user:x:1000:\n");
-  if (existsSync(join(rootfs, "etc/shadow")))
-    await appendFile(join(rootfs, "etc/shadow"), "user:!:19000:0:99999:7:::\n");
-  for (const dir of IN_IMAGE.mountPoints) await mkdir(join(rootfs, dir), { recursive: true });
-  await chown(join(rootfs, "home/user"), 1000, 1000);
-  // Nothing of the build host: its name and resolvers stay out of the image. resolv.conf is a
-  // file so a sandbox with network can get its own bound over it.
-  await writeFile(join(rootfs, "etc/hostname"), "sandbox\n");
-  await writeFile(
-    join(rootfs, "etc/hosts"),
-    "127.0.0.1 localhost\n127.0.1.1 sandbox\n::1 localhost\n",
-  );
-  await writeFile(
-    join(rootfs, "etc/resolv.conf"),
-    "# no network; a sandbox with network gets its own\n",
-  );
-}
-
-const CHECK_PY312 =
-  "import ssl, sqlite3, ctypes, zlib, bz2, lzma, json, decimal, hashlib, readline, curses, uuid, platform\n" +
-  "print(platform.python_version())";
-const CHECK_PY311 =
-  "import platform, numpy, scipy.linalg, pandas, PIL, matplotlib\n" +
-  "import matplotlib.pyplot as plt\n" +
-  "assert matplotlib.get_backend().lower() == 'agg', matplotlib.get_backend()\n" +
-  "plt.plot([0, 1], [1, 0]); plt.savefig('/tmp/check.png')\n" +
-  "assert open('/tmp/check.png', 'rb').read(8) == b'\\x89PNG\\r\\n\\x1a\\n'\n" +
-  "print(platform.python_version())";
-
-/** Runs every interpreter inside the read-only image and records what it reports. */
-export async function verifyRuntimes(rootfs: string): Promise<Manifest["runtimes"]> {
-  const run = (argv: string[]) => checkInRootfs({ rootfs, argv }).then((s) => s.trim());
-  const py312 = await run([...runtimeArgv("python3.12"), "-c", CHECK_PY312]);
-  const py311 = await run([...runtimeArgv("python3.11"), "-c", CHECK_PY311]);
-  const node = await run([...runtimeArgv("node20"), "--version"]);
-  const bash = await run([...runtimeArgv("bash"), "-c", 'echo "$BASH_VERSION"']);
-  if (!node.startsWith("v20.")) throw new Error(`node in the image reports ${node}, not v20`);
-  return {
-    "python3.12": {
-      argv: runtimeArgv("python3.12"),
-      version: py312,
-      packages: await installedPackages(rootfs, IN_IMAGE.python312),
-    },
-    "python3.11": {
-      argv: runtimeArgv("python3.11"),
-      version: py311,
-      packages: await installedPackages(rootfs, IN_IMAGE.python311),
-    },
-    node20: { argv: runtimeArgv("node20"), version: node },
-    bash: { argv: runtimeArgv("bash"), version: bash },
-  };
-}
-
-function diskBytes(dir: string): number {
-  const r = spawnSync("du", ["-sb", dir], { encoding: "utf8" });
-  const n = Number.parseInt(r.stdout, 10);
-  return Number.isFinite(n) ? n : 0;
-}
-
-/** Removes half-built images whose builder process is gone. */
+/** Removes half-built images (and npm stages) whose builder process is gone. */
 async function removeAbandonedBuilds(root: string, log: (line: string) => void): Promise<void> {
   for (const name of await readdir(root)) {
     if (!name.startsWith(BUILDING_PREFIX)) continue;
@@ -289,18 +312,5 @@ function processAlive(pid: number): boolean {
     return true;
   } catch (e) {
     return (e as NodeJS.ErrnoException).code === "EPERM";
-  }
-}
-
-async function pruneOtherImages(
-  root: string,
-  keep: string,
-  log: (line: string) => void,
-): Promise<void> {
-  for (const name of await readdir(root)) {
-    const p = join(root, name);
-    if (!name.startsWith(ROOTFS_PREFIX) || p === keep) continue;
-    log(`pruning old image ${name}`);
-    await rm(p, { recursive: true, force: true });
   }
 }

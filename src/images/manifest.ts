@@ -31,8 +31,43 @@ const runtimeInfo = z
     argv: z.array(z.string()).min(1),
     /** As the interpreter reports it from inside the built image, e.g. "3.12.1", "v20.20.2". */
     version: z.string().min(1),
-    /** Installed distributions (name -> version) as importlib.metadata reports them. */
+    /**
+     * What the runtime can load, name -> version: python, the distributions importlib.metadata
+     * reports; node20, the npm packages under /node_modules (the image config's and their
+     * dependencies); bash, the image config's extra Debian packages. Absent: none.
+     */
     packages: z.record(z.string(), z.string()).optional(),
+  })
+  .strict();
+
+/**
+ * What the operator's image config added, each as the image holds it (verified inside the image
+ * at build time). Keys are what the config named; values the installed versions.
+ */
+const extrasSchema = z
+  .object({
+    /** The config file the image was built from, and its sha256. */
+    config: z.string(),
+    configSha256: z.string().regex(/^[0-9a-f]{64}$/),
+    /** Debian packages -> installed version. */
+    debian: z.record(z.string(), z.string()),
+    /** Debian python3-* packages -> installed version, with the Python distributions each holds. */
+    "python3.11": z.record(z.string(), z.string()),
+    /** npm packages named by the config -> installed version (all of them: runtimes.node20.packages). */
+    node20: z.record(z.string(), z.string()),
+    /** python3.12 distributions the config's wheelhouse or requirements named -> version. */
+    "python3.12": z.record(z.string(), z.string()),
+    /** Extra files and directories: image path, bytes, sha256 over their content. */
+    files: z.array(
+      z
+        .object({
+          path: z.string(),
+          files: z.number().int().nonnegative(),
+          bytes: z.number().int().nonnegative(),
+          sha256: z.string(),
+        })
+        .strict(),
+    ),
   })
   .strict();
 
@@ -53,10 +88,22 @@ export const manifestSchema = z
       )
       .strict(),
     /** How python3.12's third-party packages got there: wheelhouse, PyPI, or not at all. */
-    python312PackagesFrom: z.enum(["wheelhouse", "pypi", "none"]),
+    python312PackagesFrom: z.enum(["wheelhouse", "index", "pypi", "none"]),
     notes: z.array(z.string()),
+    /**
+     * The recipe hash without the operator's config (absent: images built before configs existed,
+     * whose recipe hash is their base). A server may fall back only to an image of its own base.
+     */
+    baseRecipeHash: z
+      .string()
+      .regex(/^[0-9a-f]{16,64}$/)
+      .optional(),
+    /** What the operator's image config added (absent: no config). */
+    extras: extrasSchema.optional(),
   })
   .strict();
+
+export type ImageExtras = z.infer<typeof extrasSchema>;
 
 export type RuntimeInfo = z.infer<typeof runtimeInfo>;
 export type Manifest = z.infer<typeof manifestSchema>;

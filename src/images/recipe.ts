@@ -1,9 +1,14 @@
 import { spawnSync } from "node:child_process";
 import { createHash, type Hash } from "node:crypto";
-import { existsSync, readdirSync, readFileSync, realpathSync, statSync } from "node:fs";
+import { existsSync, readFileSync, realpathSync, statSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
+import type { ImageConfig } from "./config.js";
+import { imageConfigFromEnv } from "./config-load.js";
+import { configRecipe } from "./config-hash.js";
 import { BUILD_SCRIPT, RECIPE_DIR } from "./paths.js";
+import { listWheels } from "./wheels.js";
+import { pipIndexFromEnv, type PipIndex } from "./pip-index.js";
 
 /** What the image is built from on this host, besides the Debian packages. */
 export interface HostSources {
@@ -15,9 +20,18 @@ export interface HostSources {
   node20Version: string;
   /** Directory of wheels to install into python3.12, or null. */
   wheelhouse: string | null;
+  /** A package index and hash-pinned requirements for python3.12 (no wheelhouse), or null. */
+  pipIndex?: PipIndex | null;
+  /** The operator's image config (SCRATCHRUN_IMAGE_CONFIG), or null/absent for none. */
+  imageConfig?: ImageConfig | null;
 }
 
-export type SourcesResult = { ok: true; sources: HostSources } | { ok: false; error: string };
+/**
+ * The host's sources, or why they cannot be used. When only the image config is at fault, `base`
+ * holds everything else: enough to find an image built before the config went bad.
+ */
+export type SourcesResult =
+  { ok: true; sources: HostSources } | { ok: false; error: string; base?: HostSources };
 
 const PY312_DEFAULT = "3.12.1";
 
@@ -90,24 +104,28 @@ export function resolveHostSources(env: NodeJS.ProcessEnv = process.env): Source
       };
     wheelhouse = realpathSync(env.SCRATCHRUN_WHEELHOUSE);
   }
-  return {
-    ok: true,
-    sources: {
-      python312Prefix: python.prefix,
-      python312Version: python.version,
-      node20Path: node.path,
-      node20Version: node.version,
-      wheelhouse,
-    },
+  const index = pipIndexFromEnv(env, join(RECIPE_DIR, "python312-requirements.txt"));
+  if (!index.ok) return { ok: false, error: index.error };
+  const base: HostSources = {
+    python312Prefix: python.prefix,
+    python312Version: python.version,
+    node20Path: node.path,
+    node20Version: node.version,
+    wheelhouse,
+    pipIndex: index.index,
   };
+  const config = imageConfigFromEnv(env);
+  if (!config.ok) return { ok: false, error: config.error, base };
+  if (config.config?.python312 && (wheelhouse || index.index))
+    return {
+      ok: false,
+      error: `image config ${config.config.path}: python3.12 names where its packages come from, and so does ${wheelhouse ? "SCRATCHRUN_WHEELHOUSE" : "SCRATCHRUN_PIP_INDEX_URL"}; keep one (the config's "python3.12" entry replaces the variables)`,
+      base,
+    };
+  return { ok: true, sources: { ...base, imageConfig: config.config } };
 }
 
-/** The wheels of a wheelhouse, sorted by name. */
-export function listWheels(dir: string): string[] {
-  return readdirSync(dir)
-    .filter((n) => n.endsWith(".whl"))
-    .sort();
-}
+export { listWheels };
 
 /**
  * Bump when a change to the build code (build.ts, runtimes.ts, ...) changes what the image holds.
@@ -143,5 +161,21 @@ export function recipeHash(sources: HostSources): string {
     for (const w of listWheels(sources.wheelhouse))
       h.update(`wheel\0${w}\0${statSync(join(sources.wheelhouse, w)).size}\0`);
   }
+  // Only when set, so hosts without an index keep their image's hash.
+  if (sources.pipIndex) {
+    h.update(`pip-index\0${sources.pipIndex.url}\0`);
+    hashFile(h, "pip-requirements", sources.pipIndex.requirements);
+  }
+  // Only when set, so an image without a config keeps the hash it had before configs existed.
+  if (sources.imageConfig) h.update(`image-config\0${configRecipe(sources.imageConfig)}\0`);
   return h.digest("hex").slice(0, 16);
+}
+
+/**
+ * The hash of everything but the operator's config: images of one base differ only in what the
+ * config added, so a server may fall back to one built from an earlier config (never to one
+ * built by other code or from other host runtimes).
+ */
+export function baseRecipeHash(sources: HostSources): string {
+  return recipeHash({ ...sources, imageConfig: null });
 }

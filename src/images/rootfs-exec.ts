@@ -18,6 +18,8 @@ export interface RootfsRunOptions {
   /** Share the host network (only for a PyPI download at build time). */
   network?: boolean;
   env?: Record<string, string>;
+  /** Working directory inside the rootfs (default: bwrap's, the caller's if it exists there). */
+  cwd?: string;
   /** Stream the child's stderr lines here (progress) in addition to capturing them. */
   onStderr?: (chunk: string) => void;
 }
@@ -43,6 +45,7 @@ export function bwrapArgs(options: RootfsRunOptions): string[] {
   for (const [k, v] of Object.entries({ ...IMAGE_ENV, ...options.env }))
     args.push("--setenv", k, v);
   for (const b of options.binds ?? []) args.push(b.rw ? "--bind" : "--ro-bind", b.src, b.dest);
+  if (options.cwd) args.push("--chdir", options.cwd);
   args.push("--", ...options.argv);
   return args;
 }

@@ -1,5 +1,6 @@
 import { basename, dirname } from "node:path";
 import { IN_IMAGE } from "./paths.js";
+import type { PipIndex } from "./pip-index.js";
 import { listWheels } from "./recipe.js";
 import { checkInRootfs, type Bind } from "./rootfs-exec.js";
 
@@ -78,6 +79,33 @@ export async function installFromPypi(
     network: true,
     binds: [...binds, { src: dirname(requirementsFile), dest: INPUT_MOUNT }],
     argv: [IN_IMAGE.python312, ...PIP_COMMON, "--only-binary=:all:", "-r", inside],
+    onStderr: (s) => target.onProgress?.(`pip: ${s.trimEnd()}`),
+  });
+}
+
+/**
+ * Installs the hash-pinned requirements from a package index (a PyPI mirror) into python3.12:
+ * binary wheels only, every file checked against its pinned hash (--require-hashes, which also
+ * refuses any dependency the file does not pin). Needs the index reachable at build time.
+ */
+export async function installFromIndex(target: Python312Target, index: PipIndex): Promise<void> {
+  const { writable, binds } = targetBinds(target);
+  const inside = `${INPUT_MOUNT}/${basename(index.requirements)}`;
+  await checkInRootfs({
+    rootfs: target.rootfs,
+    writable,
+    network: true,
+    binds: [...binds, { src: dirname(index.requirements), dest: INPUT_MOUNT }],
+    argv: [
+      IN_IMAGE.python312,
+      ...PIP_COMMON,
+      "--only-binary=:all:",
+      "--require-hashes",
+      "--index-url",
+      index.url,
+      "-r",
+      inside,
+    ],
     onStderr: (s) => target.onProgress?.(`pip: ${s.trimEnd()}`),
   });
 }

@@ -1,0 +1,83 @@
+// `node dist/bench/ab-builds.js OTHER_BIN [rounds]`: the namespace hot path of two builds side by
+// side in one run: this checkout's scratchrun-mcp and another build's (OTHER_BIN, e.g. a commit
+// exported with `git archive` and compiled), both started as stdio servers at once, their calls
+// alternating one by one (the order flipping each round) so both see the same machine. Prints
+// p25/p50/p75 per runtime of bash `true` and python3.11 `print(1)`, through the MCP SDK's client.
+// Network "none". Run it under sr-locked: it starts jails.
+import { fileURLToPath } from "node:url";
+import { performance } from "node:perf_hooks";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { CallToolResultSchema } from "@modelcontextprotocol/sdk/types.js";
+import { quantile } from "./stats.js";
+
+const other = process.argv[2];
+if (!other)
+  throw new Error("usage: ab-builds.js OTHER_BUILD/dist/src/bin/scratchrun-mcp.js [rounds]");
+const rounds = Number(process.argv[3] ?? 100);
+const bins = {
+  this: fileURLToPath(new URL("../src/bin/scratchrun-mcp.js", import.meta.url)),
+  other,
+};
+type Build = keyof typeof bins;
+
+async function start(bin: string): Promise<Client> {
+  const transport = new StdioClientTransport({
+    command: process.execPath,
+    args: [bin],
+    env: {
+      PATH: process.env.PATH ?? "/usr/bin:/bin",
+      HOME: process.env.HOME ?? "/root",
+      SCRATCHRUN_ISOLATION: "namespace",
+      SCRATCHRUN_NETWORK: "none",
+    },
+    stderr: "ignore",
+  });
+  const client = new Client({ name: "ab-builds", version: "1" });
+  await client.connect(transport);
+  return client;
+}
+
+const clients: Record<Build, Client> = {
+  this: await start(bins.this),
+  other: await start(bins.other),
+};
+const work = { bash: "true", "python3.11": "print(1)" } as const;
+
+async function call(b: Build, runtime: keyof typeof work): Promise<number> {
+  const t = performance.now();
+  const r = await clients[b].callTool(
+    { name: "scratchrun_exec", arguments: { runtime, code: work[runtime] } },
+    CallToolResultSchema,
+  );
+  const ms = performance.now() - t;
+  if (r.isError || (r.structuredContent as { exit_code?: number }).exit_code !== 0)
+    throw new Error(`${b} ${runtime}: ${JSON.stringify(r).slice(0, 300)}`);
+  return ms;
+}
+
+const report: Record<string, Record<Build, { p25: number; p50: number; p75: number }>> = {};
+for (const runtime of Object.keys(work) as (keyof typeof work)[]) {
+  for (let i = 0; i < 5; i++) for (const b of ["this", "other"] as const) await call(b, runtime);
+  const samples: Record<Build, number[]> = { this: [], other: [] };
+  for (let i = 0; i < rounds; i++) {
+    for (const b of i % 2 ? (["other", "this"] as const) : (["this", "other"] as const)) {
+      samples[b].push(await call(b, runtime));
+      await new Promise((r) => setTimeout(r, 30)); // the pool refills between calls
+    }
+  }
+  const q = (v: number[], p: number) =>
+    Math.round(
+      quantile(
+        [...v].sort((a, b) => a - b),
+        p,
+      ) * 10,
+    ) / 10;
+  report[runtime] = {
+    this: { p25: q(samples.this, 0.25), p50: q(samples.this, 0.5), p75: q(samples.this, 0.75) },
+    other: { p25: q(samples.other, 0.25), p50: q(samples.other, 0.5), p75: q(samples.other, 0.75) },
+  };
+}
+process.stdout.write(`${JSON.stringify({ rounds, bins, ms: report }, null, 2)}\n`);
+await clients.this.close();
+await clients.other.close();
