@@ -71,18 +71,36 @@ function buildBlocked(): Cidr[] {
   for (const [net, prefix, name] of V6_RANGES) {
     out.push({ family: 6, network: formatIpv6(v6Value(net)), prefix, name });
   }
-  for (const [kind, base, basePrefix, shift] of V4_EMBEDDINGS) {
-    for (const [net, prefix, name] of V4_RANGES) {
-      const value = base | (v4Value(net) << BigInt(shift));
-      out.push({
-        family: 6,
-        network: formatIpv6(value),
-        prefix: basePrefix + prefix,
-        name: `${kind}:${name}`,
-      });
-    }
-  }
+  // Every NAT64 form first, then every 6to4 form (the order the ruleset has always listed).
+  const embedded = V4_RANGES.map(([net, prefix, name]) =>
+    embedV4({ family: 4, network: net, prefix, name }),
+  );
+  for (let kind = 0; kind < V4_EMBEDDINGS.length; kind++)
+    for (const forms of embedded) out.push(forms[kind] as Cidr);
   return out;
+}
+
+/** The IPv6 forms (NAT64, 6to4) of an IPv4 range, each as long as the range itself. */
+export function embedV4(c: Cidr): Cidr[] {
+  if (c.family !== 4) return [];
+  return embedV4Value(v4Value(c.network), c.prefix).map((e) => ({
+    family: 6 as const,
+    network: formatIpv6(e.value),
+    prefix: e.prefix,
+    name: `${e.kind}:${c.name}`,
+  }));
+}
+
+/** embedV4 on numbers: the IPv6 network values and prefixes of an IPv4 network. */
+export function embedV4Value(
+  value: bigint,
+  prefix: number,
+): Array<{ value: bigint; prefix: number; kind: string }> {
+  return V4_EMBEDDINGS.map(([kind, base, basePrefix, shift]) => ({
+    value: base | (value << BigInt(shift)),
+    prefix: basePrefix + prefix,
+    kind,
+  }));
 }
 
 /** Every blocked destination range, both families, IPv4 forms embedded in IPv6 included. */

@@ -5,8 +5,10 @@
  *  - `netdev <table>`: ingress hook on the sandbox's host-side link, before any routing. Only IPv4
  *    from the sandbox's own address, IPv6 from its own address (plus neighbour discovery) and ARP
  *    for its own address pass; every other frame (spoofed source, non-IP, VLAN) is dropped.
- *  - `inet <table>`: forward hook: from the sandbox, every blocked destination and every host
- *    address is dropped for every protocol, the rest accepted (masqueraded out); to the sandbox,
+ *  - `inet <table>`: forward hook: from the sandbox, every blocked destination, every host
+ *    address and the host's neighbourhood (on-link subnets, gateways: sets host4/host6, refilled
+ *    live by renderHostSetUpdate) is dropped for every protocol, the rest accepted (masqueraded
+ *    out); to the sandbox,
  *    only replies. Input hook: nothing from the sandbox reaches the host itself (except neighbour
  *    discovery). Every rule block ends in a counted catch-all drop.
  *
@@ -16,7 +18,15 @@
  * the same hook from dropping: sandboxes compose, the host's own firewall still applies.
  */
 import { classifyAddress, cidrText, parseStrict, type Cidr } from "./addresses.js";
+import { inNetworks } from "./host-block.js";
 import { formatIpv4, formatIpv6 } from "./parse-address.js";
+import {
+  COUNTER_REFUSED,
+  proxyDnatRules,
+  proxyInputRules,
+  proxyRefuseRules,
+  type ProxyPorts,
+} from "./nftables-proxy.js";
 
 export interface EgressPolicy {
   /** nft table name (both families), unique per sandbox, e.g. "sr-abc123". */
@@ -31,10 +41,21 @@ export interface EgressPolicy {
   sandboxV6: string | null;
   /** Addresses of the host itself, dropped in forward too (input is dropped wholesale anyway). */
   hostAddresses: readonly string[];
+  /**
+   * The host's neighbourhood beyond the blocked ranges: on-link subnets, gateways, sandbox pools
+   * (host-block.ts). With hostAddresses it fills the sets host4/host6, which renderHostSetUpdate
+   * refills in a running sandbox's table when the host's addresses or routes change.
+   */
+  hostNetworks?: readonly Cidr[];
   /** DNS resolvers the sandbox is given. One inside a blocked range gets a port-53-only exception. */
   dnsResolvers: readonly string[];
   /** Blocked destination ranges; normally BLOCKED_CIDRS. */
   blocked: readonly Cidr[];
+  /**
+   * Egress through the allowlist proxy (nftables-proxy.ts): DNS and TCP 80/443 go to these ports
+   * of the proxy, everything else is refused. Absent: every public destination is accepted.
+   */
+  proxy?: ProxyPorts;
 }
 
 /** Names of the named counters the ruleset creates (sum with parseCounters). */
@@ -44,7 +65,8 @@ export const COUNTER_LINK = "link_dropped";
 const IFNAME = /^[A-Za-z0-9_.-]{1,15}$/;
 const TABLE = /^[A-Za-z][A-Za-z0-9_-]{0,62}$/;
 
-function canonical(addr: string, family: 4 | 6 | null, what: string): string {
+/** A literal address in its one canonical text; throws naming `what` when it is not one. */
+export function canonical(addr: string, family: 4 | 6 | null, what: string): string {
   const p = parseStrict(addr);
   if (!p || (family !== null && p.family !== family)) {
     throw new TypeError(`${what}: not a literal IPv${family ?? "4/6"} address: ${addr}`);
@@ -52,15 +74,48 @@ function canonical(addr: string, family: 4 | 6 | null, what: string): string {
   return p.family === 4 ? formatIpv4(p.value) : formatIpv6(p.value);
 }
 
-function setBlock(name: string, type: string, elements: string[]): string[] {
+/** An nft interval set of addresses (prefixes merged). */
+export function setBlock(name: string, type: string, elements: string[]): string[] {
   return [
     `\tset ${name} {`,
     `\t\ttype ${type}`,
     `\t\tflags interval`,
     `\t\tauto-merge`,
-    `\t\telements = { ${elements.join(", ")} }`,
+    ...(elements.length > 0 ? [`\t\telements = { ${elements.join(", ")} }`] : []),
     `\t}`,
   ];
+}
+
+/** The host set's elements of one family: own addresses and networks, as CIDR text. */
+function hostElements(addresses: readonly string[], networks: readonly Cidr[], family: 4 | 6) {
+  const own = addresses.map((a) => `${a}/${family === 4 ? 32 : 128}`);
+  const nets = networks.filter((c) => c.family === family).map(cidrText);
+  return [...new Set([...own, ...nets])];
+}
+
+/**
+ * Script that refills a running sandbox's host sets (one table, atomically): what the host's
+ * neighbourhood is now, after an address or route change. Same inputs as the ruleset's.
+ */
+export function renderHostSetUpdate(
+  table: string,
+  hostAddresses: readonly string[],
+  hostNetworks: readonly Cidr[],
+): string {
+  if (!TABLE.test(table)) throw new TypeError(`bad table name: ${table}`);
+  const host = hostAddresses.map((a) => canonical(a, null, "hostAddresses"));
+  const lines: string[] = [];
+  for (const [family, set] of [
+    [4, "host4"],
+    [6, "host6"],
+  ] as const) {
+    const own = host.filter((a) => a.includes(":") === (family === 6));
+    const elements = hostElements(own, hostNetworks, family);
+    lines.push(`flush set inet ${table} ${set}`);
+    if (elements.length > 0)
+      lines.push(`add element inet ${table} ${set} { ${elements.join(", ")} }`);
+  }
+  return lines.join("\n") + "\n";
 }
 
 const DROP = `counter name "${COUNTER_BLOCKED}" drop`;
@@ -77,6 +132,7 @@ export function renderEgressRuleset(policy: EgressPolicy): string {
   const host = policy.hostAddresses.map((a) => canonical(a, null, "hostAddresses"));
   const host4 = host.filter((a) => !a.includes(":"));
   const host6 = host.filter((a) => a.includes(":"));
+  const networks = policy.hostNetworks ?? [];
   const resolvers = policy.dnsResolvers.map((a) => canonical(a, null, "dnsResolvers"));
   for (const r of resolvers) {
     const c = classifyAddress(r);
@@ -108,24 +164,44 @@ export function renderEgressRuleset(policy: EgressPolicy): string {
   fromSandbox.push(
     s6 === null ? `meta nfproto ipv6 ${DROP}` : `meta nfproto ipv6 ip6 saddr != ${s6} ${DROP}`,
   );
-  for (const r of resolvers) {
-    if (!classifyAddress(r).blocked) continue; // a public resolver needs no exception
+  // Proxied: every DNS query is redirected to the proxy, so no resolver needs an exception.
+  for (const r of policy.proxy ? [] : resolvers) {
+    // A public resolver needs no exception; one in a blocked range or on the host's link does.
+    if (!classifyAddress(r).blocked && !inNetworks(networks, r)) continue;
     const ipf = r.includes(":") ? "ip6" : "ip";
     fromSandbox.push(`${ipf} daddr ${r} udp dport 53 accept`);
     fromSandbox.push(`${ipf} daddr ${r} tcp dport 53 accept`);
   }
   fromSandbox.push(`ip daddr @blocked4 ${DROP}`, `ip6 daddr @blocked6 ${DROP}`);
-  if (host4.length > 0) fromSandbox.push(`ip daddr { ${host4.join(", ")} } ${DROP}`);
-  if (host6.length > 0) fromSandbox.push(`ip6 daddr { ${host6.join(", ")} } ${DROP}`);
-  fromSandbox.push(`ip saddr ${s4} accept`);
-  if (s6 !== null) fromSandbox.push(`ip6 saddr ${s6} accept`);
+  fromSandbox.push(`ip daddr @host4 ${DROP}`, `ip6 daddr @host6 ${DROP}`);
+  if (policy.proxy) fromSandbox.push(...proxyRefuseRules());
+  else {
+    fromSandbox.push(`ip saddr ${s4} accept`);
+    if (s6 !== null) fromSandbox.push(`ip6 saddr ${s6} accept`);
+  }
   fromSandbox.push(DROP);
 
   const toHost: string[] = [];
   if (s6 !== null) {
     toHost.push(`icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } ip6 hoplimit 255 accept`);
   }
+  if (policy.proxy) toHost.push(...proxyInputRules(policy.proxy));
   toHost.push(DROP);
+
+  // Proxied: DNS and TCP 80/443 (not to blocked or host destinations) go to the proxy.
+  const dnat = policy.proxy
+    ? [
+        `\tchain prerouting {`,
+        ...ind([
+          `type nat hook prerouting priority dstnat; policy accept;`,
+          `iifname "${dev}" jump sandbox_dnat`,
+        ]),
+        `\t}`,
+        `\tchain sandbox_dnat {`,
+        ...ind(proxyDnatRules(policy.proxy)),
+        `\t}`,
+      ]
+    : [];
 
   const nat = [`type nat hook postrouting priority srcnat; policy accept;`];
   nat.push(`iifname "${dev}" oifname != "${dev}" ip saddr ${s4} masquerade`);
@@ -147,8 +223,11 @@ export function renderEgressRuleset(policy: EgressPolicy): string {
     `table inet ${t} {`,
     `\tcounter ${COUNTER_BLOCKED} {`,
     `\t}`,
+    ...(policy.proxy ? [`\tcounter ${COUNTER_REFUSED} {`, `\t}`] : []),
     ...setBlock("blocked4", "ipv4_addr", blocked4),
     ...setBlock("blocked6", "ipv6_addr", blocked6),
+    ...setBlock("host4", "ipv4_addr", hostElements(host4, networks, 4)),
+    ...setBlock("host6", "ipv6_addr", hostElements(host6, networks, 6)),
     `\tchain forward {`,
     ...ind([
       `type filter hook forward priority -10; policy accept;`,
@@ -171,6 +250,7 @@ export function renderEgressRuleset(policy: EgressPolicy): string {
     `\tchain sandbox_to_host {`,
     ...ind(toHost),
     `\t}`,
+    ...dnat,
     `\tchain postrouting {`,
     ...ind(nat),
     `\t}`,
@@ -194,13 +274,15 @@ export function renderEgressTeardown(table: string): string {
 export interface EgressCounters {
   /** Packets dropped for destination (blocked range, host, inbound, catch-all). */
   blocked: number;
+  /** Packets refused because the sandbox's egress goes through the allowlist proxy only. */
+  refused: number;
   /** Frames dropped at the link: spoofed source, non-IP, stray neighbour traffic. */
   linkDropped: number;
 }
 
 /** Reads the two counters of `table` from `nft -j list counters` output. Missing: zero. */
 export function parseCounters(json: string, table: string): EgressCounters {
-  const out: EgressCounters = { blocked: 0, linkDropped: 0 };
+  const out: EgressCounters = { blocked: 0, refused: 0, linkDropped: 0 };
   let doc: unknown;
   try {
     doc = JSON.parse(json);
@@ -213,6 +295,7 @@ export function parseCounters(json: string, table: string): EgressCounters {
     const c = (item as { counter?: Record<string, unknown> }).counter;
     if (!c || c.table !== table || typeof c.packets !== "number") continue;
     if (c.family === "inet" && c.name === COUNTER_BLOCKED) out.blocked += c.packets;
+    if (c.family === "inet" && c.name === COUNTER_REFUSED) out.refused += c.packets;
     if (c.family === "netdev" && c.name === COUNTER_LINK) out.linkDropped += c.packets;
   }
   return out;

@@ -10,7 +10,7 @@
  * `network: "none"` needs none of this: bwrap --unshare-net (or a VM without a NIC) is loopback only.
  */
 import { ScratchRunError } from "../errors.js";
-import { BLOCKED_CIDRS, classifyAddress } from "./addresses.js";
+import { BLOCKED_CIDRS } from "./addresses.js";
 import { CommandError, inNetns, mustRun, runCommand } from "./commands.js";
 import {
   parseCounters,
@@ -18,6 +18,8 @@ import {
   renderEgressTeardown,
   type EgressCounters,
 } from "./nftables.js";
+import type { ProxyPorts } from "./nftables-proxy.js";
+import { hostWatch, readHostBlockSet } from "./host-watch.js";
 import {
   hostLinkName,
   liveNetworks,
@@ -57,6 +59,8 @@ export interface SandboxNetwork {
   counters(): Promise<EgressCounters>;
   /** Packets dropped for their destination (blocked ranges, host, inbound): the reported number. */
   blockedCount(): Promise<number>;
+  /** The proxy ports its rules redirect to, when its egress goes through the proxy. */
+  readonly proxy: ProxyPorts | null;
   /** Removes link, rules and namespace. Idempotent; safe to call concurrently. */
   teardown(): Promise<void>;
 }
@@ -67,6 +71,11 @@ export interface CreateSandboxNetworkOptions {
   uplink: UplinkConfig;
   /** Default: the sandbox process runs inside the namespace. */
   attach?: SandboxAttach;
+  /**
+   * Egress through the allowlist proxy listening on these ports in the uplink namespace: DNS and
+   * TCP 80/443 are redirected to it, everything else refused (decision 0008). Absent: open.
+   */
+  proxy?: ProxyPorts;
 }
 
 const ID = /^[A-Za-z0-9_-]{1,40}$/;
@@ -103,14 +112,6 @@ function sysctl(ns: string | null, key: string, value: string): Promise<string> 
 
 async function readSysctl(ns: string | null, key: string): Promise<string> {
   return (await mustRun(inNetns(ns, "sysctl", ["-n", key]))).trim();
-}
-
-/** Addresses of the uplink namespace that no blocked range already covers (its public ones). */
-async function publicHostAddresses(u: UplinkConfig): Promise<string[]> {
-  const out = await mustRun(inNetns(u.netns, "ip", ["-j", "addr", "show"]));
-  const doc = JSON.parse(out) as Array<{ addr_info?: Array<{ local?: string }> }>;
-  const addrs = doc.flatMap((l) => (l.addr_info ?? []).map((a) => a.local ?? ""));
-  return [...new Set(addrs)].filter((a) => a !== "" && !classifyAddress(a).blocked);
 }
 
 async function ensureForwarding(u: UplinkConfig): Promise<void> {
@@ -151,6 +152,9 @@ export async function createSandboxNetwork(
   const live = liveNetworks(u);
   live.add(netns);
   markLiveLink(u, hostIf, true);
+  // Watching the host's addresses and routes from before the first read of them.
+  const watch = hostWatch(u);
+  watch.acquire();
   const up = u.netns;
   const sbIf = attach.kind === "tap" ? attach.name : "eth0";
 
@@ -175,6 +179,7 @@ export async function createSandboxNetwork(
       reserved.get(key)?.delete(slot);
       live.delete(netns);
       markLiveLink(u, hostIf, false);
+      watch.release();
       if (errors.length > 0) {
         throw new ScratchRunError("SANDBOX_FAILED", `teardown of ${netns} incomplete`, {
           cause: errors[0],
@@ -221,18 +226,26 @@ export async function createSandboxNetwork(
         inNetns(up, "ip", ["-6", "addr", "add", `${addr.gatewayV6}/64`, "dev", hostIf, "nodad"]),
       );
     }
+    // The host's neighbourhood: as the watch knows it when nothing changed, else read now.
+    const generation = watch.generation;
+    const host = watch.cached() ?? (await readHostBlockSet(u));
+    watch.noteRead(host, generation);
     const ruleset = renderEgressRuleset({
       table,
       hostIfname: hostIf,
       sandboxV4: addr.sandboxV4,
       gatewayV4: addr.gatewayV4,
       sandboxV6: addr.sandboxV6,
-      hostAddresses: await publicHostAddresses(u),
+      hostAddresses: host.addresses,
+      hostNetworks: host.networks,
       dnsResolvers: u.dnsResolvers,
       blocked: BLOCKED_CIDRS,
+      ...(opts.proxy ? { proxy: opts.proxy } : {}),
     });
     // Rules before the link comes up: no frame passes unfiltered.
     await mustRun(inNetns(up, "nft", ["-f", "-"]), ruleset);
+    // The host's network changed while these rules were made: refill them with what it is now.
+    if (watch.generation !== generation) await watch.refresh(true);
     await mustRun(inNetns(up, "ip", ["link", "set", hostIf, "up"]));
     await mustRun(inNetns(netns, "ip", ["link", "set", "lo", "up"]));
     if (attach.kind === "process") {
@@ -292,6 +305,7 @@ export async function createSandboxNetwork(
     resolvConf: resolvConf(u),
     counters,
     blockedCount: async () => (await counters()).blocked,
+    proxy: opts.proxy ?? null,
     teardown,
   };
 }

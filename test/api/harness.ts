@@ -4,11 +4,11 @@ import { join } from "node:path";
 import { PassThrough } from "node:stream";
 import type { Engine, EngineOptions } from "../../src/engine/engine.js";
 import { createLogger } from "../../src/api/log.js";
-import { startApiServer, type ApiServer, type ApiServerOptions } from "../../src/api/server.js";
+import { startApiServer, type ApiServer, type ApiServerCommon } from "../../src/api/server.js";
 import { createEngineFromEnv } from "../../src/setup/engine-factory.js";
 import { openDatabase, type Db } from "../../src/store/db.js";
 import { KeyStore } from "../../src/store/keys.js";
-import { RunStore } from "../../src/store/runs.js";
+import type { RunRow } from "../../src/store/runs.js";
 
 /** A real service on 127.0.0.1 with a real engine, its own state dir and a captured log. */
 export interface ServiceHarness {
@@ -17,7 +17,7 @@ export interface ServiceHarness {
   db: Db;
   home: string;
   keys: KeyStore;
-  runs: RunStore;
+  runs: RunRows;
   logText(): string;
   post(
     path: string,
@@ -30,7 +30,8 @@ export interface ServiceHarness {
 
 export async function startService(
   engineOptions: EngineOptions = {},
-  apiOptions: Partial<ApiServerOptions> = {},
+  apiOptions: Partial<ApiServerCommon> = {},
+  env: Record<string, string> = {},
 ): Promise<ServiceHarness> {
   const home = mkdtempSync(join(tmpdir(), "sr-api-test-"));
   const db = openDatabase(home);
@@ -38,7 +39,7 @@ export async function startService(
   let logged = "";
   log.on("data", (d: Buffer) => (logged += d.toString()));
   const engine = await createEngineFromEnv(
-    { ...process.env, SCRATCHRUN_ISOLATION: "namespace" },
+    { ...process.env, SCRATCHRUN_ISOLATION: "namespace", ...env },
     engineOptions,
   );
   const api = await startApiServer({
@@ -55,7 +56,7 @@ export async function startService(
     db,
     home,
     keys: new KeyStore(db),
-    runs: new RunStore(db),
+    runs: runRows(db),
     logText: () => logged,
     post: (path, body, key, headers = {}) =>
       fetch(`${api.url}${path}`, {
@@ -76,10 +77,27 @@ export async function startService(
   };
 }
 
-export async function waitFor<T>(what: string, probe: () => T | undefined | false, ms = 30_000) {
+/** The run records, read synchronously from a test's own SQLite database. */
+export interface RunRows {
+  all(): RunRow[];
+  get(id: string): RunRow | undefined;
+}
+
+export function runRows(db: Db): RunRows {
+  return {
+    all: () => db.prepare("SELECT * FROM runs ORDER BY received_at, id").all() as RunRow[],
+    get: (id) => db.prepare("SELECT * FROM runs WHERE id = ?").get(id) as RunRow | undefined,
+  };
+}
+
+export async function waitFor<T>(
+  what: string,
+  probe: () => T | undefined | false | Promise<T | undefined | false>,
+  ms = 30_000,
+) {
   const deadline = Date.now() + ms;
   for (;;) {
-    const v = probe();
+    const v = await probe();
     if (v) return v;
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 25));

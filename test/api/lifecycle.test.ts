@@ -6,10 +6,9 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { openDatabase, type Db } from "../../src/store/db.js";
 import { KeyStore } from "../../src/store/keys.js";
-import { RunStore } from "../../src/store/runs.js";
 import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
 import { REPO_ROOT, startServer, type McpHarness } from "../helpers/mcp-client.js";
-import { waitFor } from "./harness.js";
+import { runRows, waitFor } from "./harness.js";
 
 const CLI = join(REPO_ROOT, "dist/src/bin/scratchrun.js");
 
@@ -57,11 +56,11 @@ describe("lifecycle: crash recovery, graceful shutdown, remote mode", () => {
   let key: string;
   let base: HostSnapshot;
 
-  before(() => {
+  before(async () => {
     base = snapshot();
     home = mkdtempSync(join(tmpdir(), "sr-api-life-"));
     db = openDatabase(home);
-    key = new KeyStore(db).create("life").key;
+    key = (await new KeyStore(db).create("life")).key;
   });
 
   after(async () => {
@@ -77,7 +76,7 @@ describe("lifecycle: crash recovery, graceful shutdown, remote mode", () => {
       headers: { Authorization: `Bearer ${key}`, "Content-Type": "application/json" },
       body: JSON.stringify({ runtime: "bash", code: "sleep 28" }),
     }).catch((e: unknown) => e);
-    const runs = new RunStore(db);
+    const runs = runRows(db);
     const run = await waitFor("the run to be running", () =>
       runs.all().find((r) => r.status === "running"),
     );
@@ -136,11 +135,18 @@ describe("lifecycle: crash recovery, graceful shutdown, remote mode", () => {
       };
       const [r, e] = await Promise.all([remote.call(args), embedded.call(args)]);
       const strip = (x: typeof r) => {
-        const c = JSON.parse(JSON.stringify(x).replace(/ · \d+ ms · /g, " · ")) as typeof r;
+        // Durations differ, and so does each answer's random fence tag (docs/decisions/0007).
+        const text = JSON.stringify(x).replace(/ · \d+ ms · /g, " · ");
+        const c = JSON.parse(text.replace(/ [0-9a-f]{12} ---/g, " TAG ---")) as typeof r;
         delete (c.structuredContent as { duration_ms?: number } | undefined)?.duration_ms;
         return c;
       };
       assert.equal(r.isError, false);
+      assert.match(
+        JSON.stringify(r.content),
+        /--- stdout [0-9a-f]{12} ---/,
+        "remote text is fenced",
+      );
       assert.deepEqual(strip(r), strip(e));
       assert.equal((r.structuredContent as { exit_code: number }).exit_code, 3);
       const [rt, et] = await Promise.all([remote.client.listTools(), embedded.client.listTools()]);

@@ -43,10 +43,10 @@ describe("HTTP service on one engine", () => {
       { keyLimits: { maxConcurrent: 5, ratePerMinute: 100_000, burst: 100_000 } },
     );
     for (const name of ["a", "b", "c", "d", "revoked"]) {
-      keys[name] = h.keys.create(name).key;
+      keys[name] = (await h.keys.create(name)).key;
       secrets.push(keys[name]!);
     }
-    h.keys.revoke("revoked");
+    await h.keys.revoke("revoked");
   });
 
   after(async () => {
@@ -59,15 +59,38 @@ describe("HTTP service on one engine", () => {
   });
 
   test("/readyz and scratchrun_pool_ready count the namespace pool's jails for every runtime", async () => {
-    await waitFor("a warm jail", () => h.engine.backend.warm("bash").ready > 0);
+    // Jails are pooled per runtime (and, for Python with a pre-import, per flavour): wait for all.
+    const full = () =>
+      RUNTIMES.every((r) => h.engine.backend.warm(r).ready === h.engine.backend.warm(r).target);
+    await waitFor("every runtime's warm jails", full, 60_000);
     const res = await fetch(`${h.api.url}/readyz`);
     assert.deepEqual(
       [res.status, await res.json()],
       [200, { status: "ready", isolation: "namespace" }],
     );
-    const metrics = h.api.metrics.render();
-    for (const r of RUNTIMES)
-      assert.match(metrics, new RegExp(`scratchrun_pool_ready\\{runtime="${r}"\\} 1\\b`));
+    const metrics = await h.api.metrics.render();
+    for (const r of RUNTIMES) {
+      const { ready } = h.engine.backend.warm(r);
+      assert.ok(ready >= 1, `${r}: ${ready} warm`);
+      assert.match(metrics, new RegExp(`scratchrun_pool_ready\\{runtime="${r}"\\} ${ready}\\b`));
+    }
+  });
+
+  test("/metrics serves this server's metrics and the process's own, and no key material", async () => {
+    const res = await fetch(`${h.api.url}/metrics`);
+    assert.equal(res.status, 200);
+    assert.match(res.headers.get("content-type") ?? "", /^text\/plain; version=0\.0\.4/);
+    const text = await res.text();
+    for (const name of [
+      "scratchrun_sandboxes_active",
+      "scratchrun_mcp_sessions",
+      "scratchrun_call_duration_seconds",
+      "process_resident_memory_bytes",
+      "nodejs_heap_size_used_bytes",
+      "nodejs_eventloop_lag_seconds",
+    ])
+      assert.match(text, new RegExp(`^# TYPE ${name} `, "m"), name);
+    for (const key of Object.values(keys)) assert.ok(!text.includes(key!), "no key in metrics");
   });
 
   test("missing, malformed, unknown and revoked keys get 401 and start no sandbox", async () => {
@@ -83,7 +106,7 @@ describe("HTTP service on one engine", () => {
     const mcp = await h.post("/mcp", { jsonrpc: "2.0", id: 1, method: "initialize" }, wrong);
     assert.equal(mcp.status, 401);
     assert.equal(h.runs.all().length, before, "no run was recorded");
-    assert.doesNotMatch(h.api.metrics.render(), /scratchrun_calls_total\{/);
+    assert.doesNotMatch(await h.api.metrics.render(), /scratchrun_calls_total\{/);
     // Control: the same request with a valid key does run.
     const ok = await h.post("/v1/exec", req, keys.a);
     assert.equal(ok.status, 200);
@@ -209,14 +232,14 @@ describe("HTTP service on one engine", () => {
     const running = finished.map((r) => [r.started_at, r.finished_at] as [number, number]);
     assert.ok(maxOverlap(running) <= 2, "never more sandboxes than maxConcurrent");
     for (const name of names) {
-      const id = h.keys.list().find((k) => k.name === name)!.id;
+      const id = (await h.keys.list()).find((k) => k.name === name)!.id;
       const mine = rows
         .filter((r) => r.key_id === id)
         .map((r) => [r.received_at, r.finished_at] as [number, number]);
       assert.ok(maxOverlap(mine) <= 5, `key ${name} never had more than 5 calls in flight`);
     }
     assert.match(
-      h.api.metrics.render(),
+      await h.api.metrics.render(),
       /scratchrun_calls_total\{runtime="bash",exit_reason="ok"\} \d+/,
     );
   });

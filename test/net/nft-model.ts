@@ -16,7 +16,17 @@ export interface Packet {
   icmpv6Type?: "nd-neighbor-solicit" | "nd-neighbor-advert" | "echo-request";
   hoplimit: number;
   ct: "new" | "established";
+  /** The interface it came in on (iifname rules); default: the sandbox's link. */
+  iif?: string;
+  /** The local socket's uid (meta skuid; output chains). */
+  uid?: number;
+  /** conntrack says the connection was destination-NATed (redirected). */
+  dnat?: boolean;
 }
+
+/** What a rule or chain decided: a filter verdict, a redirect to a port, a jump. */
+export type Verdict =
+  "accept" | "drop" | "reject" | "return" | `redirect:${number}` | `jump:${string}`;
 
 export interface Model {
   sets: Map<string, Cidr[]>;
@@ -36,6 +46,7 @@ export function parseScript(script: string): Model {
       chains.set(chain, []);
     } else if ((m = /^set (\S+) \{$/.exec(line))) {
       set = m[1] as string;
+      sets.set(set, []); // a set without elements is empty, not unknown
     } else if (line === "}") {
       chain = null;
       set = null;
@@ -75,18 +86,52 @@ function addrMatch(model: Model, spec: string, addr: string, family: 4 | 6): boo
 }
 
 const TOKEN =
-  /^(meta nfproto (ipv4|ipv6)|(ip6?) (saddr|daddr) (!= )?(@\S+|\{[^}]*\}|[0-9a-f.:/]+)|(tcp|udp) dport (\d+)|icmpv6 type \{([^}]*)\}|ip6 hoplimit (\d+)|ct state (\S+)|counter name "[a-z_]+"|accept|drop)( |$)/;
+  /^(meta nfproto (ipv4|ipv6)|(ip6?) (saddr|daddr) (!= )?(@\S+|\{[^}]*\}|[0-9a-f.:/]+)|(tcp|udp|th) dport (\d+|\{[^}]*\})|icmpv6 type \{([^}]*)\}|ip6 hoplimit (\d+)|ct state (\S+)|meta l4proto (\w+|\{[^}]*\})|ct status dnat|iifname (!= )?"([^"]+)"|meta skuid (\d+)|counter name "[a-z_]+"|counter|accept|drop|return|reject( with (tcp reset|icmpx admin-prohibited))?|redirect to :(\d+)|jump (\S+))( |$)/;
 
-/** Evaluates one rule: "accept" / "drop" when it matches, null when it does not. */
-export function evalRule(model: Model, rule: string, p: Packet): "accept" | "drop" | null {
+const list = (spec: string): string[] =>
+  spec.startsWith("{")
+    ? spec
+        .slice(1, -1)
+        .split(",")
+        .map((x) => x.trim())
+    : [spec];
+
+/** Evaluates one rule: its verdict when it matches, null when it does not. */
+export function evalRule(model: Model, rule: string, p: Packet): Verdict | null {
   let rest = rule;
   while (rest.length > 0) {
     const m = TOKEN.exec(rest);
     if (!m) throw new Error(`model does not understand: ${rest}`);
     rest = rest.slice(m[0].length);
     const tok = m[1] as string;
-    if (tok === "accept" || tok === "drop") return tok;
+    if (tok === "accept" || tok === "drop" || tok === "return") return tok;
+    if (tok.startsWith("reject")) {
+      // "with tcp reset" is only valid for TCP: nft would refuse the rule otherwise.
+      if (m[17] === "tcp reset" && p.proto !== "tcp") throw new Error(`tcp reset on ${p.proto}`);
+      return "reject";
+    }
+    if (m[18]) return `redirect:${Number(m[18])}`;
+    if (m[19]) return `jump:${m[19]}`;
     if (tok.startsWith("counter")) continue;
+    if (m[12]) {
+      if (!list(m[12]).includes(p.proto)) return null;
+      continue;
+    }
+    if (tok === "ct status dnat") {
+      if (!p.dnat) return null;
+      continue;
+    }
+    if (m[14]) {
+      const pattern = m[14];
+      const iif = p.iif ?? "$sandbox";
+      const hit = pattern.endsWith("*") ? iif.startsWith(pattern.slice(0, -1)) : iif === pattern;
+      if (hit === Boolean(m[13])) return null;
+      continue;
+    }
+    if (m[15]) {
+      if (p.uid !== Number(m[15])) return null;
+      continue;
+    }
     if (m[2]) {
       if ((m[2] === "ipv4" ? 4 : 6) !== p.family) return null;
     } else if (m[3]) {
@@ -95,7 +140,13 @@ export function evalRule(model: Model, rule: string, p: Packet): "accept" | "dro
       const hit = addrMatch(model, m[6] as string, m[4] === "saddr" ? p.src : p.dst, fam);
       if (hit === Boolean(m[5])) return null;
     } else if (m[7]) {
-      if (p.proto !== m[7] || p.dport !== Number(m[8])) return null;
+      if (m[7] === "th" ? p.proto === "icmp" : p.proto !== m[7]) return null;
+      if (
+        !list(m[8] as string)
+          .map(Number)
+          .includes(p.dport)
+      )
+        return null;
     } else if (m[9] !== undefined) {
       const types = m[9].split(",").map((x) => x.trim());
       if (p.family !== 6 || p.proto !== "icmp" || !p.icmpv6Type || !types.includes(p.icmpv6Type))
@@ -110,17 +161,26 @@ export function evalRule(model: Model, rule: string, p: Packet): "accept" | "dro
   throw new Error(`rule without verdict: ${rule}`);
 }
 
-/** Runs a chain in order; the first verdict wins. "return" when nothing matched. */
+/**
+ * Runs a chain in order; the first verdict wins ("return" when nothing matched or a rule said
+ * so). A jump runs the other chain; its verdict wins unless it returns.
+ */
 export function evalChain(
   model: Model,
   chain: string,
   p: Packet,
-): { verdict: "accept" | "drop" | "return"; rule: string | null } {
+): { verdict: Exclude<Verdict, `jump:${string}`>; rule: string | null } {
   const rules = model.chains.get(chain);
   if (!rules) throw new Error(`no chain ${chain}`);
   for (const rule of rules) {
     const v = evalRule(model, rule, p);
-    if (v) return { verdict: v, rule };
+    if (v === null) continue;
+    if (v.startsWith("jump:")) {
+      const sub = evalChain(model, v.slice(5), p);
+      if (sub.verdict !== "return") return sub;
+      continue;
+    }
+    return { verdict: v as Exclude<Verdict, `jump:${string}`>, rule };
   }
   return { verdict: "return", rule: null };
 }

@@ -138,7 +138,7 @@ describe("renderEgressRuleset: shape", () => {
     }
   });
 
-  it("parseCounters reads only this table's two counters", () => {
+  it("parseCounters reads only this table's counters", () => {
     const json = JSON.stringify({
       nftables: [
         { metainfo: {} },
@@ -147,8 +147,12 @@ describe("renderEgressRuleset: shape", () => {
         { counter: { family: "inet", name: "blocked", table: "sr-other", packets: 99 } },
       ],
     });
-    assert.deepEqual(parseCounters(json, "sr-test"), { blocked: 5, linkDropped: 2 });
-    assert.deepEqual(parseCounters("not json", "sr-test"), { blocked: 0, linkDropped: 0 });
+    assert.deepEqual(parseCounters(json, "sr-test"), { blocked: 5, refused: 0, linkDropped: 2 });
+    assert.deepEqual(parseCounters("not json", "sr-test"), {
+      blocked: 0,
+      refused: 0,
+      linkDropped: 0,
+    });
   });
 });
 

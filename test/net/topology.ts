@@ -12,6 +12,8 @@ import { fileURLToPath } from "node:url";
 import { inNetns, mustRun, runCommand } from "../../src/net/commands.js";
 import { uplinkConfig, type UplinkConfig } from "../../src/net/uplink.js";
 
+import { listSandboxNetworkResources } from "../../src/net/resources.js";
+
 export const REPO = fileURLToPath(new URL("../../../", import.meta.url));
 const ECHO = fileURLToPath(new URL("./fixtures/echo-server.js", import.meta.url));
 export const PROBE = `${REPO}test/net/fixtures/probe.py`;
@@ -39,7 +41,18 @@ export const BLOCKED_HOSTS: Record<string, string> = {
   cgnat: "100.64.0.10",
   ula: "fd00:10::10",
 };
-export const DNS_TABLE = { "public.test": PUBLIC, "private.test": "10.1.0.10" };
+export const DNS_TABLE = {
+  "public.test": PUBLIC,
+  "private.test": "10.1.0.10",
+  // The egress allowlist's tests (web.ts): names on and off a test allowlist.
+  "allowed.test": PUBLIC,
+  "refused.test": PUBLIC2,
+  "inward.test": "10.1.0.10",
+  "uplink.test": UPLINK_ADDR,
+  "a.wild.test": PUBLIC,
+  "deep.b.wild.test": PUBLIC,
+  "wild.test": PUBLIC2,
+};
 
 const HOSTS: HostSpec[] = [
   {
@@ -164,7 +177,26 @@ export class Topology {
       await this.startEcho(h.name, ns, h.dns);
     }
     await this.startEcho("uplink", this.uplinkNs);
+    await this.settle();
     return this;
+  }
+
+  /**
+   * Waits until every host answers a ping from the uplink. A veth's carrier reaches IPv6 through
+   * the kernel's link watch (up to a second later), and until then a host has not joined its
+   * solicited-node group: the router's first neighbour solicitation is lost and the next comes a
+   * second later, after a 1 s probe has given up. Nothing is asserted here: the tests' own
+   * controls do that on a settled topology.
+   */
+  private async settle(): Promise<void> {
+    const hosts = HOSTS.flatMap((h) =>
+      h.nets.map(([hostAddr]) => hostAddr.split("/")[0] as string),
+    );
+    const checks: Check[] = hosts.map((host) => ({ label: host, kind: "icmp", host }));
+    for (let i = 0; i < 10; i++) {
+      const res = await probe(this.uplinkNs, checks, { bwrap: false });
+      if (Object.values(res).every((r) => r.ok)) return;
+    }
   }
 
   private async startEcho(name: string, ns: string, dns?: Record<string, string>): Promise<void> {
@@ -227,6 +259,30 @@ export class Topology {
     }
   }
 
+  /** What a server needs to take this topology's uplink for network "public". */
+  serverEnv(): Record<string, string> {
+    return {
+      SCRATCHRUN_UPLINK_NETNS: this.uplinkNs,
+      SCRATCHRUN_NET_PREFIX: this.uplink.prefix,
+      SCRATCHRUN_DNS: RESOLVER,
+      SCRATCHRUN_ENABLE_FORWARDING: "1",
+    };
+  }
+
+  /** The sandbox networks still on this uplink once they had up to 10 s to go. */
+  async networksLeft(): Promise<Awaited<ReturnType<typeof listSandboxNetworkResources>>> {
+    let left = await listSandboxNetworkResources(this.uplink);
+    for (
+      let i = 0;
+      i < 100 && (left.netns.length || left.links.length || left.tables.length);
+      i++
+    ) {
+      await new Promise((r) => setTimeout(r, 100));
+      left = await listSandboxNetworkResources(this.uplink);
+    }
+    return left;
+  }
+
   async destroy(): Promise<void> {
     await Promise.all(this.children.map(stopChild));
     for (const ns of this.namespaces.reverse()) {
@@ -252,12 +308,22 @@ function stopChild(c: ChildProcess): Promise<void> {
   });
 }
 
-export interface Check {
-  label: string;
-  kind: "tcp" | "udp" | "icmp" | "resolve";
-  host: string;
-  port?: number;
-}
+export type Check =
+  | { label: string; kind: "tcp" | "icmp" | "resolve"; host: string; port?: number }
+  /** connect: a connected UDP socket, which is told of an ICMP refusal (unconnected: a timeout). */
+  | { label: string; kind: "udp"; host: string; port?: number; connect?: boolean }
+  /** probe.py's web checks (the egress allowlist): see its docstring. */
+  | {
+      label: string;
+      kind: "https";
+      host: string;
+      port?: number;
+      sni?: string | null;
+      hostHeader?: string;
+    }
+  | { label: string; kind: "http"; host: string; port?: number; hostHeader?: string }
+  | { label: string; kind: "dnsq"; server: string; name: string; tcp?: boolean }
+  | { label: string; kind: "raw"; host: string; port: number; hex: string };
 
 export type ProbeResult = Record<string, { ok: boolean; detail: string }>;
 
@@ -305,8 +371,11 @@ export async function probe(
   return JSON.parse(res.stdout) as ProbeResult;
 }
 
-/** probe.py as one program the tool can run (`code`), with its checks built in. */
-export function probeProgram(checks: Check[]): string {
-  const source = readFileSync(PROBE, "utf8");
+/**
+ * probe.py as one program the tool can run (`code`), with its checks built in; `timeoutS` per
+ * check instead of 1 s (a TLS handshake in a guest under TCG takes longer).
+ */
+export function probeProgram(checks: Check[], timeoutS = 1): string {
+  const source = readFileSync(PROBE, "utf8").replace(/^TIMEOUT = 1\.0$/m, `TIMEOUT = ${timeoutS}`);
   return `import sys\nsys.argv = ['probe', ${JSON.stringify(JSON.stringify(checks))}]\n${source}`;
 }

@@ -1,0 +1,29 @@
+/**
+ * What the server and its egress proxy child say to each other: one JSON object per line, the
+ * server's requests on the child's stdin (each answered once, by `seq`, on its stdout).
+ */
+import type { Cidr } from "../addresses.js";
+import type { Refusal } from "./decide.js";
+import type { ProxyPorts } from "../nftables-proxy.js";
+
+/** The child's command line argument (JSON). */
+export interface ProxyChildConfig {
+  /** Host uid and gid the child drops to once it listens. */
+  uid: number;
+  gid: number;
+  /** Resolvers the proxy asks (the uplink's). */
+  resolvers: string[];
+  /** Ports to listen on: 0 picks free ones (a restarted child asks for the ones it had). */
+  ports: ProxyPorts | null;
+}
+
+export type ProxyRequest =
+  | { seq: number; op: "assign"; addrs: string[]; allow: string[] }
+  | { seq: number; op: "release"; addrs: string[] }
+  | { seq: number; op: "collect"; addrs: string[] }
+  | { seq: number; op: "host"; addresses: string[]; networks: Cidr[] };
+
+export type ProxyReply =
+  | { ready: ProxyPorts }
+  | { seq: number; ok: true; refused?: Refusal[]; dropped?: number }
+  | { seq: number; ok: false; error: string };

@@ -1,0 +1,35 @@
+/**
+ * Why the egress proxy refused a connection or a lookup: the result's `network_refused[].reason`
+ * (the output schema and the proxy share this list; it imports nothing).
+ */
+export const REFUSAL_REASONS = [
+  /** the name is not on the allowlist */
+  "not_allowed",
+  /** no name to check: a TLS hello without SNI, a request without Host (an IP address) */
+  "no_name",
+  /** the name given is an IP address (SNI or Host) */
+  "ip_address",
+  /** the name given is not a DNS host name */
+  "bad_name",
+  /** the TLS hello carries Encrypted Client Hello: its real name is hidden */
+  "ech",
+  /** HTTP: two Host headers, or a target naming another host than Host */
+  "host_mismatch",
+  /** not TLS on 443 / not HTTP/1 on 80, malformed, oversized, or nothing sent in time */
+  "protocol",
+  /** the name resolves only to blocked addresses (private, metadata, the host's network) */
+  "blocked_address",
+  /** the name does not resolve */
+  "unresolved",
+  /** no address of the name answered */
+  "unreachable",
+] as const;
+export type RefusalReason = (typeof REFUSAL_REASONS)[number];
+
+/** One kind of refusal in a sandbox's report: the name (null: none was sent), port, count. */
+export interface Refusal {
+  host: string | null;
+  port: number;
+  reason: RefusalReason;
+  count: number;
+}

@@ -1,0 +1,148 @@
+/**
+ * Web hosts for the egress allowlist tests, added to a built Topology (test internet in
+ * namespaces; nothing in the root namespace): HTTP and HTTPS (a test certificate made with
+ * openssl for the run) on
+ *
+ *   - 198.51.100.10 (pub):  allowed.test, a.wild.test, deep.b.wild.test
+ *   - 203.0.113.10 (pub2):  refused.test, wild.test; also a second DNS server ("rogue") on
+ *                           203.0.113.10:53 answering every name with its own address
+ *   - 10.1.0.10 (p10):      inward.test (an allowed name that resolves into a blocked range)
+ *
+ * The topology's resolver (198.51.100.53) holds these names (DNS_TABLE). Each host logs every
+ * connection it accepts and every request and DNS question (fixtures/web-server.ts).
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { mustRun } from "../../src/net/commands.js";
+import { PUBLIC, PUBLIC2, type Topology } from "./topology.js";
+
+const SERVER = fileURLToPath(new URL("./fixtures/web-server.js", import.meta.url));
+
+export const ALLOWED_IP = PUBLIC;
+export const REFUSED_IP = PUBLIC2;
+export const INWARD_IP = "10.1.0.10";
+/** The rogue resolver: a DNS server the sandbox's resolv.conf does not name. */
+export const ROGUE_DNS = PUBLIC2;
+/** The allowlist the tests give their sandboxes. */
+export const TEST_ALLOWLIST = "allowed.test, *.wild.test, inward.test, uplink.test";
+
+export type WebHost = "allowed" | "refused" | "inward";
+
+/** A ClientHello for `name` carrying an encrypted_client_hello extension, as hex. */
+export function echHello(name: string): string {
+  const n = Buffer.from(name);
+  const sniExt = Buffer.concat([
+    Buffer.from([0, 0, 0, n.length + 5, 0, n.length + 3, 0, 0, n.length]),
+    n,
+  ]);
+  const ech = Buffer.concat([Buffer.from([0xfe, 0x0d, 0, 8]), Buffer.alloc(8, 1)]);
+  const exts = Buffer.concat([sniExt, ech]);
+  const body = Buffer.concat([
+    Buffer.from([3, 3]),
+    Buffer.alloc(32, 9),
+    Buffer.from([0, 0, 2, 0x13, 0x01, 1, 0, exts.length >> 8, exts.length & 0xff]),
+    exts,
+  ]);
+  const hs = Buffer.concat([Buffer.from([1, 0, body.length >> 8, body.length & 0xff]), body]);
+  return Buffer.concat([Buffer.from([22, 3, 1, hs.length >> 8, hs.length & 0xff]), hs]).toString(
+    "hex",
+  );
+}
+
+export class WebHosts {
+  private readonly children: ChildProcess[] = [];
+  private readonly logs = new Map<WebHost, string>();
+  private readonly dir = mkdtempSync(join(tmpdir(), "sr-web-"));
+
+  constructor(private readonly topo: Topology) {}
+
+  async start(): Promise<this> {
+    const cert = join(this.dir, "cert.pem");
+    const key = join(this.dir, "key.pem");
+    await mustRun([
+      "/usr/bin/openssl",
+      "req",
+      "-x509",
+      "-newkey",
+      "ec",
+      "-pkeyopt",
+      "ec_paramgen_curve:prime256v1",
+      "-nodes",
+      "-days",
+      "2",
+      "-subj",
+      "/CN=allowed.test",
+      "-addext",
+      "subjectAltName=DNS:allowed.test,DNS:refused.test,DNS:*.wild.test,DNS:inward.test",
+      "-keyout",
+      key,
+      "-out",
+      cert,
+    ]);
+    const base = { cert, key };
+    await this.spawn("allowed", this.topo.hostNs("pub"), { ...base, label: "allowed" });
+    await this.spawn("refused", this.topo.hostNs("pub2"), {
+      ...base,
+      label: "refused",
+      dns: {
+        address: ROGUE_DNS,
+        table: { "refused.test": REFUSED_IP, "allowed.test": REFUSED_IP, "rogue.test": REFUSED_IP },
+      },
+    });
+    await this.spawn("inward", this.topo.hostNs("p10"), { ...base, label: "inward" });
+    return this;
+  }
+
+  private spawn(name: WebHost, ns: string, config: object): Promise<void> {
+    const child = spawn(
+      "/usr/sbin/ip",
+      ["netns", "exec", ns, process.execPath, SERVER, JSON.stringify(config)],
+      { stdio: ["ignore", "pipe", "inherit"] },
+    );
+    this.children.push(child);
+    this.logs.set(name, "");
+    return new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`web host ${name} not ready`)), 10_000);
+      child.stdout?.on("data", (d: Buffer) => {
+        this.logs.set(name, this.log(name) + d.toString("utf8"));
+        if (this.log(name).includes("ready\n")) {
+          clearTimeout(timer);
+          resolve();
+        }
+      });
+      child.on("exit", () => {
+        clearTimeout(timer);
+        reject(new Error(`web host ${name} exited`));
+      });
+    });
+  }
+
+  log(name: WebHost): string {
+    return this.logs.get(name) ?? "";
+  }
+
+  mark(): Map<WebHost, number> {
+    return new Map([...this.logs].map(([k, v]) => [k, v.length]));
+  }
+
+  since(mark: Map<WebHost, number>, name: WebHost): string {
+    return this.log(name).slice(mark.get(name) ?? 0);
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all(
+      this.children.map(
+        (c) =>
+          new Promise<void>((resolve) => {
+            if (c.exitCode !== null || c.signalCode !== null) return resolve();
+            c.once("exit", () => resolve());
+            c.kill("SIGTERM");
+          }),
+      ),
+    );
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
