@@ -6,15 +6,6 @@
 
 #include "agent-request.h"
 
-enum file_status {
-  FS_OK = 0,
-  FS_MISSING = 1,
-  FS_NOT_REGULAR = 2,
-  FS_TOO_LARGE = 3,
-  FS_TOTAL_LIMIT = 4,
-  FS_ERROR = 5,
-};
-
 /* Creates every request file (parents 0755, O_CREAT|O_EXCL|O_NOFOLLOW, exact mode: the caller
  * has set umask 0). Never follows a symlink in any component. -1 with a message on failure. */
 int write_request_files(const struct request *req, char *err, size_t errlen);

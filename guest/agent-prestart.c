@@ -14,7 +14,6 @@
 #include "agent-wire.h"
 
 /* The code's user in the guest (GUEST_UID in src/backends/microvm/backend.ts). */
-#define PRESTART_ID 1000u
 /* How long the interpreter may take to come up (under TCG: python ~1 s, node ~2 s). */
 #define PRESTART_WAIT_MS 60000
 
@@ -22,16 +21,38 @@
  * src/engine/runtimes.ts). A call that changes any of it gets a fresh interpreter; keeping the two
  * in step keeps calls on the fast path, which test/microvm/prestart.test.ts checks. */
 static char *const PRESTART_ENV[] = {
-    "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/home/user",           "LANG=C.UTF-8",
-    "PYTHONUNBUFFERED=1",                "PYTHONDONTWRITEBYTECODE=1", NULL,
+    "PATH=/usr/local/bin:/usr/bin:/bin",
+    "HOME=/home/user",
+    "LANG=C.UTF-8",
+    "MPLBACKEND=Agg", /* read by a pre-imported matplotlib */
+    "PYTHONUNBUFFERED=1",
+    "PYTHONDONTWRITEBYTECODE=1",
+    NULL,
 };
 /* The user site directory (site.py adds it to sys.path at startup only if it exists then). */
 static const char USER_SITE[] = "/home/user/.local";
 
-int prestart_start(struct prestart *ps, const char *interp, const char *script, char *msg,
-                   size_t msglen) {
+/* guest/prestart.py keeps its fd 4 and rehearses the call's path when it reads "T" (a pooled
+ * clone's warm-up); guest/prestart.js closes fd 4 after its note. */
+static int rehearses(const struct prestart *ps) {
+  size_t n = strlen(ps->script);
+  return n >= 3 && strcmp(ps->script + n - 3, ".py") == 0;
+}
+
+/* Waits (PRESTART_WAIT_MS at most) for the script's "waiting" note: 1 when it came. */
+static int await_note(int fd) {
+  struct pollfd pfd = {fd, POLLIN, 0};
+  char c = 0;
+  int r;
+  do r = poll(&pfd, 1, PRESTART_WAIT_MS);
+  while (r < 0 && errno == EINTR);
+  return r == 1 && read(fd, &c, 1) == 1 && c == 'w';
+}
+
+int prestart_start(struct prestart *ps, const char *interp, const char *script,
+                   const struct preimport *pre, char *msg, size_t msglen) {
   memset(ps, 0, sizeof *ps);
-  ps->ctl_w = -1;
+  ps->ctl_w = ps->note_r = -1;
   int ctl[2], note[2];
   if (pipe2(ctl, O_CLOEXEC) < 0) {
     snprintf(msg, msglen, "pipe: %s", strerror(errno));
@@ -43,8 +64,9 @@ int prestart_start(struct prestart *ps, const char *interp, const char *script, 
     close(ctl[1]);
     return -1;
   }
-  char *argv[] = {(char *)interp, (char *)script, NULL};
-  struct spawn_spec s = {argv, PRESTART_ENV, "/", PRESTART_ID, PRESTART_ID, {ctl[0], note[1]}, 2};
+  ps->id = geteuid() == 0 ? CODE_UID : KEEP_ID;
+  char *argv[] = {(char *)interp, (char *)script, pre ? (char *)pre->spec : NULL, NULL};
+  struct spawn_spec s = {argv, PRESTART_ENV, "/", ps->id, ps->id, {ctl[0], note[1]}, 2};
   int rc = spawn_code(&s, &ps->proc, msg, msglen);
   close(ctl[0]);
   close(note[1]);
@@ -53,16 +75,16 @@ int prestart_start(struct prestart *ps, const char *interp, const char *script, 
     close(note[0]);
     return -1;
   }
-  struct pollfd pfd = {note[0], POLLIN, 0};
-  char c = 0;
-  int r;
-  do r = poll(&pfd, 1, PRESTART_WAIT_MS);
-  while (r < 0 && errno == EINTR);
-  int ok = r == 1 && read(note[0], &c, 1) == 1 && c == 'w';
-  close(note[0]);
   ps->ctl_w = ctl[1];
+  ps->note_r = note[0];
   ps->interp = interp;
   ps->script = script;
+  ps->pre = pre;
+  int ok = await_note(ps->note_r);
+  if (!rehearses(ps)) {
+    close(ps->note_r);
+    ps->note_r = -1;
+  }
   if (!ok) {
     snprintf(msg, msglen, "%s %s did not start", interp, script);
     prestart_discard(ps);
@@ -82,10 +104,10 @@ static const char *const STARTUP_PREFIXES[] = {
     "NODE_", "UV_", "OPENSSL_", "SSL_CERT_", "FORCE_COLOR=", "NO_COLOR=", "TERM=", NULL,
 };
 
-static int startup_relevant(const char *entry) {
+static int startup_relevant(const char *entry, const struct preimport *pre) {
   for (const char *const *p = STARTUP_PREFIXES; *p; p++)
     if (strncmp(entry, *p, strlen(*p)) == 0) return 1;
-  return 0;
+  return pre && preimport_reads_env(pre, entry);
 }
 
 static int in_prestart_env(const char *entry) {
@@ -97,13 +119,13 @@ static int in_prestart_env(const char *entry) {
 int prestart_fits(const struct prestart *ps, const struct request *req) {
   if (ps->proc.pid <= 0) return 0;
   if (req->argc != 2 || strcmp(req->argv[0], ps->interp) != 0) return 0;
-  if (req->uid != PRESTART_ID || req->gid != PRESTART_ID) return 0;
+  if (req->uid != ps->id || req->gid != ps->id) return 0;
   /* Request keys are unique (the host sends a map): equal counts + every request entry found
    * means the same startup-relevant set. */
   size_t want = 0, have = 0;
-  for (char *const *e = PRESTART_ENV; *e; e++) want += (size_t)startup_relevant(*e);
+  for (char *const *e = PRESTART_ENV; *e; e++) want += (size_t)startup_relevant(*e, ps->pre);
   for (uint32_t i = 0; i < req->envc; i++) {
-    if (!startup_relevant(req->envp[i])) continue;
+    if (!startup_relevant(req->envp[i], ps->pre)) continue;
     if (!in_prestart_env(req->envp[i])) return 0;
     have++;
   }
@@ -112,6 +134,7 @@ int prestart_fits(const struct prestart *ps, const struct request *req) {
   for (uint32_t i = 0; i < req->filec; i++) {
     const char *p = req->files[i].path;
     if (strncmp(p, USER_SITE, n) == 0 && (p[n] == '\0' || p[n] == '/')) return 0;
+    if (ps->pre && preimport_reads_file(ps->pre, p)) return 0;
   }
   return 1;
 }
@@ -125,6 +148,8 @@ int prestart_release(struct prestart *ps, const struct request *req) {
   for (uint32_t i = 0; rc == 0 && i < req->envc; i++) rc = put_field(ps->ctl_w, req->envp[i]);
   if (close(ps->ctl_w) < 0) rc = -1;
   ps->ctl_w = -1;
+  if (ps->note_r >= 0) close(ps->note_r);
+  ps->note_r = -1;
   return rc;
 }
 
@@ -149,11 +174,17 @@ static void drain(struct code_proc *p) {
   close(p->err_r);
 }
 
-void prestart_warm(struct prestart *ps) {
+void prestart_warm(struct prestart *ps, int full) {
   if (ps->proc.pid <= 0) return;
+  if (rehearses(ps) && (ps->pre || !full)) {
+    /* In the kept interpreter: a second one would import everything again. */
+    if (write(ps->ctl_w, full ? "T" : "R", 1) != 1 || !await_note(ps->note_r)) prestart_discard(ps);
+    return;
+  }
+  if (!full) return;
   struct prestart w;
   char msg[256];
-  if (prestart_start(&w, ps->interp, ps->script, msg, sizeof msg) < 0) return;
+  if (prestart_start(&w, ps->interp, ps->script, NULL, msg, sizeof msg) < 0) return;
   char root[] = "/", *argv[] = {(char *)ps->interp, "/dev/null", NULL};
   struct request call;
   memset(&call, 0, sizeof call);
@@ -173,7 +204,7 @@ void prestart_warm(struct prestart *ps) {
 
 void warm_fresh(const char *interp) {
   char *argv[] = {(char *)interp, "/dev/null", NULL};
-  struct spawn_spec s = {argv, PRESTART_ENV, "/", PRESTART_ID, PRESTART_ID, {-1, -1}, 0};
+  struct spawn_spec s = {argv, PRESTART_ENV, "/", CODE_UID, CODE_UID, {-1, -1}, 0};
   struct code_proc p;
   char msg[256];
   if (spawn_code(&s, &p, msg, sizeof msg) < 0) return;
@@ -189,6 +220,7 @@ void prestart_discard(struct prestart *ps) {
     close(ps->proc.err_r);
   }
   if (ps->ctl_w >= 0) close(ps->ctl_w);
+  if (ps->note_r >= 0) close(ps->note_r);
   memset(ps, 0, sizeof *ps);
-  ps->ctl_w = -1;
+  ps->ctl_w = ps->note_r = -1;
 }

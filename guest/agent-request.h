@@ -5,7 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KEEP_ID 0xFFFFFFFFu
+/* KEEP_ID: generated (src/protocol/guest-header.ts). */
+#include "scratchrun-shared.h"
 
 struct req_file {
   char *path;

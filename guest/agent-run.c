@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent-seccomp.h"
 #include "agent-wire.h"
 
 #ifndef CLOSE_RANGE_CLOEXEC
@@ -72,9 +73,6 @@ static void child_fail(int errfd, int stage) {
   _exit(127);
 }
 
-/* Processes and threads the code may have in a VM (the namespace backend's pids.max). */
-#define SANDBOX_NPROC 128
-
 /* In the forked child: becomes the code's uid/gid for good (real, effective, saved; no groups).
  * Only this child drops: the agent keeps its ids, so the code cannot signal or ptrace it. */
 static int drop_privileges(uint32_t uid, uint32_t gid) {
@@ -125,6 +123,7 @@ static void child_exec(const struct spawn_spec *s, pid_t agent, int devnull, int
   sigemptyset(&none);
   if (sigprocmask(SIG_SETMASK, &none, NULL) < 0) child_fail(errfd, STAGE_SETUP);
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) child_fail(errfd, STAGE_SETUP);
+  if (code_seccomp_apply() < 0) child_fail(errfd, STAGE_SETUP); /* microVM; bwrap's otherwise */
   cloexec_from(3u + (unsigned)s->nextra);
   execve(s->argv[0], s->argv, s->envp);
   child_fail(errfd, STAGE_EXEC);

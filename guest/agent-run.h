@@ -9,16 +9,6 @@
 
 #include "agent-request.h"
 
-enum exit_reason {
-  R_EXITED = 0,
-  R_SIGNALED = 1,
-  R_TIMEOUT = 2,
-  R_OUTPUT_LIMIT = 3,
-  R_KILLED = 4,
-  R_SPAWN_FAILED = 5,
-  R_SETUP_FAILED = 6,
-};
-
 struct run_result {
   enum exit_reason reason;
   int32_t value;

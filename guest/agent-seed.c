@@ -47,9 +47,10 @@ static int read_exact(int fd, unsigned char *buf, size_t n) {
   return 0;
 }
 
+/* Rewrites resolv.conf in place: the guest's root is read-only, and init binds a root-owned file
+ * of its own there (guest/init). O_NOFOLLOW: never a symlink the image may have put there. */
 static int write_resolv(const char *path, const unsigned char *text, size_t n) {
-  (void)unlink(path); /* never follow a symlink the image may have there */
-  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  int fd = open(path, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return -1;
   size_t off = 0;
   while (off < n) {
@@ -146,8 +147,8 @@ int apply_seed(const char *port_path, const char *resolv_path, warm_fn warm, voi
       close(port);
       return fail(err, errlen, "read message");
     }
-    if (type != 'T') break;
-    warm(ctx);
+    if (type != 'T' && type != 'R') break;
+    warm(ctx, type == 'T');
   }
   if (type != 'S' || read_exact(port, msg, HEADER_BYTES) < 0) {
     close(port);

@@ -6,13 +6,11 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define PROTOCOL_VERSION 1u
-#define MAX_REQUEST_FRAME (64u << 20)          /* host -> agent */
-#define MAX_AGENT_FRAME ((16u << 20) + 4096u)  /* agent -> host */
-#define MAX_CHUNK 65536u                       /* raw bytes per O/E frame */
-#define MAX_FILE_CONTENT (16u << 20)           /* per returned file, so F fits MAX_AGENT_FRAME */
-#define MAX_PATH_BYTES 4000u                   /* so a 16 MiB F frame with its path still fits */
-#define MAX_MESSAGE_BYTES 1024u                /* X message */
+/* PROTOCOL_VERSION, the frame bounds (MAX_REQUEST_FRAME host -> agent, MAX_AGENT_FRAME
+ * agent -> host, MAX_CHUNK per O/E frame, MAX_FILE_CONTENT per returned file, MAX_PATH_BYTES,
+ * MAX_MESSAGE_BYTES), the exit reasons and file statuses: generated from the host's TypeScript
+ * (src/protocol/guest-header.ts) by scripts/build-guest.mjs. */
+#include "scratchrun-shared.h"
 
 enum frame_type {
   T_READY = 'R',

@@ -4,19 +4,23 @@
  * contained by killing the whole process tree with kill(-1, SIGKILL), which is why the agent
  * refuses to run where that could reach processes outside the sandbox.
  *
- * Usage: agent [--channel PATH] [--own-kernel] [--prestart INTERP SCRIPT] [--warm INTERP]
- *              [--seed PORT RESOLV]
+ * Usage: agent [--channel PATH] [--own-kernel] [--prestart INTERP SCRIPT [--preimport SPEC]]
+ *              [--warm INTERP] [--seed PORT RESOLV] [--seccomp PATH]
  *   --channel PATH  open PATH read/write for the protocol instead of using fd 0/1
  *   --own-kernel    this kernel runs only this sandbox (microVM): kill(-1) is safe without a pid
  *                   namespace, and /proc/vmstat oom_kill counts only this sandbox's OOM kills
  *   --prestart INTERP SCRIPT
  *                   start INTERP SCRIPT now (agent-prestart.h) and give it the request if it fits
+ *   --preimport SPEC
+ *                   the pre-started Python imports modules first (agent-preimport.h)
  *   --warm INTERP   without a pre-started interpreter, what a warm-up request in the seed step
  *                   runs (agent-prestart.h, warm_fresh)
  *   --seed PORT RESOLV
  *                   microVM: after any pre-start, take this VM's seed from virtio-console PORT
  *                   (agent-seed.h; a snapshot template is saved while waiting there), before
  *                   opening the channel. RESOLV: where network "public" puts resolv.conf.
+ *   --seccomp PATH  microVM: the seccomp program (src/jail/seccomp.ts, rendered at build time) to
+ *                   install in every process started as the code's user (agent-seccomp.h)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -35,6 +39,7 @@
 #include "agent-prestart.h"
 #include "agent-request.h"
 #include "agent-run.h"
+#include "agent-seccomp.h"
 #include "agent-seed.h"
 #include "agent-wire.h"
 
@@ -45,8 +50,10 @@ struct agent_opts {
   const char *channel;
   int own_kernel;
   const char *prestart_interp, *prestart_script;
+  const char *preimport;
   const char *warm_interp;
   const char *seed_port, *seed_resolv;
+  const char *seccomp;
 };
 
 struct warm_ctx {
@@ -61,11 +68,12 @@ static uint32_t read_oom_kills(const struct agent_opts *o);
 #define WARM_FILE "/run/scratchrun/.scratchrun-warm-up"
 
 /* A warm-up request (agent-seed.h): run what a call will run, so that a pooled clone's QEMU has
- * translated it before the call comes. Besides the interpreter, the agent's own steps: creating
- * a file where the call's code file goes (then removed: the call creates its own files in the
- * same directory) and reading the OOM counter. Under TCG their first run in a clone took ~20 ms
- * of the call. */
-static void warm_up(void *arg) {
+ * translated it before the call comes. Besides the interpreter (agent-prestart.h; a full warm-up
+ * runs a second interpreter, a cheap one only rehearses in the kept one), the agent's own steps:
+ * creating a file where the call's code file goes (then removed: the call creates its own files
+ * in the same directory) and reading the OOM counter. Under TCG their first run in a clone took
+ * ~20 ms of the call. */
+static void warm_up(void *arg, int full) {
   struct warm_ctx *w = arg;
   static const uint8_t data[] = "warm\n";
   struct req_file f = {WARM_FILE, 0600, data, sizeof data - 1};
@@ -76,8 +84,8 @@ static void warm_up(void *arg) {
   char err[256];
   if (write_request_files(&r, err, sizeof err) == 0) (void)unlink(WARM_FILE);
   (void)read_oom_kills(w->o);
-  if (w->ps->proc.pid > 0) prestart_warm(w->ps);
-  else if (w->interp) warm_fresh(w->interp);
+  if (w->ps->proc.pid > 0) prestart_warm(w->ps, full);
+  else if (w->interp && full) warm_fresh(w->interp);
 }
 
 static int tree_started;
@@ -238,13 +246,29 @@ static int agent_main(const struct agent_opts *o) {
     return 2;
   }
   on_host_lost = host_gone;
+  if (o->seccomp) {
+    char why[256];
+    if (code_seccomp_load(o->seccomp, why, sizeof why) < 0) {
+      fprintf(stderr, "agent: %s\n", why); /* never run code without the filter it was given */
+      return 2;
+    }
+  }
 
   struct prestart ps;
   memset(&ps, 0, sizeof ps);
-  ps.ctl_w = -1;
+  ps.ctl_w = ps.note_r = -1;
+  static struct preimport pre;
+  if (o->preimport) {
+    char why[256];
+    if (preimport_parse(o->preimport, &pre, why, sizeof why) < 0) {
+      fprintf(stderr, "agent: %s\n", why);
+      return 2;
+    }
+  }
   if (o->prestart_interp) {
     char why[256];
-    if (prestart_start(&ps, o->prestart_interp, o->prestart_script, why, sizeof why) < 0)
+    if (prestart_start(&ps, o->prestart_interp, o->prestart_script, o->preimport ? &pre : NULL,
+                       why, sizeof why) < 0)
       fprintf(stderr, "agent: no pre-started interpreter: %s\n", why); /* calls start it */
     else
       tree_started = 1;
@@ -299,7 +323,7 @@ static int agent_main(const struct agent_opts *o) {
 }
 
 int main(int argc, char **argv) {
-  struct agent_opts o = {NULL, 0, NULL, NULL, NULL, NULL, NULL};
+  struct agent_opts o = {NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--channel") == 0 && i + 1 < argc) {
       o.channel = argv[++i];
@@ -308,16 +332,24 @@ int main(int argc, char **argv) {
     } else if (strcmp(argv[i], "--prestart") == 0 && i + 2 < argc) {
       o.prestart_interp = argv[++i];
       o.prestart_script = argv[++i];
+    } else if (strcmp(argv[i], "--preimport") == 0 && i + 1 < argc) {
+      o.preimport = argv[++i];
     } else if (strcmp(argv[i], "--warm") == 0 && i + 1 < argc) {
       o.warm_interp = argv[++i];
     } else if (strcmp(argv[i], "--seed") == 0 && i + 2 < argc) {
       o.seed_port = argv[++i];
       o.seed_resolv = argv[++i];
+    } else if (strcmp(argv[i], "--seccomp") == 0 && i + 1 < argc) {
+      o.seccomp = argv[++i];
     } else {
-      fprintf(stderr, "usage: agent [--channel PATH] [--own-kernel] [--prestart INTERP SCRIPT] "
-                      "[--warm INTERP] [--seed PORT RESOLV]\n");
+      fprintf(stderr, "usage: agent [--channel PATH] [--own-kernel] [--prestart INTERP SCRIPT "
+                      "[--preimport SPEC]] [--warm INTERP] [--seed PORT RESOLV] [--seccomp PATH]\n");
       return 2;
     }
+  }
+  if (o.preimport && !o.prestart_interp) {
+    fprintf(stderr, "agent: --preimport needs --prestart\n");
+    return 2;
   }
   return agent_main(&o);
 }

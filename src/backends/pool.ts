@@ -1,8 +1,10 @@
 /**
- * Warm pool: per key (a runtime for microVMs; one key for the namespace backend's jails),
- * sandboxes already started to the agent's READY. A sandbox leaves the pool once and is destroyed
- * after its call; the pool refills in the background; an empty pool means the caller starts one
- * cold. Starts are serialised (`maxConcurrentBoots`) so refilling never starves live calls.
+ * Warm pool: per key (a runtime and flavour for microVMs; network mode, runtime and flavour for
+ * the namespace backend's jails), sandboxes already started to the agent's READY. A sandbox leaves
+ * the pool once and is destroyed after its call; the pool refills in the background; an empty pool
+ * means the caller starts one cold. Starts are serialised (`maxConcurrentBoots`) so refilling never
+ * starves live calls. With `burst`, a key that served calls back to back keeps more ready until it
+ * has been idle for a while (then the extra sandboxes are destroyed).
  */
 import type { RuntimeName } from "../schema/exec.js";
 
@@ -11,6 +13,8 @@ export interface PooledVm {
   readonly dead: boolean;
   readonly exited: Promise<void>;
   destroy(): Promise<void>;
+  /** Its host processes and the memory its cgroup is charged now (what an idle one costs). */
+  usage?(): Promise<{ pids: number[]; memoryBytes: number }>;
 }
 
 export interface PoolConfig<K extends string = RuntimeName> {
@@ -19,6 +23,11 @@ export interface PoolConfig<K extends string = RuntimeName> {
   /** Guest memory_mb of pooled VMs; calls asking for another size cold-boot. */
   memoryMb: number;
   maxConcurrentBoots: number;
+  /**
+   * A key from which `takes` sandboxes were taken within `windowMs` keeps `extra` more ready until
+   * `windowMs` passes without a take; then the extra ones are destroyed. Absent: fixed sizes.
+   */
+  burst?: { extra: number; takes: number; windowMs: number };
 }
 
 export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
@@ -30,6 +39,9 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
   /** Boot failures in a row; refilling backs off after them instead of spinning. */
   private failures = 0;
   lastError: unknown = null;
+  /** When sandboxes were last taken, per key (burst only; at most `burst.takes` kept). */
+  private readonly takes = new Map<K, number[]>();
+  private shrinkTimer: NodeJS.Timeout | null = null;
 
   constructor(
     private readonly boot: (runtime: K, memoryMb: number) => Promise<V>,
@@ -47,6 +59,7 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
    */
   take(runtime: K, memoryMb: number, opts: { refill?: boolean } = {}): V | null {
     if (memoryMb !== this.config.memoryMb) return null;
+    this.noteTake(runtime);
     const list = this.ready.get(runtime) ?? [];
     let vm: V | undefined;
     while ((vm = list.shift())) {
@@ -62,22 +75,36 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
    * for, that sandbox once it is ready: further along than a start of the caller's own. Null when
    * there is neither, the awaited start failed or went to another caller, or `signal` aborted.
    */
-  async takeOrAwait(key: K, memoryMb: number, signal?: AbortSignal): Promise<V | null> {
-    const now = this.take(key, memoryMb);
+  async takeOrAwait(
+    key: K,
+    memoryMb: number,
+    signal?: AbortSignal,
+    opts: { refill?: boolean; maxWaitMs?: number } = {},
+  ): Promise<V | null> {
+    const now = this.take(key, memoryMb, opts);
     if (now || memoryMb !== this.config.memoryMb) return now;
     const claimed = this.claimed.get(key) ?? 0;
     if ((this.inflight.get(key) ?? 0) <= claimed) return null;
     this.claimed.set(key, claimed + 1);
+    // The wait's own bound (a referenced timer: the caller's call keeps the process alive).
+    const bound = new AbortController();
+    const timer =
+      opts.maxWaitMs === undefined ? null : setTimeout(() => bound.abort(), opts.maxWaitMs);
+    const stop = AbortSignal.any([...(signal ? [signal] : []), bound.signal]);
     try {
       while (!this.closed && this.readyCount(key) === 0 && (this.inflight.get(key) ?? 0) > 0) {
-        if (signal?.aborted) return null;
+        if (stop.aborted) return null;
         await new Promise<void>((r) => {
           this.waiters.push(r);
-          signal?.addEventListener("abort", () => r(), { once: true });
+          stop.addEventListener("abort", () => r(), { once: true });
         });
       }
-      return this.take(key, memoryMb);
+      if (stop.aborted) return null;
+      const vm = this.takeReady(key);
+      if (opts.refill !== false) this.refill();
+      return vm;
     } finally {
+      if (timer) clearTimeout(timer);
       this.claimed.set(key, (this.claimed.get(key) ?? 1) - 1);
     }
   }
@@ -93,8 +120,64 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
     this.refill();
   }
 
+  /** The ready sandboxes of every key (for measuring what they cost; they stay in the pool). */
+  readySandboxes(): [K, V[]][] {
+    return [...this.ready].map(([k, list]) => [k, list.filter((v) => !v.dead)]);
+  }
+
+  /** Sandboxes being started right now (refills), of every key. */
+  get starting(): number {
+    return this.booting;
+  }
+
   readyCount(runtime: K): number {
     return (this.ready.get(runtime) ?? []).filter((v) => !v.dead).length;
+  }
+
+  /** A ready sandbox of this key without counting a take (the take was counted already). */
+  private takeReady(key: K): V | null {
+    const list = this.ready.get(key) ?? [];
+    let vm: V | undefined;
+    while ((vm = list.shift())) {
+      if (!vm.dead) break;
+      void vm.destroy();
+    }
+    return vm ?? null;
+  }
+
+  /** How many sandboxes of this key the pool keeps now (its size, plus a burst's extra). */
+  target(key: K): number {
+    const size = Number(this.config.sizes[key] ?? 0);
+    const b = this.config.burst;
+    if (!b || size === 0) return size;
+    const recent = (this.takes.get(key) ?? []).filter((t) => Date.now() - t < b.windowMs);
+    return recent.length >= b.takes ? size + b.extra : size;
+  }
+
+  private noteTake(key: K): void {
+    const b = this.config.burst;
+    if (!b) return;
+    const list = [...(this.takes.get(key) ?? []), Date.now()].slice(-b.takes);
+    this.takes.set(key, list);
+    this.scheduleShrink();
+  }
+
+  /** After a burst window passes, destroys ready sandboxes beyond each key's target. */
+  private scheduleShrink(): void {
+    const b = this.config.burst;
+    if (!b || this.closed) return;
+    if (this.shrinkTimer) clearTimeout(this.shrinkTimer);
+    this.shrinkTimer = setTimeout(() => {
+      this.shrinkTimer = null;
+      let pending = false;
+      for (const [key, list] of this.ready) {
+        const surplus = list.length - this.target(key);
+        for (const vm of list.splice(0, Math.max(0, surplus))) void vm.destroy();
+        if (this.target(key) > Number(this.config.sizes[key] ?? 0)) pending = true;
+      }
+      if (pending) this.scheduleShrink();
+    }, b.windowMs + 50);
+    this.shrinkTimer.unref();
   }
 
   /** Resolves when every runtime's pool is full (or the pool is closed). */
@@ -106,6 +189,7 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
     return Object.entries(this.config.sizes).map(([key, n]) => [key as K, Number(n ?? 0)]);
   }
 
+  /** Every key has its size ready (a burst's extra is not waited for). */
   private full(): boolean {
     return this.sizes().every(([key, n]) => this.readyCount(key) >= n);
   }
@@ -129,12 +213,12 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
   /** Callers of takeOrAwait waiting for a start in flight, per key. */
   private readonly claimed = new Map<K, number>();
 
-  /** The runtime furthest below its target, counting boots already in flight. */
+  /** The key furthest below its target, counting boots already in flight. */
   private neediestAfterInflight(): K | null {
     let best: K | null = null;
     let deficit = 0;
-    for (const [r, n] of this.sizes()) {
-      const d = n - this.readyCount(r) - (this.inflight.get(r) ?? 0);
+    for (const [r] of this.sizes()) {
+      const d = this.target(r) - this.readyCount(r) - (this.inflight.get(r) ?? 0);
       if (d > deficit) {
         deficit = d;
         best = r;
@@ -183,6 +267,7 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
   /** Stops refilling and destroys every pooled VM. */
   async close(): Promise<void> {
     this.closed = true;
+    if (this.shrinkTimer) clearTimeout(this.shrinkTimer);
     const all = [...this.ready.values()].flat();
     this.ready.clear();
     this.notify();

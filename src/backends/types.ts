@@ -1,5 +1,8 @@
+import type { DomainAllowlist } from "../net/allowlist.js";
+import type { Refusal } from "../net/proxy/reasons.js";
 import type { AgentEvent, AgentOutcome, AgentRequest } from "../protocol/types.js";
 import type { RuntimeName } from "../schema/exec.js";
+import type { Flavour } from "./prestart.js";
 
 /** Which boundary really ran a call. Reported in every result; never silently downgraded. */
 export type Isolation = "microvm-kvm" | "microvm-tcg" | "namespace";
@@ -11,7 +14,39 @@ export interface SandboxJob {
   runtime: RuntimeName;
   memoryMb: number;
   network: NetworkMode;
+  /**
+   * With network "public": the names the code may reach (through the egress proxy), or null for
+   * every public destination (also when absent). The engine's policy for this call (today the
+   * server's setting).
+   */
+  egressAllowlist?: DomainAllowlist | null;
   request: AgentRequest;
+  /**
+   * "preimport": the code starts by importing what the runtime's pre-imported interpreter has
+   * imported (the engine decides, src/engine/preimport-route.ts), so such an interpreter may
+   * serve it. Absent or "plain": a plain one.
+   */
+  flavour?: Flavour;
+}
+
+/** What a call's network refused: the filter's packet count and the proxy's named refusals. */
+export interface NetworkReport {
+  /** Packets dropped or refused by the sandbox's nftables rules. */
+  blockedPackets: number;
+  /** Allowlisted networks only: connections and lookups the proxy refused, by name. */
+  refused?: Refusal[];
+  /** Refusals beyond the distinct entries listed. */
+  refusedDropped?: number;
+}
+
+/** The egress side of a "public" sandbox network, as both backends' providers give it. */
+export interface NetworkEgress {
+  /** The allowlist the network was made for (its traffic goes through the proxy), or null. */
+  readonly allowlist: DomainAllowlist | null;
+  /** A proxied network: the allowlist of the call about to run, set before its code starts. */
+  useAllowlist(allow: DomainAllowlist): Promise<void>;
+  /** What was refused for this network's sandbox so far. */
+  report(): Promise<NetworkReport>;
 }
 
 export interface RunOptions {
@@ -27,8 +62,8 @@ export interface BackendOutcome {
   oomKilled: boolean;
   /** ms spent acquiring the sandbox (pool take or cold start) before the request was sent. */
   sandboxReadyMs: number;
-  /** Packets/connections the egress filter dropped, when the backend can count them cheaply. */
-  blockedConnections?: number;
+  /** What the egress filter and proxy refused (network "public" only). */
+  network?: NetworkReport;
 }
 
 export interface Backend {

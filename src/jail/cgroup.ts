@@ -26,6 +26,8 @@ export type { CgroupLimits, CgroupFileWrite, CgroupVersion } from "./cgroup-plan
 export interface CgroupStats {
   /** Highest memory charge seen (v1 memory.max_usage_in_bytes, v2 memory.peak; 0 if unknown). */
   memoryPeakBytes: number;
+  /** Memory charged now (v1 memory.usage_in_bytes, v2 memory.current; 0 if unknown). */
+  memoryBytes: number;
   /** Processes the kernel OOM-killed in this cgroup. */
   oomKills: number;
   pidsCurrent?: number;
@@ -209,6 +211,7 @@ function openCgroup(host: CgroupHost, name: string): Cgroup {
       const events = parseFlatKeyed((await readOptional(join(memoryDir, "memory.events"))) ?? "");
       return {
         memoryPeakBytes: (await num(memoryDir, "memory.peak")) ?? 0,
+        memoryBytes: (await num(memoryDir, "memory.current")) ?? 0,
         oomKills: events.get("oom_kill") ?? 0,
         ...(pidsCurrent !== undefined ? { pidsCurrent } : {}),
       };
@@ -222,6 +225,7 @@ function openCgroup(host: CgroupHost, name: string): Cgroup {
         : 0);
     return {
       memoryPeakBytes: (await num(memoryDir, "memory.max_usage_in_bytes")) ?? 0,
+      memoryBytes: (await num(memoryDir, "memory.usage_in_bytes")) ?? 0,
       oomKills,
       ...(pidsCurrent !== undefined ? { pidsCurrent } : {}),
     };

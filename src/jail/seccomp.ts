@@ -2,14 +2,23 @@
  * Seccomp policy for every sandboxed process, rendered as a classic BPF program.
  *
  * The output is the raw array of `struct sock_filter` that `bwrap --seccomp FD` reads from FD and
- * installs (after PR_SET_NO_NEW_PRIVS) right before it execs the sandboxed program. The program is
- * a straight line: arch check, x32 check, one "jeq nr → ret" pair per denied syscall, one small
- * block per argument rule, then ALLOW. Every jump is forward and short (checked when rendering).
+ * installs (after PR_SET_NO_NEW_PRIVS) right before it execs the sandboxed program; the microVM
+ * guest's agent installs the same bytes (rendered into the initramfs at build time) in the code's
+ * process before it execs the code. The program is a straight line: arch check, x32 check, one
+ * small block per argument rule, one "jeq nr → ret" pair per denied syscall, then ALLOW. Every
+ * jump is forward and short (checked when rendering).
+ *
+ * Only the blocks of argument rules read an argument, and each is entered only when the syscall
+ * number matched. So for every other syscall the result depends on the number alone, and the
+ * kernel (5.11+) answers it from its per-filter action cache without running the program; the
+ * program runs for the argument rules' own syscalls only, which is why they come first.
  */
 import { X32_SYSCALL_BIT, X86_64_SYSCALLS, type SyscallName } from "./syscalls.js";
 
 export const EPERM = 1;
 export const ENOSYS = 38;
+export const EPROTONOSUPPORT = 93;
+export const EAFNOSUPPORT = 97;
 
 /** A syscall refused outright; the caller sees -1 with `errno`. */
 export interface DeniedSyscall {
@@ -26,7 +35,25 @@ export interface DeniedSyscall {
 export type ArgumentRule =
   | (ArgumentRuleBase & { readonly kind: "deny-if-any-bit"; readonly mask: number })
   | (ArgumentRuleBase & { readonly kind: "deny-if-equal"; readonly values: readonly number[] })
-  | (ArgumentRuleBase & { readonly kind: "allow-only-equal"; readonly values: readonly number[] });
+  | (ArgumentRuleBase & {
+      readonly kind: "allow-only-equal";
+      readonly values: readonly number[];
+      /** Further values of the argument, each allowed only when a second argument matches. */
+      readonly narrowed?: readonly NarrowedValue[];
+    });
+
+/**
+ * `allow-only-equal` for one more value of the rule's argument, on a condition: allowed only when
+ * argument `arg` is one of `values`, else `errno` (e.g. socket(AF_NETLINK, *, protocol) for
+ * NETLINK_ROUTE only).
+ */
+export interface NarrowedValue {
+  readonly value: number;
+  readonly arg: number;
+  readonly values: readonly number[];
+  readonly errno: number;
+  readonly why: string;
+}
 
 interface ArgumentRuleBase {
   readonly syscall: SyscallName;
@@ -60,6 +87,30 @@ export const TIOCLINUX = 0x541c;
 
 /** personality() values allowed: PER_LINUX, PER_LINUX32, UNAME26 variants, and the 0xffffffff query. */
 export const PERSONALITY_ALLOWED = [0x0, 0x8, 0x20000, 0x20008, 0xffffffff] as const;
+
+/** Socket families a sandboxed program may open (arg0 of socket and socketpair). */
+export const SOCKET_FAMILIES = { AF_UNIX: 1, AF_INET: 2, AF_INET6: 10 } as const;
+/** AF_NETLINK, allowed for one protocol only: NETLINK_ROUTE (addresses, links, routes). */
+export const AF_NETLINK = 16;
+export const NETLINK_ROUTE = 0;
+
+const socketRule = (syscall: "socket" | "socketpair"): ArgumentRule => ({
+  syscall,
+  arg: 0,
+  kind: "allow-only-equal",
+  values: Object.values(SOCKET_FAMILIES),
+  narrowed: [
+    {
+      value: AF_NETLINK,
+      arg: 2,
+      values: [NETLINK_ROUTE],
+      errno: EPROTONOSUPPORT,
+      why: "route netlink only (getaddrinfo, getifaddrs, ip); no audit, uevent, diag or generic netlink",
+    },
+  ],
+  errno: EAFNOSUPPORT,
+  why: "unix, inet, inet6 and netlink only: vsock is not network-namespaced (host port space, hypervisor services), packet/xdp/alg/key and the rest are kernel surface",
+});
 
 const deny = (why: string, errno: number, names: SyscallName[]): DeniedSyscall[] =>
   names.map((syscall) => ({ syscall, errno, why }));
@@ -159,6 +210,8 @@ export const DEFAULT_SECCOMP_POLICY: SeccompPolicy = {
       errno: EPERM,
       why: "no turning off ASLR (ADDR_NO_RANDOMIZE) or READ_IMPLIES_EXEC",
     },
+    socketRule("socket"),
+    socketRule("socketpair"),
   ],
   x32Errno: EPERM,
 };
@@ -201,6 +254,13 @@ export function validateSeccompPolicy(policy: SeccompPolicy): void {
       throw new Error(`seccomp policy: errno ${errno} for ${where} is not in 1..4095`);
     }
   };
+  const checkWords = (words: readonly number[], name: SyscallName) => {
+    for (const w of words) {
+      if (!Number.isInteger(w) || w < 0 || w > 0xffffffff) {
+        throw new Error(`seccomp policy: value ${w} for ${name} is not a 32-bit word`);
+      }
+    }
+  };
   const checkOnce = (name: SyscallName) => {
     if (!(name in X86_64_SYSCALLS)) throw new Error(`seccomp policy: unknown syscall ${name}`);
     if (seen.has(name)) throw new Error(`seccomp policy: ${name} appears in more than one rule`);
@@ -218,10 +278,25 @@ export function validateSeccompPolicy(policy: SeccompPolicy): void {
     }
     const words = r.kind === "deny-if-any-bit" ? [r.mask] : r.values;
     if (words.length === 0) throw new Error(`seccomp policy: rule for ${r.syscall} has no values`);
-    for (const w of words) {
-      if (!Number.isInteger(w) || w < 0 || w > 0xffffffff) {
-        throw new Error(`seccomp policy: value ${w} for ${r.syscall} is not a 32-bit word`);
+    checkWords(words, r.syscall);
+    const narrowed = r.kind === "allow-only-equal" ? (r.narrowed ?? []) : [];
+    checkWords(
+      narrowed.map((n) => n.value),
+      r.syscall,
+    );
+    const all = [...words, ...narrowed.map((n) => n.value)];
+    if (new Set(all).size !== all.length) {
+      throw new Error(`seccomp policy: rule for ${r.syscall} lists a value twice`);
+    }
+    for (const n of narrowed) {
+      checkErrno(n.errno, `${r.syscall} value ${n.value}`);
+      if (!Number.isInteger(n.arg) || n.arg < 0 || n.arg > 5 || n.arg === r.arg) {
+        throw new Error(`seccomp policy: narrowed argument ${n.arg} for ${r.syscall} is invalid`);
       }
+      if (n.values.length === 0) {
+        throw new Error(`seccomp policy: narrowed value ${n.value} for ${r.syscall} has no values`);
+      }
+      checkWords(n.values, r.syscall);
     }
   }
   checkErrno(policy.x32Errno, "x32");
@@ -232,14 +307,36 @@ function argumentBlock(rule: ArgumentRule): SockFilter[] {
   if (rule.kind === "deny-if-any-bit") {
     return [load, jump(BPF.JSET_K, rule.mask, 0, 1), retErrno(rule.errno), retAllow()];
   }
-  // n compares, then two returns: a match jumps over the fall-through return to the second one.
-  const n = rule.values.length;
-  const compares = rule.values.map((v, i) => jump(BPF.JEQ_K, v, n - i, 0));
-  const [onMatch, onMiss] =
-    rule.kind === "deny-if-equal"
-      ? [retErrno(rule.errno), retAllow()]
-      : [retAllow(), retErrno(rule.errno)];
-  return [load, ...compares, onMiss, onMatch];
+  if (rule.kind === "deny-if-equal") return [load, ...equalsBlock(rule.values, true, rule.errno)];
+  // The values, then each narrowed value, compared in turn; then the two returns; then one block
+  // per narrowed value (its own argument: load, compares, returns), reached by that compare.
+  const narrowed = rule.narrowed ?? [];
+  const tails = narrowed.map((v) => [
+    stmt(BPF.LD_W_ABS, SECCOMP_DATA.argLow(v.arg)),
+    ...equalsBlock(v.values, false, v.errno),
+  ]);
+  const c = rule.values.length + narrowed.length;
+  const compares = rule.values.map((v, i) => jump(BPF.JEQ_K, v, c - i, 0));
+  let tailStart = c + 2; // from the first compare: c compares, onMiss, onMatch
+  narrowed.forEach((v, j) => {
+    const i = rule.values.length + j;
+    compares.push(jump(BPF.JEQ_K, v.value, tailStart - i - 1, 0));
+    tailStart += tails[j]!.length;
+  });
+  return [load, ...compares, retErrno(rule.errno), retAllow(), ...tails.flat()];
+}
+
+/**
+ * Compares of the loaded word against each value, then two returns: a match jumps over the
+ * fall-through return (a miss) to the second one (a match). `matchDenies`: a match is the errno.
+ */
+function equalsBlock(values: readonly number[], matchDenies: boolean, errno: number): SockFilter[] {
+  const n = values.length;
+  const compares = values.map((v, i) => jump(BPF.JEQ_K, v, n - i, 0));
+  const [onMatch, onMiss] = matchDenies
+    ? [retErrno(errno), retAllow()]
+    : [retAllow(), retErrno(errno)];
+  return [...compares, onMiss, onMatch];
 }
 
 /** The program as instructions; `renderSeccompFilter` is this, serialised. */
@@ -253,12 +350,14 @@ export function compileSeccompPolicy(policy: SeccompPolicy = DEFAULT_SECCOMP_POL
     jump(BPF.JGE_K, X32_SYSCALL_BIT, 0, 1),
     retErrno(policy.x32Errno),
   ];
-  for (const d of policy.deny) {
-    prog.push(jump(BPF.JEQ_K, X86_64_SYSCALLS[d.syscall], 0, 1), retErrno(d.errno));
-  }
+  // Argument rules first: their syscalls are the only ones the kernel's action cache cannot
+  // answer, so theirs are the paths the program really runs (clone, ioctl, socket).
   for (const r of policy.argumentRules) {
     const block = argumentBlock(r);
     prog.push(jump(BPF.JEQ_K, X86_64_SYSCALLS[r.syscall], 0, block.length), ...block);
+  }
+  for (const d of policy.deny) {
+    prog.push(jump(BPF.JEQ_K, X86_64_SYSCALLS[d.syscall], 0, 1), retErrno(d.errno));
   }
   prog.push(retAllow());
   for (const [i, ins] of prog.entries()) {
@@ -287,8 +386,13 @@ export function renderSeccompFilter(policy: SeccompPolicy = DEFAULT_SECCOMP_POLI
   return buf;
 }
 
-const errnoName = (errno: number) =>
-  errno === EPERM ? "EPERM" : errno === ENOSYS ? "ENOSYS" : `errno ${errno}`;
+const ERRNO_NAMES: Record<number, string> = {
+  [EPERM]: "EPERM",
+  [ENOSYS]: "ENOSYS",
+  [EPROTONOSUPPORT]: "EPROTONOSUPPORT",
+  [EAFNOSUPPORT]: "EAFNOSUPPORT",
+};
+const errnoName = (errno: number) => ERRNO_NAMES[errno] ?? `errno ${errno}`;
 const hex = (v: number) => `0x${v.toString(16)}`;
 
 /** Markdown for docs/SECURITY.md: what the filter refuses and why. */
@@ -312,6 +416,11 @@ export function describeSeccompPolicy(policy: SeccompPolicy = DEFAULT_SECCOMP_PO
           ? `if arg${r.arg} is one of ${r.values.map(hex).join(", ")}`
           : `unless arg${r.arg} is one of ${r.values.map(hex).join(", ")}`;
     lines.push(`- \`${r.syscall}\` ${what}: ${errnoName(r.errno)} (${r.why}).`);
+    for (const n of r.kind === "allow-only-equal" ? (r.narrowed ?? []) : []) {
+      lines.push(
+        `  - arg${r.arg} ${hex(n.value)} only if arg${n.arg} is one of ${n.values.map(hex).join(", ")}, else ${errnoName(n.errno)} (${n.why}).`,
+      );
+    }
   }
   lines.push("- Everything else: allowed.");
   return lines.join("\n");

@@ -10,6 +10,8 @@ export const X86_64_SYSCALLS = {
   write: 1,
   ioctl: 16,
   getpid: 39,
+  socket: 41,
+  socketpair: 53,
   clone: 56,
   fork: 57,
   vfork: 58,
@@ -80,7 +82,3 @@ export type SyscallName = keyof typeof X86_64_SYSCALLS;
 
 /** First syscall number of the x32 ABI (__X32_SYSCALL_BIT); x32 calls enter with it set. */
 export const X32_SYSCALL_BIT = 0x40000000;
-
-export function syscallNumber(name: SyscallName): number {
-  return X86_64_SYSCALLS[name];
-}

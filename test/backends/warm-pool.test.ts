@@ -27,11 +27,11 @@ class Fake implements PooledVm {
 }
 
 /** A pool whose starts wait until the test resolves (or rejects) them, in order. */
-function manual(size: number) {
+function manual(size: number, burst?: { extra: number; takes: number; windowMs: number }) {
   const starts: { resolve: (v: Fake) => void; reject: (e: Error) => void }[] = [];
   const pool = new WarmPool<Fake, "k">(
     () => new Promise<Fake>((resolve, reject) => starts.push({ resolve, reject })),
-    { sizes: { k: size }, memoryMb: 256, maxConcurrentBoots: 1 },
+    { sizes: { k: size }, memoryMb: 256, maxConcurrentBoots: 1, ...(burst ? { burst } : {}) },
   );
   const tick = () => new Promise((r) => setImmediate(r));
   const finish = async (fail = false) => {
@@ -139,6 +139,61 @@ describe("WarmPool", () => {
     pool.take("k", 256);
     await finish();
     assert.equal(told, 2);
+    await pool.close();
+  });
+
+  test("takeOrAwait with maxWaitMs stops waiting for a slow start, which still joins the pool", async () => {
+    const { pool, finish } = manual(1);
+    pool.start();
+    await new Promise((r) => setImmediate(r));
+    const t0 = Date.now();
+    assert.equal(await pool.takeOrAwait("k", 256, undefined, { maxWaitMs: 50 }), null);
+    assert.ok(Date.now() - t0 >= 45, "it waited");
+    await finish();
+    assert.equal(pool.readyCount("k"), 1);
+    await pool.close();
+  });
+
+  test("burst: a key taken twice within the window keeps one more ready, then drops it when idle", async () => {
+    const { pool, finish, starts, tick } = manual(1, { extra: 1, takes: 2, windowMs: 150 });
+    pool.start();
+    await finish();
+    assert.equal(pool.target("k"), 1);
+    pool.take("k", 256, { refill: false });
+    assert.equal(pool.target("k"), 1, "one take is no burst");
+    pool.take("k", 256, { refill: false });
+    assert.equal(pool.target("k"), 2, "two takes are");
+    pool.refillNow();
+    await finish();
+    await finish();
+    assert.equal(pool.readyCount("k"), 2, "the extra one is kept ready");
+    assert.equal(starts.length, 0);
+    const kept = pool.readySandboxes()[0]![1];
+    // No take for a window: back to the size, the surplus destroyed.
+    await new Promise((r) => setTimeout(r, 300));
+    await tick();
+    assert.equal(pool.target("k"), 1);
+    assert.equal(pool.readyCount("k"), 1);
+    assert.equal(kept.filter((v) => v.destroyed).length, 1);
+    await pool.close();
+  });
+
+  test("whenFull waits for the sizes only, not for a burst's extra", async () => {
+    const { pool, finish } = manual(1, { extra: 1, takes: 2, windowMs: 10_000 });
+    pool.start();
+    await finish();
+    pool.take("k", 256, { refill: false });
+    pool.take("k", 256, { refill: false });
+    pool.refillNow();
+    await finish();
+    let full = false;
+    await Promise.race([
+      pool.whenFull().then(() => (full = true)),
+      new Promise((r) => setTimeout(r, 50)),
+    ]);
+    assert.equal(full, true);
+    assert.equal(pool.starting, 1, "the extra one is being started");
+    await finish();
     await pool.close();
   });
 });

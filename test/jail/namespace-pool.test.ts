@@ -7,15 +7,22 @@ import { toAgentRequest } from "../../src/engine/request.js";
 import { findRootfs } from "../../src/images/locate.js";
 import { execInputSchema } from "../../src/schema/exec.js";
 import { LIMITS } from "../../src/schema/limits.js";
-import { AGENT_DIR } from "../../src/setup/engine-factory.js";
+import { AGENT_DIR, preimportsOf } from "../../src/setup/engine-factory.js";
+import { flavourFor } from "../../src/engine/preimport-route.js";
 import { assertNoLeaks, SANDBOX_UID_MAX, SANDBOX_UID_MIN, snapshot } from "../helpers/leaks.js";
 
 /**
  * The namespace backend's warm pool, driven directly: jails started to the agent's READY ahead
- * of the calls. What must hold: a jail serves one call, a call the pool cannot serve starts its
- * own, a dead idle jail is replaced, and every process of a call's jail is gone when run()
- * settles (removing its cgroup and uid follows in the background; close() waits for it).
+ * of the calls, per runtime (a python jail's agent pre-started the interpreter; a pre-imported
+ * one also imported numpy, pandas and matplotlib). What must hold: a jail serves one call, a call
+ * the pool cannot serve starts its own, a dead idle jail is replaced, every process of a call's
+ * jail is gone when run() settles (removing its cgroup and uid follows in the background; close()
+ * waits for it), and a pooled jail's limit is the default memory size, pre-imported pages
+ * included.
  */
+
+const image = findRootfs();
+const preimport = image.ok ? preimportsOf(image.manifest) : {};
 
 function job(
   runtime: "bash" | "python3.11",
@@ -23,7 +30,13 @@ function job(
   memoryMb: number = LIMITS.memoryMb.default,
 ): SandboxJob {
   const req = execInputSchema.parse({ runtime, code, network: "none", memory_mb: memoryMb });
-  return { runtime, memoryMb, network: "none", request: toAgentRequest(req, null) };
+  return {
+    runtime,
+    memoryMb,
+    network: "none",
+    request: toAgentRequest(req, null),
+    flavour: flavourFor(req, preimport[runtime]),
+  };
 }
 
 const stdout = (o: BackendOutcome) => Buffer.from(o.agent.stdout).toString("utf8");
@@ -61,6 +74,23 @@ function jailUids(): number[] {
     .map((p) => p.uid);
 }
 
+/** The uid of the live jail whose processes include `comm` (or include no python, for bash). */
+function jailRunning(comm: string | null, among = jailUids()): number | undefined {
+  const names = (uid: number) =>
+    procs()
+      .filter((p) => p.uid === uid && !p.zombie)
+      .map((p) => {
+        try {
+          return readFileSync(`/proc/${p.pid}/comm`, "utf8").trim();
+        } catch {
+          return "";
+        }
+      });
+  return among.find((u) =>
+    comm === null ? !names(u).some((n) => n.startsWith("python")) : names(u).includes(comm),
+  );
+}
+
 describe("namespace backend: warm pool and teardown", () => {
   const base = snapshot();
   let backend: NamespaceBackend;
@@ -69,7 +99,12 @@ describe("namespace backend: warm pool and teardown", () => {
   before(async () => {
     const rootfs = findRootfs();
     if (!rootfs.ok) throw new Error(rootfs.error);
-    backend = new NamespaceBackend({ rootfsDir: rootfs.dir, agentDir: AGENT_DIR, poolSize: 1 });
+    backend = new NamespaceBackend({
+      rootfsDir: rootfs.dir,
+      agentDir: AGENT_DIR,
+      poolSizes: { bash: 1, "python3.11": 1 },
+      preimport,
+    });
     await backend.pool.whenFull();
   });
 
@@ -103,9 +138,13 @@ describe("namespace backend: warm pool and teardown", () => {
 
   test("back-to-back calls wait for the refill in flight rather than start their own", async () => {
     await backend.pool.whenFull();
-    const { pooledCalls, coldCalls } = backend.counters;
+    const { pooledCalls, preimportedCalls, coldCalls } = backend.counters;
     for (let i = 0; i < 5; i++) assert.equal(stdout(await run(job("bash", "echo hi"))), "hi\n");
-    assert.deepEqual(backend.counters, { pooledCalls: pooledCalls + 5, coldCalls });
+    assert.deepEqual(backend.counters, {
+      pooledCalls: pooledCalls + 5,
+      preimportedCalls,
+      coldCalls,
+    });
   });
 
   test("a burst larger than the pool: every call served, each by its own jail, then refilled", async () => {
@@ -118,7 +157,11 @@ describe("namespace backend: warm pool and teardown", () => {
     assert.equal(new Set(ids).size, 4, ids.join(", "));
     assert.equal(backend.counters.pooledCalls + backend.counters.coldCalls, before + 4);
     await backend.pool.whenFull();
-    assert.equal(backend.pool.readyCount("none"), 1);
+    // Four takes within the burst window: the bash pool keeps one more jail for a while.
+    assert.equal(backend.pool.target("none/bash/plain"), 2);
+    for (let i = 0; i < 200 && backend.pool.readyCount("none/bash/plain") < 2; i++)
+      await new Promise((r) => setTimeout(r, 25));
+    assert.equal(backend.pool.readyCount("none/bash/plain"), 2);
   });
 
   test("another memory size starts its own jail, with that limit", async () => {
@@ -147,14 +190,24 @@ describe("namespace backend: warm pool and teardown", () => {
 
   test("an idle pooled jail that dies is replaced, and calls still work", async () => {
     await backend.pool.whenFull();
-    const [uid] = jailUids();
-    assert.ok(uid !== undefined, "the pooled jail's processes are visible");
-    for (const p of procs()) if (p.uid === uid && !p.zombie) process.kill(p.pid, "SIGKILL");
-    // The pool notices (its top process exits), drops it and starts another.
-    for (let i = 0; i < 200 && !jailUids().some((u) => u !== uid); i++)
-      await new Promise((r) => setTimeout(r, 25));
-    await backend.pool.whenFull();
-    assert.notEqual(jailUids()[0], uid, "a new jail, as another uid");
+    const before = jailUids();
+    // Every idle bash jail (a burst earlier may have left the pool holding two): kill them all, so
+    // the pool must start another whatever its target is now.
+    const bashUids = before.filter((u) => jailRunning(null, [u]) === u);
+    assert.ok(bashUids.length > 0, "the pooled bash jail's processes are visible");
+    for (const p of procs())
+      if (bashUids.includes(p.uid) && !p.zombie) process.kill(p.pid, "SIGKILL");
+    // The pool notices (its top process exits), drops it and starts another: wait for that jail
+    // itself (whenFull alone can answer before the pool has seen the exit).
+    const replaced = () =>
+      bashUids.every((u) => !jailUids().includes(u)) &&
+      jailUids().some((u) => !before.includes(u) && jailRunning(null, [u]) === u);
+    for (let i = 0; i < 400 && !replaced(); i++) await new Promise((r) => setTimeout(r, 25));
+    assert.ok(
+      bashUids.every((u) => !jailUids().includes(u)),
+      "the dead jails are gone",
+    );
+    assert.ok(replaced(), "a new bash jail, as another uid");
     const out = await run(job("bash", "echo alive"));
     assert.equal(stdout(out), "alive\n");
   });
@@ -162,7 +215,7 @@ describe("namespace backend: warm pool and teardown", () => {
   test("when run() settles, every process of the call's jail has exited", async () => {
     for (const pooled of [true, false]) {
       await backend.pool.whenFull();
-      const [idle] = jailUids();
+      const idle = jailRunning(null);
       const out = await run(
         job(
           "bash",
@@ -181,5 +234,44 @@ describe("namespace backend: warm pool and teardown", () => {
       );
       assert.deepEqual(live, [], `pooled=${pooled}: processes of the call's jail still run`);
     }
+  });
+
+  test("a pooled python jail's agent pre-started the interpreter; a pre-imported one imported the stack", async () => {
+    await backend.pool.whenFull();
+    const who =
+      "import sys\nprint(open('/proc/self/cmdline').read().split('\\0')[1], 'numpy' in sys.modules)";
+    const plain = await run(job("python3.11", who));
+    assert.equal(stdout(plain), "/opt/scratchrun/prestart.py False\n");
+    await backend.pool.whenFull();
+    const pre = backend.counters.preimportedCalls;
+    const sci = await run(job("python3.11", `import numpy\n${who}`));
+    assert.equal(stdout(sci), "/opt/scratchrun/prestart.py True\n");
+    assert.equal(backend.counters.preimportedCalls, pre + 1);
+  });
+
+  test("a pre-imported jail's pages count against its memory limit", async () => {
+    await backend.pool.whenFull();
+    // What an idle pre-imported jail is charged (its limit is the default memory size).
+    const kinds = Object.fromEntries(backend.pool.readySandboxes());
+    const idle = kinds["none/python3.11/preimport"]?.[0];
+    assert.ok(idle?.usage, "a pre-imported jail is pooled");
+    const charged = (await idle.usage()).memoryBytes / 1024 / 1024;
+    assert.ok(charged > 40, `pre-imported jail charged ${charged.toFixed(1)} MiB`);
+    // The same allocation after `import numpy` fits a plain interpreter's jail and not a
+    // pre-imported one's: 63 MB of it is the imports.
+    const mb = LIMITS.memoryMb.default - 40;
+    const code = `import numpy\nb = bytearray(${mb} * 1024 * 1024)\nprint('fits')`;
+    const pre = backend.counters.preimportedCalls;
+    const sci = await run(job("python3.11", code));
+    assert.equal(backend.counters.preimportedCalls, pre + 1);
+    assert.equal(
+      sci.oomKilled,
+      true,
+      `${mb} MiB on top of the pre-imports in ${LIMITS.memoryMb.default}`,
+    );
+    await backend.pool.whenFull();
+    const plain = await run(job("python3.11", `pass\n${code}`));
+    assert.equal(stdout(plain), "fits\n");
+    assert.equal(plain.oomKilled, false);
   });
 });

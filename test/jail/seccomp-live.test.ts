@@ -29,9 +29,14 @@ const skip = skipOutsideCi(hostCanJail());
 const DENY_MARK = 4000;
 const ARG_MARK = 4001;
 const X32_MARK = 4002;
+const NARROW_MARK = 4003;
 const MARKED: SeccompPolicy = {
   deny: DEFAULT_SECCOMP_POLICY.deny.map((d) => ({ ...d, errno: DENY_MARK })),
-  argumentRules: DEFAULT_SECCOMP_POLICY.argumentRules.map((r) => ({ ...r, errno: ARG_MARK })),
+  argumentRules: DEFAULT_SECCOMP_POLICY.argumentRules.map((r) =>
+    r.kind === "allow-only-equal"
+      ? { ...r, errno: ARG_MARK, narrowed: r.narrowed?.map((n) => ({ ...n, errno: NARROW_MARK })) }
+      : { ...r, errno: ARG_MARK },
+  ),
   x32Errno: X32_MARK,
 };
 
@@ -52,6 +57,9 @@ for label, nr, *args in json.loads(sys.argv[1]):
             os._exit(0)  # the child of a raw clone leaves at once
         if r > 0:
             os.waitpid(r, 0)
+    if label.startswith("socket") and r >= 0:
+        os.close(r)
+        r = 0
     out[label] = {"ret": r, "errno": e}
 print(json.dumps(out))
 `;
@@ -63,6 +71,18 @@ const SIGCHLD = 17;
 const CLONE_NEWUSER = 0x10000000;
 const CLONE_NEWNET = 0x40000000;
 const ADDR_NO_RANDOMIZE = 0x0040000;
+const SOCK_STREAM = 1;
+const SOCK_DGRAM = 2;
+const SOCK_SEQPACKET = 5;
+const AF_NETLINK = 16;
+const AF_PACKET = 17;
+const AF_ALG = 38;
+const AF_VSOCK = 40;
+const NETLINK_ROUTE = 0;
+const NETLINK_KOBJECT_UEVENT = 15;
+const EFAULT = 14;
+const EPROTONOSUPPORT = 93;
+const EAFNOSUPPORT = 97;
 
 const PROBES: Probe[] = [
   ...DEFAULT_SECCOMP_POLICY.deny.map((d): Probe => [d.syscall, NR[d.syscall]]),
@@ -77,6 +97,16 @@ const PROBES: Probe[] = [
   ["personality-no-aslr", NR.personality, ADDR_NO_RANDOMIZE],
   ["x32-getpid", 0x40000000 + NR.getpid],
   ["getpid", NR.getpid],
+  ["socket-vsock", NR.socket, AF_VSOCK, SOCK_STREAM, 0],
+  ["socket-vsock-highbits", NR.socket, 2 ** 32 + AF_VSOCK, SOCK_STREAM, 0],
+  ["socket-packet", NR.socket, AF_PACKET, SOCK_DGRAM, 0],
+  ["socket-alg", NR.socket, AF_ALG, SOCK_SEQPACKET, 0],
+  ["socketpair-vsock", NR.socketpair, AF_VSOCK, SOCK_STREAM, 0, 0],
+  ["socket-netlink-uevent", NR.socket, AF_NETLINK, SOCK_DGRAM, NETLINK_KOBJECT_UEVENT],
+  ["socket-netlink-route", NR.socket, AF_NETLINK, SOCK_DGRAM, NETLINK_ROUTE],
+  ["socket-unix", NR.socket, 1, SOCK_STREAM, 0],
+  ["socket-inet6", NR.socket, 10, SOCK_DGRAM, 0],
+  ["socketpair-unix-nobuffer", NR.socketpair, 1, SOCK_STREAM, 0, 0],
 ];
 
 async function probe(seccomp: Buffer): Promise<ProbeResult> {
@@ -108,7 +138,21 @@ test(
       assert.deepEqual(out[label], { ret: -1, errno: ARG_MARK }, label);
     }
     assert.deepEqual(out["x32-getpid"], { ret: -1, errno: X32_MARK });
+    for (const label of [
+      "socket-vsock",
+      "socket-vsock-highbits",
+      "socket-packet",
+      "socket-alg",
+      "socketpair-vsock",
+    ]) {
+      assert.deepEqual(out[label], { ret: -1, errno: ARG_MARK }, label);
+    }
+    assert.deepEqual(out["socket-netlink-uevent"], { ret: -1, errno: NARROW_MARK });
     // Not refused by the filter: the kernel answers.
+    for (const label of ["socket-netlink-route", "socket-unix", "socket-inet6"]) {
+      assert.deepEqual(out[label], { ret: 0, errno: 0 }, label);
+    }
+    assert.deepEqual(out["socketpair-unix-nobuffer"], { ret: -1, errno: EFAULT });
     assert.ok((out["clone-plain"]?.ret ?? 0) > 0, "plain clone (fork) works");
     assert.deepEqual(out["ioctl-tcgets"], { ret: -1, errno: 25 /* ENOTTY: stdin is a pipe */ });
     assert.equal(out["personality-query"]?.errno, 0);
@@ -132,11 +176,16 @@ test("the default policy answers EPERM, and ENOSYS for clone3 and io_uring", { s
     assert.deepEqual(out[label], { ret: -1, errno: EPERM }, label);
   }
   assert.deepEqual(out["x32-getpid"], { ret: -1, errno: EPERM });
+  for (const label of ["socket-vsock", "socket-packet", "socket-alg", "socketpair-vsock"]) {
+    assert.deepEqual(out[label], { ret: -1, errno: EAFNOSUPPORT }, label);
+  }
+  assert.deepEqual(out["socket-netlink-uevent"], { ret: -1, errno: EPROTONOSUPPORT });
 });
 
 test("without the filter the same probe gets through (the probe can tell)", { skip }, async () => {
+  const wanted = new Set(["clone-newuser", "socket-netlink-uevent"]);
   const r = await runJailed({
-    argv: [PYTHON311, "-c", PROBE, JSON.stringify(PROBES.filter((p) => p[0] === "clone-newuser"))],
+    argv: [PYTHON311, "-c", PROBE, JSON.stringify(PROBES.filter((p) => wanted.has(p[0])))],
     killAfterMs: 30_000,
   });
   assert.equal(r.code, 0, r.stderr);
@@ -144,6 +193,11 @@ test("without the filter the same probe gets through (the probe can tell)", { sk
   assert.ok(
     (out["clone-newuser"]?.ret ?? -1) > 0,
     "an unfiltered jail can create a user namespace",
+  );
+  assert.deepEqual(
+    out["socket-netlink-uevent"],
+    { ret: 0, errno: 0 },
+    "an unfiltered jail can open a uevent netlink socket",
   );
 });
 
@@ -249,6 +303,25 @@ const WORKLOADS: [string, string[], RegExp][] = [
     /^sub-zyx\ndone\n$/,
   ],
 ];
+
+WORKLOADS.push([
+  "python sockets: unix pair, inet and inet6 on loopback, route netlink, getaddrinfo",
+  [
+    PYTHON311,
+    "-c",
+    [
+      "import socket",
+      "a, b = socket.socketpair(); a.send(b'p'); r = b.recv(1)",
+      "for fam, host in ((socket.AF_INET, '127.0.0.1'), (socket.AF_INET6, '::1')):",
+      "    s = socket.socket(fam, socket.SOCK_DGRAM); s.bind((host, 0))",
+      "    c = socket.socket(fam, socket.SOCK_DGRAM); c.sendto(b'u', s.getsockname()); r += s.recv(1)",
+      "names = [n for _, n in socket.if_nameindex()]",
+      "ai = socket.getaddrinfo('localhost', 80, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]",
+      "print(r.decode(), names, ai)",
+    ].join("\n"),
+  ],
+  /^puu \['lo'\] 127\.0\.0\.1\n$/,
+]);
 
 const PYTHON312 = "/root/.pyenv/versions/3.12.1/bin/python3.12";
 if (existsSync(PYTHON312)) {

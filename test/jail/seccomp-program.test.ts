@@ -6,15 +6,20 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import fc from "fast-check";
 import {
+  AF_NETLINK,
   AUDIT_ARCH_X86_64,
   CLONE_NEW_FLAGS,
   DEFAULT_SECCOMP_POLICY,
+  EAFNOSUPPORT,
   ENOSYS,
   EPERM,
+  EPROTONOSUPPORT,
+  NETLINK_ROUTE,
   PERSONALITY_ALLOWED,
   SECCOMP_RET_ALLOW,
   SECCOMP_RET_ERRNO,
   SECCOMP_RET_KILL_PROCESS,
+  SOCKET_FAMILIES,
   TIOCLINUX,
   TIOCSTI,
   compileSeccompPolicy,
@@ -31,12 +36,21 @@ interface Call {
   args?: bigint[];
 }
 
-/** A classic BPF interpreter for seccomp_data, reading the serialised bytes. */
-function runFilter(prog: Buffer, call: Call): number {
+/**
+ * A classic BPF interpreter for seccomp_data, reading the serialised bytes. `loads` collects the
+ * seccomp_data offsets the program read.
+ */
+function runFilter(
+  prog: Buffer,
+  call: Call,
+  loads?: Set<number>,
+  stats?: { steps: number },
+): number {
   assert.equal(prog.length % 8, 0);
   const n = prog.length / 8;
   const args = call.args ?? [];
   const word = (off: number): number => {
+    loads?.add(off);
     if (off === 0) return call.nr >>> 0;
     if (off === 4) return (call.arch ?? AUDIT_ARCH_X86_64) >>> 0;
     assert.ok(off >= 16 && off < 64 && off % 4 === 0, `load offset ${off}`);
@@ -47,6 +61,7 @@ function runFilter(prog: Buffer, call: Call): number {
   let pc = 0;
   for (let steps = 0; steps <= n; steps++) {
     assert.ok(pc < n, `pc ${pc} ran off the end`);
+    if (stats) stats.steps = steps + 1;
     const code = prog.readUInt16LE(pc * 8);
     const jt = prog.readUInt8(pc * 8 + 2);
     const jf = prog.readUInt8(pc * 8 + 3);
@@ -94,8 +109,23 @@ function expected(call: Call): number {
   if (nr === NR.personality) {
     return [0, 8, 0x20000, 0x20008, 0xffffffff].includes(low(0)) ? ALLOW : errno(EPERM);
   }
+  if (nr === NR.socket || nr === NR.socketpair) {
+    // unix, inet, inet6; netlink with protocol NETLINK_ROUTE (0) only.
+    if ([1, 2, 10].includes(low(0))) return ALLOW;
+    if (low(0) === 16) return low(2) === 0 ? ALLOW : errno(EPROTONOSUPPORT);
+    return errno(EAFNOSUPPORT);
+  }
   return ALLOW;
 }
+
+/** Syscalls whose answer depends on an argument. */
+const ARGUMENT_SYSCALLS = new Set<number>([
+  NR.clone,
+  NR.ioctl,
+  NR.personality,
+  NR.socket,
+  NR.socketpair,
+]);
 
 const prog = renderSeccompFilter();
 
@@ -286,6 +316,106 @@ test("personality: only the documented personas and the query pass", () => {
   );
 });
 
+const AF = {
+  AF_UNSPEC: 0,
+  AF_UNIX: 1,
+  AF_INET: 2,
+  AF_AX25: 3,
+  AF_INET6: 10,
+  AF_KEY: 15,
+  AF_NETLINK: 16,
+  AF_PACKET: 17,
+  AF_CAN: 29,
+  AF_TIPC: 30,
+  AF_BLUETOOTH: 31,
+  AF_ALG: 38,
+  AF_VSOCK: 40,
+  AF_KCM: 41,
+  AF_XDP: 44,
+  AF_MCTP: 45,
+} as const;
+
+test("socket and socketpair: unix, inet, inet6 and route netlink only; high bits hide nothing", () => {
+  assert.deepEqual(Object.values(SOCKET_FAMILIES), [AF.AF_UNIX, AF.AF_INET, AF.AF_INET6]);
+  assert.equal(AF_NETLINK, AF.AF_NETLINK);
+  assert.equal(NETLINK_ROUTE, 0);
+  const SOCK_STREAM_CLOEXEC = 0x80001n;
+  for (const nr of [NR.socket, NR.socketpair]) {
+    for (const [name, family] of Object.entries(AF)) {
+      for (const high of [0n, 1n << 32n, 0xffffffffn << 32n]) {
+        // The kernel takes `int family`: only the low 32 bits count, whatever is above them.
+        const call = { nr, args: [BigInt(family) | high, SOCK_STREAM_CLOEXEC, 0n, 0n] };
+        const want = [1, 2, 10, 16].includes(family) ? ALLOW : errno(EAFNOSUPPORT);
+        assert.equal(runFilter(prog, call), want, `${nr} ${name} high ${high}`);
+      }
+    }
+    // Netlink: NETLINK_ROUTE passes; audit (9), sock_diag (4), uevent (15), generic (16) do not.
+    for (const [proto, want] of [
+      [0n, ALLOW],
+      [4n, errno(EPROTONOSUPPORT)],
+      [9n, errno(EPROTONOSUPPORT)],
+      [15n, errno(EPROTONOSUPPORT)],
+      [16n, errno(EPROTONOSUPPORT)],
+      [1n << 32n, ALLOW], // int protocol: 0 in the low 32 bits is NETLINK_ROUTE
+      [(1n << 32n) | 15n, errno(EPROTONOSUPPORT)],
+    ] as const) {
+      assert.equal(runFilter(prog, { nr, args: [16n, 3n, proto] }), want, `netlink ${proto}`);
+    }
+    // The protocol is read only for netlink: inet with any protocol number is inet.
+    assert.equal(runFilter(prog, { nr, args: [2n, 2n, 17n] }), ALLOW);
+    assert.equal(runFilter(prog, { nr, args: [40n, 1n, 0n] }), errno(EAFNOSUPPORT));
+    fc.assert(
+      fc.property(
+        fc.oneof(
+          fc.bigInt({ min: 0n, max: (1n << 64n) - 1n }),
+          fc.constantFrom(...Object.values(AF).map(BigInt)),
+        ),
+        fc.bigInt({ min: 0n, max: (1n << 64n) - 1n }),
+        fc.oneof(fc.bigInt({ min: 0n, max: (1n << 64n) - 1n }), fc.constantFrom(0n, 4n, 15n)),
+        (family, type, proto) => {
+          const call = { nr, args: [family, type, proto, 0n] };
+          return runFilter(prog, call) === expected(call);
+        },
+      ),
+      { numRuns: 3000 },
+    );
+  }
+  // The x32 and i386 doors to sockets: x32 numbers are refused, any other arch (i386's socketcall
+  // 102 and socket 359 included) kills the process before a number is looked at.
+  assert.equal(runFilter(prog, { nr: 0x40000000 | NR.socket, args: [40n] }), errno(EPERM));
+  for (const nr of [102, 359, 360]) {
+    assert.equal(
+      runFilter(prog, { nr, arch: 0x40000003, args: [1n, 0n] }),
+      SECCOMP_RET_KILL_PROCESS,
+      `i386 ${nr}`,
+    );
+  }
+});
+
+test("hot path: only the argument rules' own syscalls read an argument (kernel action cache)", () => {
+  // Linux 5.11+ caches the action of every syscall number whose result the program computes from
+  // the number and arch alone, and then skips the program for it. Reading an argument anywhere on
+  // a number's path would take that number out of the cache.
+  for (let nr = 0; nr < 1024; nr++) {
+    const loads = new Set<number>();
+    runFilter(prog, { nr, args: [1n, 2n, 3n, 4n, 5n, 6n] }, loads);
+    const readsArgs = [...loads].some((off) => off >= 16);
+    assert.equal(readsArgs, ARGUMENT_SYSCALLS.has(nr), `nr ${nr} reads an argument: ${readsArgs}`);
+  }
+  const loads = new Set<number>();
+  runFilter(prog, { nr: NR.read }, loads);
+  assert.deepEqual([...loads].sort(), [0, 4], "read: arch and number, nothing else");
+  // The program really runs only for those syscalls: their rules come first, so each is
+  // answered within a few instructions (the denylist comes after them).
+  for (const nr of ARGUMENT_SYSCALLS) {
+    for (const args of [[], [16n, 3n, 15n], [0x10000000n, 0x5412n], [2n, 1n, 0n]]) {
+      const stats = { steps: 0 };
+      runFilter(prog, { nr, args }, undefined, stats);
+      assert.ok(stats.steps <= 20, `nr ${nr} ${args}: ${stats.steps} instructions`);
+    }
+  }
+});
+
 test("random calls: the program and the reference model always agree", () => {
   const arg = fc.oneof(
     fc.bigInt({ min: 0n, max: (1n << 64n) - 1n }),
@@ -305,12 +435,18 @@ test("random calls: the program and the reference model always agree", () => {
 test("a custom policy renders its own errnos (used by the live probe)", () => {
   const marked: SeccompPolicy = {
     deny: DEFAULT_SECCOMP_POLICY.deny.map((d) => ({ ...d, errno: 4000 })),
-    argumentRules: DEFAULT_SECCOMP_POLICY.argumentRules.map((r) => ({ ...r, errno: 4001 })),
+    argumentRules: DEFAULT_SECCOMP_POLICY.argumentRules.map((r) =>
+      r.kind === "allow-only-equal"
+        ? { ...r, errno: 4001, narrowed: r.narrowed?.map((n) => ({ ...n, errno: 4003 })) }
+        : { ...r, errno: 4001 },
+    ),
     x32Errno: 4002,
   };
   const p = renderSeccompFilter(marked);
   assert.equal(runFilter(p, { nr: NR.mount }), errno(4000));
   assert.equal(runFilter(p, { nr: NR.clone, args: [0x10000000n] }), errno(4001));
+  assert.equal(runFilter(p, { nr: NR.socket, args: [40n] }), errno(4001));
+  assert.equal(runFilter(p, { nr: NR.socket, args: [16n, 3n, 15n] }), errno(4003));
   assert.equal(runFilter(p, { nr: 0x40000027 }), errno(4002));
   assert.equal(runFilter(p, { nr: NR.getpid }), ALLOW);
 });
@@ -372,6 +508,25 @@ test("invalid policies are rejected instead of rendered wrongly", () => {
     assert.throws(() => validateSeccompPolicy(policy), Error, label);
     assert.throws(() => renderSeccompFilter(policy), Error, label);
   }
+  const socketRule = base.argumentRules.find((r) => r.syscall === "socket");
+  assert.ok(socketRule?.kind === "allow-only-equal" && socketRule.narrowed?.[0]);
+  const narrowed = socketRule.narrowed[0];
+  const withNarrowed = (n: Partial<typeof narrowed>): SeccompPolicy => ({
+    ...base,
+    argumentRules: base.argumentRules.map((r) =>
+      r === socketRule ? { ...socketRule, narrowed: [{ ...narrowed, ...n }] } : r,
+    ),
+  });
+  for (const [label, policy] of [
+    ["narrowed on its own argument", withNarrowed({ arg: 0 })],
+    ["narrowed argument 6", withNarrowed({ arg: 6 })],
+    ["narrowed errno 0", withNarrowed({ errno: 0 })],
+    ["narrowed without values", withNarrowed({ values: [] })],
+    ["narrowed 64-bit value", withNarrowed({ values: [2 ** 32] })],
+    ["narrowed value also allowed outright", withNarrowed({ value: 2 })],
+  ] as const) {
+    assert.throws(() => renderSeccompFilter(policy), Error, label);
+  }
   // A value list too long for 8-bit jump offsets must be refused, not wrapped around.
   const long: SeccompPolicy = {
     ...base,
@@ -397,4 +552,6 @@ test("the description names every denied syscall and every argument rule", () =>
     assert.ok(text.includes(`\`${r.syscall}\``));
   assert.match(text, /ENOSYS/);
   assert.match(text, /x86_64/);
+  assert.match(text, /`socket` unless arg0 is one of 0x1, 0x2, 0xa: EAFNOSUPPORT/);
+  assert.match(text, /arg0 0x10 only if arg2 is one of 0x0, else EPROTONOSUPPORT/);
 });

@@ -187,7 +187,7 @@ describe("microvm backend", { skip: skip ?? false, timeout: 300_000 }, () => {
     });
     try {
       await backend.pool.whenFull();
-      assert.equal(backend.pool.readyCount("bash"), 2);
+      assert.equal(backend.pool.readyCount("bash/plain"), 2);
       const burst = await Promise.all(
         [1, 2, 3].map(() =>
           backend.run(shJob("cat /proc/sys/kernel/random/boot_id"), { signal: signal() }),
@@ -196,7 +196,7 @@ describe("microvm backend", { skip: skip ?? false, timeout: 300_000 }, () => {
       const bootIds = new Set(burst.map((r) => text(r.agent.stdout)));
       assert.equal(bootIds.size, 3, "two calls of the burst shared a VM");
       await backend.pool.whenFull();
-      assert.equal(backend.pool.readyCount("bash"), 2);
+      assert.equal(backend.pool.readyCount("bash/plain"), 2);
     } finally {
       await backend.close();
     }

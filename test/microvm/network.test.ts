@@ -10,7 +10,6 @@ import {
   BLOCKED_HOSTS,
   probeProgram,
   PUBLIC,
-  RESOLVER,
   Topology,
   UPLINK_ADDR,
   type Check,
@@ -126,24 +125,13 @@ describe(
         SCRATCHRUN_ISOLATION: "microvm",
         SCRATCHRUN_POOL_SIZE: "python3.11=1",
         SCRATCHRUN_NETWORK: "public",
-        SCRATCHRUN_UPLINK_NETNS: topo.uplinkNs,
-        SCRATCHRUN_NET_PREFIX: topo.uplink.prefix,
-        SCRATCHRUN_DNS: RESOLVER,
-        SCRATCHRUN_ENABLE_FORWARDING: "1",
+        ...topo.serverEnv(),
       });
     });
     after(async () => {
       await h?.close();
       // The server tears its VMs and their networks down as it exits; give it a bounded moment.
-      let left = await listSandboxNetworkResources(topo.uplink);
-      for (
-        let i = 0;
-        i < 100 && (left.netns.length || left.links.length || left.tables.length);
-        i++
-      ) {
-        await new Promise((r) => setTimeout(r, 100));
-        left = await listSandboxNetworkResources(topo.uplink);
-      }
+      const left = await topo.networksLeft();
       await topo.destroy();
       assert.deepEqual(
         left,
@@ -264,10 +252,7 @@ describe(
       before0 = await hostLeftovers();
       plan = await networkFromEnv({
         SCRATCHRUN_NETWORK: "public",
-        SCRATCHRUN_UPLINK_NETNS: topo.uplinkNs,
-        SCRATCHRUN_NET_PREFIX: topo.uplink.prefix,
-        SCRATCHRUN_DNS: RESOLVER,
-        SCRATCHRUN_ENABLE_FORWARDING: "1",
+        ...topo.serverEnv(),
       });
       assert.ok(plan.provider, plan.reason);
       backend = await createMicrovmBackend({
@@ -356,7 +341,7 @@ describe(
       ];
       assert.ok(start <= probe && probed <= end, `windows overlap: ${out(a)} / ${out(b)}`);
       assert.doesNotMatch(out(b), /^reply /m, `the other VM reached the listener: ${out(b)}`);
-      assert.ok((b.blockedConnections ?? 0) > 0, "the filter counted the attempts");
+      assert.ok((b.network?.blockedPackets ?? 0) > 0, "the filter counted the attempts");
     });
   },
 );

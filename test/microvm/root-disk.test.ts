@@ -4,6 +4,7 @@ import {
   existsSync,
   mkdirSync,
   mkdtempSync,
+  readFileSync,
   rmSync,
   statSync,
   utimesSync,
@@ -13,6 +14,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { ensureRootDisk, pruneVmCache } from "../../src/backends/microvm/build.js";
+import { takeLease } from "../../src/images/lease.js";
 
 /**
  * The microVM's root disk is the runtime rootfs as erofs. Python trusts a .pyc only while the
@@ -33,13 +35,16 @@ describe("microvm root disk", () => {
       const cache = join(work, "cache");
       mkdirSync(join(cache, "disks"), { recursive: true });
       const stale = join(cache, "disks", "rootfs-0123456789abcdef.erofs");
+      const staleV2 = join(cache, "disks", "rootfs-0123456789abcdef-v2.erofs");
       const otherRootfs = join(cache, "disks", "rootfs-fedcba9876543210-v2.erofs");
       writeFileSync(stale, "old format");
+      writeFileSync(staleV2, "old format, no tree stamp");
       writeFileSync(otherRootfs, "another image's disk");
 
       const disk = ensureRootDisk(rootfs, cache);
       assert.ok(existsSync(disk));
       assert.ok(!existsSync(stale), "the earlier format of this rootfs is removed");
+      assert.ok(!existsSync(staleV2), "the unstamped disk of this rootfs is removed");
       assert.ok(existsSync(otherRootfs), "another rootfs's disk is not touched");
 
       mkdirSync(mnt);
@@ -50,6 +55,69 @@ describe("microvm root disk", () => {
       } finally {
         execFileSync("umount", [mnt]);
       }
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("microvm root disk follows its image", () => {
+  test("an image rebuilt under the same name gets a new disk with the new content", () => {
+    const work = mkdtempSync(join(tmpdir(), "scratchrun-disk-follow-"));
+    const mnt = join(work, "mnt");
+    mkdirSync(mnt);
+    const read = (disk: string) => {
+      execFileSync("mount", ["-t", "erofs", "-o", "ro,loop", disk, mnt]);
+      try {
+        return readFileSync(join(mnt, "marker"), "utf8");
+      } finally {
+        execFileSync("umount", [mnt]);
+      }
+    };
+    try {
+      const cache = join(work, "cache");
+      const rootfs = join(work, "rootfs-00000000000000f0");
+      mkdirSync(rootfs);
+      writeFileSync(join(rootfs, "marker"), "first build");
+      const old = Date.now() / 1000 - 60;
+      utimesSync(rootfs, old, old);
+      const first = ensureRootDisk(rootfs, cache);
+      assert.equal(read(first), "first build");
+      assert.equal(
+        ensureRootDisk(rootfs, cache, false),
+        first,
+        "cached while the image is unchanged",
+      );
+      // A rebuild renames a new tree into place under the same name (recipe hash).
+      rmSync(rootfs, { recursive: true });
+      mkdirSync(rootfs);
+      writeFileSync(join(rootfs, "marker"), "second build");
+      // Its mtime is the clock's now, maybe within one tick of the first disk's: not a reason to
+      // take the first disk for current (CI once saw exactly that).
+      assert.throws(
+        () => ensureRootDisk(rootfs, cache, false),
+        /not built/,
+        "the old disk is stale",
+      );
+      // A live server still serves the first disk: the rebuild leaves it for the prune.
+      const lease = takeLease(cache, [first]);
+      let second: string;
+      try {
+        second = ensureRootDisk(rootfs, cache);
+        assert.equal(read(second), "second build");
+        assert.ok(existsSync(first), "a leased earlier disk is kept");
+      } finally {
+        lease.release();
+      }
+      // The kept first build renamed back (older than the second): its own disk again, not the
+      // second's.
+      rmSync(rootfs, { recursive: true });
+      mkdirSync(rootfs);
+      writeFileSync(join(rootfs, "marker"), "first build");
+      utimesSync(rootfs, old, old);
+      assert.equal(ensureRootDisk(rootfs, cache, false), first, "the kept first disk serves it");
+      assert.equal(read(first), "first build");
+      assert.notEqual(second, first);
     } finally {
       rmSync(work, { recursive: true, force: true });
     }

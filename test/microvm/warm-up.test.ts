@@ -9,6 +9,9 @@ import { execInputSchema, type RuntimeName } from "../../src/schema/exec.js";
 import { assertNoLeftovers, canRunMicrovm, hostLeftovers, text } from "./fixture.js";
 
 const root = locateRootfs();
+const BURST_WINDOW_MS = 3000;
+/** Until a burst's extra clones are dropped, and the pool is back at its sizes. */
+const burstOver = () => new Promise((r) => setTimeout(r, BURST_WINDOW_MS + 500));
 const skip = skipOutsideCi(canRunMicrovm() ?? (root ? null : "no runtime image built"));
 
 /**
@@ -40,10 +43,12 @@ const PROCS: Record<"bash" | "python" | "node", string> = {
 };
 
 /**
- * Pooled clones run a warm-up before they are parked (vm.ts warmUp(); guest/agent-seed.c 'T'):
- * Python and node pre-start a second interpreter and hand it an empty call, bash runs on
- * /dev/null. That happens before the seed, so the call must find nothing of it: no process, no
- * output, and for Python and node the pre-started interpreter still there to take the call.
+ * Pooled clones run a warm-up before they are parked (vm.ts warmUp(); guest/agent-seed.c): the
+ * full one ('T', when no call runs) pre-starts a second Python or node and hands it an empty call,
+ * bash runs on /dev/null; the rehearsal ('R', while calls run and a CPU is spare) runs the call's
+ * path inside the kept Python. Both happen before the seed, so the call must find nothing of
+ * them: no process, no output, no variable, and the pre-started interpreter still there to take
+ * the call.
  */
 describe(
   "microvm: pooled clones are warmed up before they are parked",
@@ -59,7 +64,16 @@ describe(
       before0 = await hostLeftovers();
       backend = await createMicrovmBackend({
         rootfsDir: root!.dir,
-        pool: { sizes: { bash: 1, "python3.12": 1, node20: 1 }, mode: "restore" },
+        // The burst rule with a short window: the tests below wait it out between scenarios
+        // (a kind taken twice keeps an extra clone, whose warm-up would otherwise be counted).
+        pool: {
+          sizes: { bash: 1, "python3.12": 1, node20: 1 },
+          mode: "restore",
+          burst: { extra: 1, takes: 2, windowMs: BURST_WINDOW_MS },
+        },
+        // The warm-up decision counts two CPUs whatever the host has: the tests below make one
+        // and two calls run while a refill is made.
+        cpus: 2,
       });
       await backend.pool.whenFull();
       assert.equal(backend.templateError, null);
@@ -115,17 +129,20 @@ describe(
       assert.deepEqual(lines, ["main.sh"]);
     });
 
-    test("a clone made while a call is in flight is parked without a warm-up; an idle refill warms", async () => {
+    const delta = (c0: typeof backend.counters) =>
+      JSON.stringify(
+        Object.fromEntries(
+          Object.entries(backend.counters).map(([k, v]) => [k, v - c0[k as keyof typeof c0]]),
+        ),
+      );
+
+    test("a bash clone made while a call runs gets the full warm-up (a CPU is spare; bash has no kept interpreter to rehearse in), or is parked cold (none is); an idle refill gets the full warm-up", async () => {
+      await burstOver(); // the bash calls above made a burst
       await backend.pool.whenFull();
-      const c0 = { ...backend.counters };
-      const delta = () =>
-        JSON.stringify(
-          Object.fromEntries(
-            Object.entries(backend.counters).map(([k, v]) => [k, v - c0[k as keyof typeof c0]]),
-          ),
-        );
-      // A takes the pooled bash clone, B restores one of its own. A ends first: its refill happens
-      // while B still runs, so that clone is parked cold. C takes it; D, after an idle refill, not.
+      let c0 = { ...backend.counters };
+      // A takes the pooled bash clone, B restores one of its own. A ends first: its refill is made
+      // while B runs, one call on two CPUs: a Python's would be rehearsed, bash's gets its full
+      // warm-up (a rehearsal would leave bash cold). C takes it.
       const [a, b] = await Promise.all([
         run("bash", "sleep 0.2; echo a"),
         (async () => {
@@ -137,25 +154,76 @@ describe(
       assert.equal(
         backend.counters.warmedCalls - c0.warmedCalls,
         1,
-        `A ran in the warmed clone ${delta()}`,
+        `A ran in the warmed clone ${delta(c0)}`,
       );
       const c = await run("bash", "echo c");
       assert.equal(text(c.agent.stdout), "c\n");
-      // (B may have cold-booted instead of restoring: either way three calls, one warmed.)
       assert.equal(
-        backend.counters.clonedCalls +
-          backend.counters.bootedCalls -
-          c0.clonedCalls -
-          c0.bootedCalls,
-        3,
-        delta(),
+        backend.counters.warmedCalls - c0.warmedCalls,
+        2,
+        `C's clone got the full warm-up ${delta(c0)}`,
       );
+      assert.equal(backend.counters.rehearsedCalls - c0.rehearsedCalls, 0, delta(c0));
+      // Now two calls run while the refill is made: no CPU is spare, it is parked cold.
+      await burstOver(); // the burst's extra clone is dropped
+      await backend.pool.whenFull();
+      c0 = { ...backend.counters };
+      await Promise.all([
+        run("bash", "sleep 0.2; echo a"),
+        ...[1, 2].map(async (i) => {
+          await new Promise((r) => setTimeout(r, 50 * i));
+          return run("bash", "sleep 6; echo b");
+        }),
+      ]);
+      const d = await run("bash", "echo d");
+      assert.equal(text(d.agent.stdout), "d\n");
       assert.equal(
         backend.counters.warmedCalls - c0.warmedCalls,
         1,
-        `C's clone was warmed under load ${delta()}`,
+        `only A was warmed ${delta(c0)}`,
       );
-      await call("bash", "echo d"); // asserts that D's clone was warmed
+      assert.equal(
+        backend.counters.rehearsedCalls - c0.rehearsedCalls,
+        0,
+        `nothing was rehearsed ${delta(c0)}`,
+      );
+      await burstOver();
+      await call("bash", "echo e"); // asserts that E's clone got the full warm-up
+    });
+
+    test("python3.12: a rehearsed clone's pre-started interpreter takes the call, which sees nothing of the rehearsal", async () => {
+      await burstOver();
+      await backend.pool.whenFull();
+      // A (python3.12, pooled) ends while B (bash) runs: A's refill is rehearsed; C takes it.
+      await Promise.all([
+        run("python3.12", "print(1)"),
+        (async () => {
+          await new Promise((r) => setTimeout(r, 50));
+          return run("bash", "sleep 4");
+        })(),
+      ]);
+      // Counted around C only: B's bash clone has its own warm-up.
+      const c0 = { ...backend.counters };
+      const r = await run(
+        "python3.12",
+        [
+          PROCS.python,
+          "import sys",
+          "print('env', sorted(os.environ))",
+          "print('cwd', os.getcwd(), sorted(os.listdir('/proc/self/fd')))",
+          "print('preloaded', sorted(m for m in ('random', 'tempfile', 'gc', 'io') if m in sys.modules))",
+        ].join("\n"),
+      );
+      assert.equal(backend.counters.rehearsedCalls - c0.rehearsedCalls, 1, delta(c0));
+      assert.equal(r.agent.exit?.reason, "exited", text(r.agent.stderr));
+      const lines = text(r.agent.stdout).trim().split("\n");
+      assert.deepEqual(userProcs(lines.filter((l) => /^\d+ /.test(l))), [
+        `1000 ${runtimeArgv("python3.12")[0]} /run/scratchrun-prestart.py`,
+      ]);
+      const env = lines.find((l) => l.startsWith("env "));
+      assert.doesNotMatch(env ?? "", /REHEARSAL/);
+      assert.ok(lines.includes("cwd /home/user ['0', '1', '2', '3']"), lines.join("\n"));
+      assert.ok(lines.includes("preloaded ['io']"), lines.join("\n"));
     });
 
     test("node20: the warm-up's node is gone and the pre-started node takes the call", async () => {

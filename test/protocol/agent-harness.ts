@@ -20,6 +20,8 @@ export interface JailOptions {
   realRoot?: boolean;
   /** Extra bwrap arguments placed before the command (e.g. --symlink). */
   extra?: string[];
+  /** Arguments for the agent itself (e.g. --seccomp PATH). */
+  agentArgs?: string[];
 }
 
 export function bwrapArgs(o: JailOptions = {}): string[] {
@@ -48,6 +50,7 @@ export function bwrapArgs(o: JailOptions = {}): string[] {
     ...(o.extra ?? []),
     "--",
     AGENT,
+    ...(o.agentArgs ?? []),
   ];
 }
 

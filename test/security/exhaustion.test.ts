@@ -12,6 +12,7 @@ const MiB = 1024 * 1024;
  * unless the limit they rely on was just shown to hold here.
  */
 for (const backend of SECURITY_BACKENDS) {
+  const vm = backend === "microvm";
   describe(`security: exhaustion [${backend}]`, () => {
     let s: SecurityServer;
     const proven = { memory: false, pids: false };
@@ -70,9 +71,12 @@ for (const backend of SECURITY_BACKENDS) {
       });
       // Each inode and dentry is charged to the sandbox's memory cgroup: the fill is OOM-killed
       // (or refused with ENOSPC/ENOMEM) long before the timeout, and the machine keeps working.
+      // In a microVM the guest's own tmpfs inode limit (half its RAM's pages) comes first: the
+      // fill ends with ENOSPC after fewer files, inside the VM.
       assert.ok(["oom", "ok"].includes(r.exit_reason), JSON.stringify(r));
       if (r.exit_reason === "ok") assert.match(r.stdout, /stopped \d+ (28|12)/);
-      assert.ok(Number(r.stdout.trim().split("\n")[0]) >= 20000, "it really created files");
+      const made = Math.max(...(r.stdout.match(/\d+/g) ?? ["0"]).map(Number));
+      assert.ok(made >= (vm ? 5000 : 20000), `it really created files: ${r.stdout}`);
       const next = await s.run({ runtime: "bash", code: "ls -A /tmp | wc -l" });
       assert.equal(next.stdout.trim(), "0");
     });

@@ -33,7 +33,7 @@ for (const backend of SECURITY_BACKENDS) {
   describe(`security: persistence [${backend}]`, () => {
     let s: SecurityServer;
     before(async () => {
-      s = await securityServer(backend);
+      s = await securityServer(backend, {}, ["python3.11"]);
     });
     after(async () => s.close());
 

@@ -5,6 +5,7 @@ import fc from "fast-check";
 import { BLOCKED_CIDRS, classifyAddress, parseStrict } from "../../src/net/addresses.js";
 import { execInputSchema, execInputShape, RUNTIMES } from "../../src/schema/exec.js";
 import { LIMITS, WRITABLE_ROOTS } from "../../src/schema/limits.js";
+import { fileBytes } from "../../src/schema/file-content.js";
 import { checkEnvName, normaliseSandboxPath } from "../../src/schema/paths.js";
 import { parseExecRequest } from "../../src/schema/validate.js";
 
@@ -136,6 +137,19 @@ const requestArb = fc.record(
     ),
     files: fc.oneof(
       fc.dictionary(hostilePath, fc.string({ maxLength: 8 }), { maxKeys: 4 }),
+      fc.dictionary(
+        fc.constantFrom("a", "b.bin", "/tmp/c"),
+        fc.oneof(
+          fc
+            .uint8Array({ maxLength: 12 })
+            .map((b) => ({ base64: Buffer.from(b).toString("base64") })),
+          fc.record({ base64: fc.string({ maxLength: 12 }) }),
+          fc.record({ base64: fc.anything() }),
+          fc.record({ base64: fc.constant("QQ=="), extra: fc.anything() }),
+          fc.constant({ base64: Buffer.alloc(LIMITS.files.maxFileBytes + 1).toString("base64") }),
+        ),
+        { maxKeys: 3 },
+      ),
       fc
         .integer({ min: 62, max: 66 })
         .map((n) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`f${i}`, ""]))),
@@ -186,8 +200,9 @@ describe("properties: the exec input schema (SEC-INPUT-LIMITS, SEC-INPUT-TYPES)"
           const p = normaliseSandboxPath(path);
           assert.ok(p.ok, path);
           assertGoodPath(p.path);
-          assert.ok(bytes(content) <= LIMITS.files.maxFileBytes);
-          total += bytes(content);
+          const size = fileBytes(content).length;
+          assert.ok(size <= LIMITS.files.maxFileBytes);
+          total += size;
         }
         assert.ok(total <= LIMITS.files.maxTotalBytes);
         assert.ok(q.return_files.length <= LIMITS.returnFiles.maxCount);

@@ -4,8 +4,11 @@
  * of its teardown runs in the background and close() waits for it).
  */
 import { execFileSync } from "node:child_process";
+import { availableParallelism } from "node:os";
 import { setTimeout as sleep } from "node:timers/promises";
 import { existsSync } from "node:fs";
+import { dirname } from "node:path";
+import { takeLease, type Lease } from "../../images/lease.js";
 import { ScratchRunError } from "../../errors.js";
 import { detectCgroups } from "../../jail/cgroup.js";
 import { SANDBOX_UID_BASE, SANDBOX_UID_COUNT, UidPool } from "../../jail/uids.js";
@@ -16,13 +19,22 @@ import type { Backend, BackendOutcome, Isolation, RunOptions, SandboxJob } from 
 import { detectAccel, hostTscKhz, isolationOf, QEMU_BINARY, type Accel } from "./accel.js";
 import { buildVmArtifacts, ensureRootDisk, touchVmArtifacts, type VmArtifacts } from "./build.js";
 import { runtimeArgv } from "../../images/manifest.js";
+import type { Preimport } from "../../images/preimport.js";
 import type { VmNetworkProvider } from "./guest-net.js";
-import { WarmPool } from "../pool.js";
+import type { DomainAllowlist } from "../../net/allowlist.js";
+import { WarmPool, type PoolConfig } from "../pool.js";
+import {
+  PREIMPORT_MIN_MEMORY_MB,
+  prestartInterpreter,
+  preimportSpec,
+  type Flavour,
+} from "../prestart.js";
+import { CODE_UID } from "../../protocol/guest-header.js";
 import { createTemplate, type Template } from "./snapshot.js";
-import { MicroVm, type HostContext } from "./vm.js";
+import { MicroVm, type HostContext, type WarmUp } from "./vm.js";
 
 /** The unprivileged user inside the guest that runs the code (the image's `user`). */
-export const GUEST_UID = 1000;
+export const GUEST_UID = CODE_UID;
 /** QEMU's host uids: a range of their own, after the namespace backend's sandbox uids. */
 const VM_UID_BASE = SANDBOX_UID_BASE + SANDBOX_UID_COUNT;
 const VM_UID_COUNT = 1024;
@@ -43,12 +55,36 @@ export interface MicrovmBackendOptions {
   /** Cold boot deadline (default 30 s: TCG boots take ~2 s, more on a loaded host). */
   bootTimeoutMs?: number;
   /**
+   * CPUs the warm-up decision counts (default: the host's): with fewer calls running, a clone made
+   * meanwhile is rehearsed; with as many, parked cold.
+   */
+  cpus?: number;
+  /**
    * Public egress for calls with network "public" (src/setup/network.ts adapts src/net). Absent:
    * such calls are refused. Pooled VMs are then prepared with a network (off the call's path);
    * a call with network "none" that takes one has it torn down before the guest resumes.
    */
   network?: VmNetworkProvider;
+  /**
+   * What each runtime's pre-imported interpreter imports (src/images/preimport.ts): such a runtime
+   * gets a second template whose Python has imported them (and drawn a throwaway figure), and a
+   * pool of its clones as deep as the runtime's, for calls the engine routes there.
+   */
+  preimport?: Partial<Record<RuntimeName, Preimport>>;
 }
+
+/** A pool and template kind: a runtime, and whether its Python has pre-imported. */
+export type VmKind = `${RuntimeName}/${Flavour}`;
+
+const vmKind = (runtime: RuntimeName, flavour: Flavour): VmKind => `${runtime}/${flavour}`;
+
+function parseVmKind(kind: VmKind): [RuntimeName, Flavour] {
+  const [runtime, flavour] = kind.split("/") as [RuntimeName, Flavour];
+  return [runtime, flavour];
+}
+
+/** A pre-imported template imports for seconds under TCG before it is saved. */
+const PREIMPORT_BOOT_TIMEOUT_MS = 180_000;
 
 export interface PoolOptions {
   sizes?: Partial<Record<RuntimeName, number>>;
@@ -60,25 +96,31 @@ export interface PoolOptions {
    * template exists. "boot": pooled VMs are cold-booted and idle at READY.
    */
   mode?: "restore" | "boot";
+  /** Restore mode's burst rule (default BURST); tests shorten its window. */
+  burst?: NonNullable<PoolConfig["burst"]>;
 }
 
-/** How long no call must have started or ended before a new clone is warmed up. */
+/** How long no call must have started or ended before a new clone gets the full warm-up. */
 const QUIET_MS = 150;
+/**
+ * A runtime kind whose pooled clones were taken twice within BURST.windowMs keeps one more clone
+ * ready until that long passes without a take (decision 0011, "Bursts"): back-to-back calls then
+ * find a clone made while the previous call ran.
+ */
+const BURST = { extra: 1, takes: 2, windowMs: 20_000 } as const;
+/**
+ * How long a call that finds no clone of its kind waits for one being made before it restores its
+ * own: a clone rehearsed for a burst is ready ~200 ms after it was started, and a clone restored
+ * for the call runs it cold (~300 ms slower than a warmed one under TCG).
+ */
+const AWAIT_REFILL_MS = 300;
 
 /** The interpreter a runtime's template runs once to warm the guest page cache. */
 export function warmInterpreter(runtime: RuntimeName): string | undefined {
   return runtimeArgv(runtime)[0];
 }
 
-/**
- * The interpreter a runtime's template pre-starts, so a call pays only for running its code:
- * python (guest/prestart.py) and node (guest/prestart.js, which reseeds OpenSSL's DRBG and V8's
- * random generator in each clone before the code runs). bash is not: a shell that sources the
- * file is not `bash main.sh` (docs/decisions/0003-microvm.md).
- */
-export function prestartInterpreter(runtime: RuntimeName): string | undefined {
-  return runtime === "bash" ? undefined : runtimeArgv(runtime)[0];
-}
+export { prestartInterpreter };
 
 function kvmGroupId(): number | null {
   try {
@@ -93,7 +135,7 @@ function kvmGroupId(): number | null {
 export class MicrovmBackend implements Backend {
   readonly name = "microvm" as const;
   readonly isolation: Isolation;
-  readonly pool: WarmPool<MicroVm>;
+  readonly pool: WarmPool<MicroVm, VmKind>;
   readonly mode: "restore" | "boot";
   private readonly live = new Set<MicroVm>();
   /** VMs serving a call right now (taken from the pool or started for it). */
@@ -102,10 +144,22 @@ export class MicrovmBackend implements Backend {
   private readonly teardowns = new Set<Promise<void>>();
   /** Calls getting their VM right now (before they are serving). */
   private acquiring = 0;
+  /** Host CPUs: with fewer calls running than this, a clone made meanwhile is rehearsed. */
+  private readonly cpus: number;
   /** When a call last started or ended (ms since the epoch). */
   private lastCallAt = 0;
-  /** What the backend has done so far: templates built, calls run in clones / cold boots. */
-  readonly counters = { templates: 0, clonedCalls: 0, warmedCalls: 0, bootedCalls: 0 };
+  /**
+   * What the backend has done so far: templates built, calls run in clones (in pre-imported
+   * ones, in fully warmed ones, in rehearsed ones) / cold boots.
+   */
+  readonly counters = {
+    templates: 0,
+    clonedCalls: 0,
+    preimportedCalls: 0,
+    warmedCalls: 0,
+    rehearsedCalls: 0,
+    bootedCalls: 0,
+  };
   private readonly templates = new Map<string, Promise<Template>>();
   private readonly built = new Map<string, Template>();
   private closed = false;
@@ -123,32 +177,59 @@ export class MicrovmBackend implements Backend {
     private readonly bootTimeoutMs: number,
     poolOptions: PoolOptions = {},
     private readonly network: VmNetworkProvider | null = null,
+    /** Marks the kernel and root disk this backend boots as in use, for the cache's prune. */
+    private readonly lease: Lease | null = null,
+    private readonly preimport: Partial<Record<RuntimeName, Preimport>> = {},
+    cpus: number = availableParallelism(),
   ) {
+    this.cpus = cpus;
     this.isolation = isolationOf(ctx.accel);
     this.mode = poolOptions.mode ?? "restore";
-    this.pool = new WarmPool<MicroVm>((runtime, memoryMb) => this.prepare(runtime, memoryMb), {
-      sizes: poolOptions.sizes ?? {},
-      memoryMb: poolOptions.memoryMb ?? LIMITS.memoryMb.default,
+    const memoryMb = poolOptions.memoryMb ?? LIMITS.memoryMb.default;
+    const sizes: Partial<Record<VmKind, number>> = {};
+    for (const [runtime, n] of Object.entries(poolOptions.sizes ?? {}) as [RuntimeName, number][]) {
+      sizes[vmKind(runtime, "plain")] = n;
+      if (this.preimportFor(runtime, memoryMb)) sizes[vmKind(runtime, "preimport")] = n;
+    }
+    this.pool = new WarmPool<MicroVm, VmKind>((kind, mb) => this.prepare(kind, mb), {
+      sizes,
+      memoryMb,
       maxConcurrentBoots: poolOptions.maxConcurrentBoots ?? 1,
+      ...(this.mode === "restore" ? { burst: poolOptions.burst ?? BURST } : {}),
     });
     this.pool.start();
   }
 
-  /** The snapshot template for (runtime, memoryMb), created on first use; shared by its clones. */
-  template(runtime: RuntimeName, memoryMb: number): Promise<Template> {
-    const key = `${runtime}/${memoryMb}`;
+  /** The runtime's pre-import if a VM of memoryMb may have one (restore mode only). */
+  private preimportFor(runtime: RuntimeName, memoryMb: number): Preimport | undefined {
+    if (this.mode !== "restore" || memoryMb < PREIMPORT_MIN_MEMORY_MB) return undefined;
+    return prestartInterpreter(runtime) ? this.preimport[runtime] : undefined;
+  }
+
+  /**
+   * The snapshot template for (runtime, memoryMb, flavour), created on first use; shared by its
+   * clones.
+   */
+  template(runtime: RuntimeName, memoryMb: number, flavour: Flavour = "plain"): Promise<Template> {
+    const key = `${runtime}/${memoryMb}/${flavour}`;
     let t = this.templates.get(key);
     if (!t) {
       if (this.closed)
         return Promise.reject(new ScratchRunError("NOT_READY", "the microVM backend is closed"));
       const warm = warmInterpreter(runtime);
       const prestart = prestartInterpreter(runtime);
+      const pre = flavour === "preimport" ? this.preimportFor(runtime, memoryMb) : undefined;
+      if (flavour === "preimport" && !pre)
+        return Promise.reject(new Error(`${runtime} at ${memoryMb} MB has no pre-import`));
       t = createTemplate(this.ctx, {
         memoryMb,
-        timeoutMs: this.bootTimeoutMs,
+        timeoutMs: pre
+          ? Math.max(this.bootTimeoutMs, PREIMPORT_BOOT_TIMEOUT_MS)
+          : this.bootTimeoutMs,
         signal: this.closing.signal,
         // A pre-started interpreter warms the page cache itself.
         ...(prestart ? { prestart } : warm ? { warm } : {}),
+        ...(pre ? { preimport: preimportSpec(pre) } : {}),
       });
       this.templates.set(key, t);
       t.then((v) => {
@@ -173,36 +254,57 @@ export class MicrovmBackend implements Backend {
    * waiting for its seed. With a network provider it gets a network now, since most calls ask
    * for "public" (the default) and building one costs tens of ms of ip/nft commands.
    */
-  private async prepare(runtime: RuntimeName, memoryMb: number): Promise<MicroVm> {
-    const publicNet = this.network !== null;
+  private async prepare(kind: VmKind, memoryMb: number): Promise<MicroVm> {
+    const [runtime, flavour] = parseVmKind(kind);
+    const publicNet = this.network !== null ? this.network.defaultAllowlist : false;
     if (this.mode === "boot") return this.boot(memoryMb, this.closing.signal, publicNet);
     if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
-    const t = await this.template(runtime, memoryMb);
-    const warmUp = await this.quiet();
+    const t = await this.template(runtime, memoryMb, flavour);
+    let warmUp = await this.warmUpNow();
+    // A rehearsal runs in the kept interpreter; a runtime without one (bash) would get nothing and
+    // its call would run bash cold (~200 ms against ~60 ms warm in the bench): its full warm-up
+    // (one bash on /dev/null) is as cheap as a rehearsal.
+    if (warmUp === "rehearse" && !prestartInterpreter(runtime)) warmUp = "full";
     if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
     return this.clone(t, memoryMb, this.closing.signal, publicNet, warmUp);
   }
 
   /**
-   * True when no call is in flight and none started or ended in the last QUIET_MS: a clone made
-   * then is warmed up before it is parked (vm.ts warmUp()). Under load it is parked cold instead:
-   * a warm-up costs more CPU (~600 ms for Python under TCG) than it saves the call (~400 ms), and
-   * on a small host that CPU is the calls' throughput. The wait is there because a refill starts
-   * as a call ends, a few ms before a busy client's next call arrives.
+   * How a clone made now is warmed up before it is parked (vm.ts warmUp()). "full" when no call is
+   * in flight and none started or ended in the last QUIET_MS (the wait is there because a refill
+   * starts as a call ends, a few ms before a busy client's next call arrives). While calls run:
+   * "rehearse" if a CPU is left for it (a back-to-back client's next clone, made on the spare CPU
+   * in ~180 ms instead of ~700), else "none": on a host whose CPUs all run calls a warm-up costs
+   * more CPU than it saves the call, and that CPU is the calls' throughput. Under KVM: "none".
    */
-  private async quiet(): Promise<boolean> {
-    // A loop, not one sleep: a timer may fire a millisecond early by Date.now(), and a call that
-    // starts or ends meanwhile moves the window.
-    for (let wait; (wait = this.lastCallAt + QUIET_MS - Date.now()) > 0;) await sleep(wait);
-    return this.acquiring === 0 && this.serving.size === 0;
+  private async warmUpNow(): Promise<WarmUp> {
+    // Under KVM the guest runs natively: there is no translation cache to fill, and the template
+    // already left the guest's page cache and the pre-imported modules warm.
+    if (this.ctx.accel === "kvm") return "none";
+    for (;;) {
+      const busy = this.acquiring + this.serving.size;
+      if (busy > 0) return busy < this.cpus ? "rehearse" : "none";
+      // A loop: a timer may fire a millisecond early by Date.now(), and a call that starts or
+      // ends meanwhile moves the window.
+      const wait = this.lastCallAt + QUIET_MS - Date.now();
+      if (wait <= 0) return "full";
+      await sleep(Math.min(wait, 10));
+    }
   }
 
-  private bootOptions(memoryMb: number, signal: AbortSignal | undefined, publicNet: boolean) {
+  /** publicNet: the allowlist the VM's network is made for (null: unrestricted), or false. */
+  private bootOptions(
+    memoryMb: number,
+    signal: AbortSignal | undefined,
+    publicNet: DomainAllowlist | null | false,
+  ) {
     return {
       memoryMb,
       readyTimeoutMs: this.bootTimeoutMs,
       ...(signal ? { signal } : {}),
-      ...(publicNet && this.network ? { network: this.network } : {}),
+      ...(publicNet !== false && this.network
+        ? { network: this.network, egressAllowlist: publicNet }
+        : {}),
     };
   }
 
@@ -210,8 +312,8 @@ export class MicrovmBackend implements Backend {
     t: Template,
     memoryMb: number,
     signal: AbortSignal | undefined,
-    publicNet: boolean,
-    warmUp = false,
+    publicNet: DomainAllowlist | null | false,
+    warmUp: WarmUp = "none",
   ): Promise<MicroVm> {
     const vm = await MicroVm.start(this.ctx, this.bootOptions(memoryMb, signal, publicNet), {
       kind: "clone",
@@ -221,36 +323,67 @@ export class MicrovmBackend implements Backend {
     return this.track(vm);
   }
 
-  /**
-   * A VM for a call that found the pool empty: a clone when the template is built, else a cold
-   * boot (and, in restore mode, the template gets built in the background for the next calls).
-   * Then resumed to READY. A clone that fails to come up is replaced by a cold boot.
-   */
-  private async acquire(job: SandboxJob, signal: AbortSignal): Promise<MicroVm> {
-    const publicNet = job.network === "public";
-    let vm = this.pool.take(job.runtime, job.memoryMb, { refill: false });
-    if (vm && publicNet && !vm.hasNetwork) {
+  /** A pooled VM of this kind for the call, or a clone of its template restored now, or null. */
+  private async pooledOrRestored(
+    job: SandboxJob,
+    flavour: Flavour,
+    signal: AbortSignal,
+  ): Promise<MicroVm | null> {
+    const publicNet = job.network === "public" ? (job.egressAllowlist ?? null) : false;
+    // Pooled VMs' networks are made for the server's allowlist: proxied or not is fixed then.
+    const poolable =
+      publicNet === false ||
+      (publicNet === null) === ((this.network?.defaultAllowlist ?? null) === null);
+    let vm = poolable
+      ? await this.pool.takeOrAwait(vmKind(job.runtime, flavour), job.memoryMb, signal, {
+          refill: false,
+          maxWaitMs: AWAIT_REFILL_MS,
+        })
+      : null;
+    if (vm && publicNet !== false && !vm.hasNetwork) {
       void vm.destroy(); // cannot happen with a provider; never serve "public" without a network
       vm = null;
     }
     if (!vm && this.mode === "restore") {
-      const t = this.built.get(`${job.runtime}/${job.memoryMb}`);
+      const t = this.built.get(`${job.runtime}/${job.memoryMb}/${flavour}`);
       if (t) vm = await this.clone(t, job.memoryMb, signal, publicNet).catch(() => null);
-      else void this.template(job.runtime, job.memoryMb).catch(() => {});
+      else void this.template(job.runtime, job.memoryMb, flavour).catch(() => {});
     }
+    return vm;
+  }
+
+  /**
+   * A VM for a call: a pooled clone of its kind, else a clone restored for it once the template is
+   * built, else a cold boot (and, in restore mode, the template gets built in the background for
+   * the next calls). A call the engine routed to a pre-imported interpreter whose template is not
+   * built yet takes the plain kind. Then resumed to READY. A clone that fails to come up is
+   * replaced by a cold boot.
+   */
+  private async acquire(job: SandboxJob, signal: AbortSignal): Promise<MicroVm> {
+    const preimported =
+      job.flavour === "preimport" && this.preimportFor(job.runtime, job.memoryMb) !== undefined;
+    let vm = preimported ? await this.pooledOrRestored(job, "preimport", signal) : null;
+    const fromPreimport = vm !== null;
+    vm ??= await this.pooledOrRestored(job, "plain", signal);
     if (vm) {
       try {
         const cloned = vm.paused;
         await vm.activate(this.bootTimeoutMs, job.network);
         if (cloned) this.counters.clonedCalls++;
         else this.counters.bootedCalls++;
-        if (vm.warmedUp) this.counters.warmedCalls++;
+        if (fromPreimport) this.counters.preimportedCalls++;
+        if (vm.warmedUp === "full") this.counters.warmedCalls++;
+        if (vm.warmedUp === "rehearse") this.counters.rehearsedCalls++;
         return vm;
       } catch {
         await vm.destroy();
       }
     }
-    const booted = await this.boot(job.memoryMb, signal, publicNet);
+    const booted = await this.boot(
+      job.memoryMb,
+      signal,
+      job.network === "public" ? (job.egressAllowlist ?? null) : false,
+    );
     try {
       await booted.activate(this.bootTimeoutMs, job.network);
     } catch (cause) {
@@ -270,7 +403,7 @@ export class MicrovmBackend implements Backend {
   private async boot(
     memoryMb: number,
     signal: AbortSignal | undefined,
-    publicNet: boolean,
+    publicNet: DomainAllowlist | null | false,
   ): Promise<MicroVm> {
     if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
     const vm = await MicroVm.boot(this.ctx, this.bootOptions(memoryMb, signal, publicNet));
@@ -281,8 +414,13 @@ export class MicrovmBackend implements Backend {
     return this.pool.onReady(listener);
   }
 
+  /** Pooled clones that would serve this runtime, of both flavours. */
   warm(runtime: RuntimeName): { ready: number; target: number } {
-    return { ready: this.pool.readyCount(runtime), target: this.pool.config.sizes[runtime] ?? 0 };
+    const kinds = [vmKind(runtime, "plain"), vmKind(runtime, "preimport")];
+    return {
+      ready: kinds.reduce((n, k) => n + this.pool.readyCount(k), 0),
+      target: kinds.reduce((n, k) => n + (this.pool.config.sizes[k] ?? 0), 0),
+    };
   }
 
   async run(job: SandboxJob, options: RunOptions): Promise<BackendOutcome> {
@@ -301,6 +439,8 @@ export class MicrovmBackend implements Backend {
       .finally(() => this.acquiring--);
     this.serving.add(vm);
     try {
+      if (job.network === "public" && job.egressAllowlist)
+        await vm.useAllowlist(job.egressAllowlist);
       const sandboxReadyMs = Date.now() - started;
       const request = {
         ...job.request,
@@ -313,13 +453,13 @@ export class MicrovmBackend implements Backend {
         alreadyReady: true,
         ...(options.onEvent ? { onEvent: options.onEvent } : {}),
       });
-      const blocked = await vm.blockedCount();
+      const network = await vm.networkReport();
       return {
         agent,
         isolation: this.isolation,
         oomKilled: (agent.exit?.oomKills ?? 0) > 0,
         sandboxReadyMs,
-        ...(blocked !== undefined ? { blockedConnections: blocked } : {}),
+        ...(network ? { network } : {}),
       };
     } finally {
       // The call's VM is killed before run() settles: every process of it has exited. Reaping
@@ -356,6 +496,7 @@ export class MicrovmBackend implements Backend {
     this.built.clear();
     for (const t of await Promise.allSettled(templates))
       if (t.status === "fulfilled") t.value.close();
+    this.lease?.release();
   }
 }
 
@@ -382,7 +523,16 @@ export async function createMicrovmBackend(
       cause,
     });
   }
-  const accel = options.accel ?? (await detectAccel(artifacts.kernel, artifacts.initramfs));
+  // Templates and clones boot this kernel and disk for as long as the backend lives: no build's
+  // prune (scripts/build-vm.mjs, scratchrun image build) may remove them meanwhile.
+  const lease = takeLease(dirname(dirname(artifacts.kernel)), [dirname(artifacts.kernel), disk]);
+  let accel: Accel;
+  try {
+    accel = options.accel ?? (await detectAccel(artifacts.kernel, artifacts.initramfs));
+  } catch (e) {
+    lease.release();
+    throw e;
+  }
   const ctx: HostContext = {
     artifacts,
     disk,
@@ -398,5 +548,8 @@ export async function createMicrovmBackend(
     options.bootTimeoutMs ?? 30_000,
     options.pool,
     options.network ?? null,
+    lease,
+    options.preimport ?? {},
+    options.cpus,
   );
 }

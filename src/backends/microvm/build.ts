@@ -1,7 +1,7 @@
 /**
  * Builds what a microVM boots: the guest kernel (ELF vmlinux extracted from the host's Debian
- * cloud kernel), the initramfs (busybox, modules, init, agent, the pre-start scripts and the node
- * reseed addon) and the read-only
+ * cloud kernel), the initramfs (busybox, modules, init, agent, the pre-start scripts, the node
+ * reseed addon and the code's seccomp program) and the read-only
  * erofs disk made from a runtime rootfs directory. Everything is cached by content hash.
  */
 import { createHash } from "node:crypto";
@@ -20,6 +20,8 @@ import { writeFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { basename, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { heldBy, liveLeases } from "../../images/lease.js";
+import { renderSeccompFilter } from "../../jail/seccomp.js";
 import { writeCpioNewc, type CpioEntry } from "./cpio.js";
 import { extractVmlinux } from "./kernel.js";
 import { resolveModuleOrder } from "./modules.js";
@@ -47,6 +49,9 @@ export interface BuildOptions {
   busybox?: string;
   cacheRoot?: string;
 }
+
+/** Thrown by the `*IfBuilt` lookups: what is missing, for a "run setup" message. */
+export class NotBuiltError extends Error {}
 
 /**
  * Where VM artifacts and root disks are cached: $SCRATCHRUN_VM_CACHE, else (as root)
@@ -90,8 +95,16 @@ function compileStatic(src: string, out: string): void {
   });
 }
 
+/**
+ * The kernel and initramfs of the current inputs if they are in the cache; throws NotBuiltError
+ * otherwise and builds nothing (a stdio MCP server must not make its client wait on a build).
+ */
+export function vmArtifactsIfBuilt(opts: BuildOptions = {}): VmArtifacts {
+  return buildVmArtifacts(opts, false);
+}
+
 /** Builds (or finds in the cache) the kernel and initramfs for the given inputs. */
-export function buildVmArtifacts(opts: BuildOptions = {}): VmArtifacts {
+export function buildVmArtifacts(opts: BuildOptions = {}, build = true): VmArtifacts {
   const host = findHostKernel();
   const vmlinuz = opts.vmlinuz ?? host?.vmlinuz;
   if (!vmlinuz)
@@ -113,6 +126,9 @@ export function buildVmArtifacts(opts: BuildOptions = {}): VmArtifacts {
   const prestartPy = readFileSync(join(PACKAGE_ROOT, "guest", "prestart.py"));
   const prestartJs = readFileSync(join(PACKAGE_ROOT, "guest", "prestart.js"));
   const reseed = readFileSync(reseedAddon);
+  // The namespace backend's seccomp policy, which the guest agent installs in the code's
+  // processes (guest/agent-seccomp.h): one policy source for both backends.
+  const seccomp = renderSeccompFilter();
   const sealedPath = join(PACKAGE_ROOT, "src", "backends", "microvm", "sealed-ram.c");
   const wanted = readFileSync(join(PACKAGE_ROOT, "images", "vm", "modules.txt"), "utf8")
     .split("\n")
@@ -128,6 +144,7 @@ export function buildVmArtifacts(opts: BuildOptions = {}): VmArtifacts {
     prestartPy,
     prestartJs,
     reseed,
+    seccomp,
     readFileSync(sealedPath),
     readFileSync(agent),
     readFileSync(busybox),
@@ -140,6 +157,7 @@ export function buildVmArtifacts(opts: BuildOptions = {}): VmArtifacts {
     sealedRam: join(dir, "sealed-ram"),
   };
   if (existsSync(out.kernel) && existsSync(out.initramfs) && existsSync(out.sealedRam)) return out;
+  if (!build) throw new NotBuiltError(`the microVM kernel and initramfs are not built (${dir})`);
   mkdirSync(dir, { recursive: true, mode: 0o755 });
 
   const entries: CpioEntry[] = [
@@ -157,6 +175,7 @@ export function buildVmArtifacts(opts: BuildOptions = {}): VmArtifacts {
     { kind: "file", path: "prestart.py", mode: 0o444, content: prestartPy },
     { kind: "file", path: "prestart.js", mode: 0o444, content: prestartJs },
     { kind: "file", path: "scratchrun-reseed.node", mode: 0o444, content: reseed },
+    { kind: "file", path: "seccomp.bpf", mode: 0o400, content: seccomp },
     {
       kind: "file",
       path: "etc/modules.order",
@@ -188,13 +207,22 @@ const DISK_FORMAT = "v2";
 
 /**
  * The runtime rootfs directory as a read-only erofs disk image, cached as
- * `<cacheRoot>/disks/<rootfs dir name>-<format>.erofs` (rootfs names carry their recipe hash).
+ * `<cacheRoot>/disks/<rootfs dir name>-<format>-<tree mtime>.erofs` (rootfs names carry their
+ * recipe hash). The tree's mtime is in the name because a rebuild renames a new tree in under the
+ * same name, and a kept earlier build may be renamed back: comparing "disk newer than tree" took a
+ * rebuild within one clock tick of the disk, or an older tree restored, for current.
  * Uncompressed: under TCG decompression costs more than the page cache.
  */
-export function ensureRootDisk(rootfsDir: string, cacheRoot = defaultCacheRoot()): string {
+export function ensureRootDisk(
+  rootfsDir: string,
+  cacheRoot = defaultCacheRoot(),
+  build = true,
+): string {
   const name = basename(rootfsDir.replace(/\/+$/, ""));
-  const image = join(cacheRoot, "disks", `${name}-${DISK_FORMAT}.erofs`);
-  if (existsSync(image) && statSync(image).mtimeMs >= statSync(rootfsDir).mtimeMs) return image;
+  const stamp = Math.round(statSync(rootfsDir).mtimeMs * 1000).toString(16);
+  const image = join(cacheRoot, "disks", `${name}-${DISK_FORMAT}-${stamp}.erofs`);
+  if (existsSync(image)) return image;
+  if (!build) throw new NotBuiltError(`the microVM root disk is not built (${image})`);
   const tmp = `${image}.tmp-${process.pid}`;
   mkdirSync(dirname(image), { recursive: true, mode: 0o755 });
   try {
@@ -208,12 +236,18 @@ export function ensureRootDisk(rootfsDir: string, cacheRoot = defaultCacheRoot()
     );
   }
   renameSync(tmp, image);
-  // Earlier formats of this same rootfs are dead weight (~1 GB each). A VM still running from
-  // one keeps its open file; nothing new would choose it.
-  for (const old of readdirSync(dirname(image)))
-    if (old.endsWith(".erofs") && old !== basename(image) && old.startsWith(name))
-      if (old === `${name}.erofs` || /^-v\d+\.erofs$/.test(old.slice(name.length)))
-        rmSync(join(dirname(image), old), { force: true });
+  // Earlier disks of this same rootfs name are dead weight (~1 GB each) unless a live server
+  // leases one or a running VM's jail names it; the cache prune takes those later.
+  const leased = liveLeases(cacheRoot, false);
+  const commandLines = liveCommandLines();
+  for (const old of readdirSync(dirname(image))) {
+    const path = join(dirname(image), old);
+    if (old === basename(image) || !old.startsWith(name) || !old.endsWith(".erofs")) continue;
+    if (old !== `${name}.erofs` && !/^-v\d+(-[0-9a-f]+)?\.erofs$/.test(old.slice(name.length)))
+      continue;
+    if (heldBy(leased, path).length > 0 || commandLines.some((c) => c.includes(path))) continue;
+    rmSync(path, { force: true });
+  }
   return image;
 }
 
@@ -251,10 +285,11 @@ export function touchVmArtifacts(artifacts: VmArtifacts): void {
 
 /**
  * Removes what earlier builds left in the VM cache: artifact directories (16 hex digits, ~60 MB
- * each) and root disks (~700 MB each) other than `keep`. Spared: anything a running process
- * names on its command line (the jail of every live VM binds its kernel and disk by path) and
- * anything changed within `minAgeMs` (a server touches its artifact directory when it starts).
- * Returns the paths removed.
+ * each) and root disks (~700 MB each) other than `keep`. Spared: anything a live server holds a
+ * lease on (a microVM backend leases its kernel directory and disk for its lifetime, idle or not),
+ * anything a running process names on its command line (the jail of every live VM binds its
+ * kernel and disk by path) and anything changed within `minAgeMs` (a server touches its artifact
+ * directory when it starts). Returns the paths removed.
  */
 export function pruneVmCache(
   keep: readonly string[],
@@ -262,6 +297,7 @@ export function pruneVmCache(
   minAgeMs = 3_600_000,
   commandLines: readonly string[] = liveCommandLines(),
 ): string[] {
+  const leased = liveLeases(cacheRoot, true);
   const candidates = [
     ...listOrEmpty(cacheRoot)
       .filter((n) => /^[0-9a-f]{16}$/.test(n))
@@ -274,6 +310,7 @@ export function pruneVmCache(
   for (const path of candidates) {
     if (keep.some((k) => k === path || k.startsWith(`${path}/`))) continue;
     if (commandLines.some((c) => c.includes(path))) continue;
+    if (heldBy(leased, path).length > 0) continue;
     let mtimeMs: number;
     try {
       mtimeMs = statSync(path).mtimeMs;

@@ -10,9 +10,11 @@
  */
 import { randomBytes } from "node:crypto";
 import { isIPv4 } from "node:net";
+import type { DomainAllowlist } from "../../net/allowlist.js";
+import type { NetworkEgress } from "../types.js";
 
 /** A "public" sandbox network whose guest side is a tap QEMU opens from inside `netnsPath`. */
-export interface VmNetwork {
+export interface VmNetwork extends NetworkEgress {
   netnsPath: string;
   tapName: string;
   /** The guest's address, its prefix length and gateway (src/net: one /30 per sandbox). */
@@ -21,16 +23,23 @@ export interface VmNetwork {
   gatewayV4: string;
   /** Text of the guest's /etc/resolv.conf. */
   resolvConf: string;
-  /** Packets the egress filter dropped for their destination. */
-  blockedCount(): Promise<number>;
   /** Removes link, rules and namespace name. Idempotent. */
   teardown(): Promise<void>;
 }
 
 /** Creates "public" networks for VMs: src/setup/network.ts adapts src/net to this. */
 export interface VmNetworkProvider {
-  /** A fresh network `id` whose sandbox side is a persistent tap `name` that `uid` may open. */
-  createTap(id: string, tap: { name: string; uid: number }): Promise<VmNetwork>;
+  /** The allowlist pooled VMs' networks are made for: the server's (null: unrestricted). */
+  readonly defaultAllowlist: DomainAllowlist | null;
+  /**
+   * A fresh network `id` whose sandbox side is a persistent tap `name` that `uid` may open;
+   * unrestricted, or (allowlist given) through the egress proxy.
+   */
+  createTap(
+    id: string,
+    tap: { name: string; uid: number },
+    allowlist: DomainAllowlist | null,
+  ): Promise<VmNetwork>;
 }
 
 /** What the guest configures on eth0 after the seed; null: link stays down, no address. */
@@ -69,10 +78,11 @@ function ipv4Bytes(addr: string, what: string): number[] {
 
 /**
  * Bytes on the seed port (guest/agent-seed.c). The guest writes `waiting` whenever it waits there;
- * the host answers `warmUp` (a clone about to be pooled: run what a call runs, then wait again)
- * or `seed` followed by the seed message.
+ * the host answers `warmUp` (a clone about to be pooled: run what a call runs, then wait again),
+ * `rehearse` (the same, cheaper: for a clone made while calls run) or `seed` followed by the seed
+ * message.
  */
-export const SEED_PORT = { waiting: 0x57, warmUp: 0x54, seed: 0x53 } as const;
+export const SEED_PORT = { waiting: 0x57, warmUp: 0x54, rehearse: 0x52, seed: 0x53 } as const;
 
 /**
  * The seed message guest/agent-seed.c reads after a restore (or a cold boot), big-endian:

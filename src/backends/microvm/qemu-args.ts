@@ -56,6 +56,11 @@ export interface QemuSpec {
    * so clones resume with it initialised and waiting for the call. Absolute path, no spaces.
    */
   prestart?: string;
+  /**
+   * Template only: the agent's --preimport SPEC (src/images/preimport.ts renders it; no spaces):
+   * the pre-started Python imports these modules before the snapshot.
+   */
+  preimport?: string;
 }
 
 const MAC = /^([0-9a-f]{2}:){5}[0-9a-f]{2}$/;
@@ -87,6 +92,15 @@ function checkInterpreterPath(path: string): string {
   return path;
 }
 
+/** The pre-import spec is one kernel command-line token: no whitespace, no quotes. */
+function checkPreimportSpec(spec: string): string {
+  if (!/^[A-Za-z0-9_.,;:=/-]+$/.test(spec) || spec.length > 1536)
+    throw new Error(
+      `pre-import spec not usable on the kernel command line: ${JSON.stringify(spec)}`,
+    );
+  return spec;
+}
+
 export function kernelCommandLine(spec: QemuSpec): string {
   return [
     "quiet",
@@ -104,6 +118,7 @@ export function kernelCommandLine(spec: QemuSpec): string {
     `scratchrun.scratch_mb=${spec.scratchMb}`,
     ...(spec.warm ? [`scratchrun.warm=${checkInterpreterPath(spec.warm)}`] : []),
     ...(spec.prestart ? [`scratchrun.prestart=${checkInterpreterPath(spec.prestart)}`] : []),
+    ...(spec.preimport ? [`scratchrun.preimport=${checkPreimportSpec(spec.preimport)}`] : []),
   ].join(" ");
 }
 

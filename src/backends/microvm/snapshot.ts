@@ -26,6 +26,8 @@ export interface TemplateOptions {
   warm?: string;
   /** Interpreter the template's agent pre-starts (guest/prestart.py or .js); clones resume it waiting. */
   prestart?: string;
+  /** The agent's --preimport SPEC: the pre-started Python imports modules before the snapshot. */
+  preimport?: string;
   timeoutMs: number;
   /** Aborts the build (the backend closing): the template VM is destroyed at once. */
   signal?: AbortSignal;
@@ -53,6 +55,7 @@ export async function createTemplate(ctx: HostContext, opts: TemplateOptions): P
           ramFd: rw,
           ...(opts.warm ? { warm: opts.warm } : {}),
           ...(opts.prestart ? { prestart: opts.prestart } : {}),
+          ...(opts.preimport ? { preimport: opts.preimport } : {}),
         },
       );
     } finally {

@@ -12,6 +12,8 @@ import type { ChildProcess } from "node:child_process";
 import { ScratchRunError } from "../../errors.js";
 import { createCgroup, type Cgroup, type CgroupHost } from "../../jail/cgroup.js";
 import type { UidPool } from "../../jail/uids.js";
+import type { DomainAllowlist } from "../../net/allowlist.js";
+import type { NetworkReport } from "../types.js";
 import { waitForReady } from "../../protocol/session.js";
 import type { Accel } from "./accel.js";
 import type { VmArtifacts } from "./build.js";
@@ -68,13 +70,20 @@ export interface TemplateImage {
  * How a VM starts. boot: cold boot until the guest agent waits for its seed (agent --seed);
  * activate() then seeds it and waits for READY. template: the same into `ramFd` (shared), for
  * saveState(). clone: restore `image` paused (with warmUp: first resumed until the guest has run
- * what a call runs once, then paused again; see warmUp()); activate() resumes, seeds and waits for
- * READY.
+ * what a call runs once, or rehearsed it, then paused again; see warmUp()); activate() resumes,
+ * seeds and waits for READY.
  */
 export type StartMode =
   | { kind: "boot" }
-  | { kind: "template"; ramFd: number; warm?: string; prestart?: string }
-  | { kind: "clone"; image: TemplateImage; warmUp?: boolean };
+  | { kind: "template"; ramFd: number; warm?: string; prestart?: string; preimport?: string }
+  | { kind: "clone"; image: TemplateImage; warmUp?: WarmUp };
+
+/**
+ * How a clone is warmed up before it is parked: "full" runs what a call runs (a second
+ * interpreter, or a pre-imported Python's hot paths), "rehearse" only the call's path in the kept
+ * interpreter (~4x cheaper to make, the call runs its exit untranslated), "none" parks it cold.
+ */
+export type WarmUp = "full" | "rehearse" | "none";
 
 /** The tap's name inside the VM's own network namespace (one tap per namespace). */
 export const TAP_NAME = "tap0";
@@ -89,6 +98,8 @@ export interface BootOptions {
    * started inside that namespace. Absent: the NIC is a hub port with nothing behind it.
    */
   network?: VmNetworkProvider;
+  /** With `network`: the allowlist its network is made for (null: unrestricted egress). */
+  egressAllowlist?: DomainAllowlist | null;
 }
 
 export class MicroVm {
@@ -102,8 +113,8 @@ export class MicroVm {
   private seed: Socket | null = null;
   /** A restored clone that has not been resumed yet. */
   paused = false;
-  /** A clone that ran its warm-up (warmUp()) before it was parked. */
-  warmedUp = false;
+  /** The warm-up this clone ran before it was parked (warmUp()). */
+  warmedUp: WarmUp = "none";
   /** Why the network teardown in destroy() failed, if it did (reaping removes the rest). */
   teardownError: unknown = null;
   /** Waiting in the agent's seed step (activate() pending). */
@@ -172,7 +183,11 @@ export class MicroVm {
       });
       if (opts.network) {
         if (mode.kind === "template") throw new Error("a template has no network");
-        net = await opts.network.createTap(id, { name: TAP_NAME, uid });
+        net = await opts.network.createTap(
+          id,
+          { name: TAP_NAME, uid },
+          opts.egressAllowlist !== undefined ? opts.egressAllowlist : opts.network.defaultAllowlist,
+        );
       }
       const mac = randomMac();
       const channelPath = join(dir, "channel.sock");
@@ -200,6 +215,7 @@ export class MicroVm {
         ...(mode.kind === "clone" ? { snapshot: { mode: "restore" as const } } : {}),
         ...(mode.kind === "template" && mode.warm ? { warm: mode.warm } : {}),
         ...(mode.kind === "template" && mode.prestart ? { prestart: mode.prestart } : {}),
+        ...(mode.kind === "template" && mode.preimport ? { preimport: mode.preimport } : {}),
       };
       if (mode.kind === "clone" && mode.image.memoryMb !== opts.memoryMb)
         throw new Error("clone memory differs from its template's");
@@ -257,7 +273,8 @@ export class MicroVm {
       v.channel = socket;
       if (mode.kind === "clone") {
         await raceBoot(v.restore(mode.image), v, opts, "restore did not complete");
-        if (mode.warmUp) await raceBoot(v.warmUp(), v, opts, "warm-up did not complete");
+        if (mode.warmUp && mode.warmUp !== "none")
+          await raceBoot(v.warmUp(mode.warmUp), v, opts, "warm-up did not complete");
         v.paused = true;
       } else {
         await raceBoot(
@@ -312,18 +329,19 @@ export class MicroVm {
    * a file in the code directory) and is paused again. Under TCG each QEMU process translates
    * guest code afresh, and a clone's first call paid for translating the kernel's, the agent's
    * and the interpreter's paths; after this the call finds them translated. Before the seed: nothing of it is the
-   * call's (docs/decisions/0003-microvm.md).
+   * call's (docs/decisions/0003-microvm.md). "rehearse": a Python only runs the call's path in
+   * the kept interpreter (no second one), node and bash only the agent's own steps.
    */
-  private async warmUp(): Promise<void> {
+  private async warmUp(kind: "full" | "rehearse"): Promise<void> {
     const qmp = this.qmp!;
     const waiting = readByte(this.seed!, SEED_PORT.waiting);
     this.seed!.resume();
     await qmp.execute("cont");
-    this.seed!.write(Buffer.of(SEED_PORT.warmUp));
+    this.seed!.write(Buffer.of(kind === "full" ? SEED_PORT.warmUp : SEED_PORT.rehearse));
     await waiting;
     await qmp.execute("stop");
     await waitStatus(qmp, (st) => st === "paused", "pausing after the warm-up");
-    this.warmedUp = true;
+    this.warmedUp = kind;
   }
 
   /** Template: stops the guest (blocked in the agent's seed step) and saves its device state. */
@@ -419,10 +437,20 @@ export class MicroVm {
     return this.net !== null;
   }
 
-  /** Packets the egress filter dropped for this VM's call; undefined without a live network. */
-  async blockedCount(): Promise<number | undefined> {
+  /** The allowlist this VM's network was made for (null: unrestricted or no network). */
+  get egressAllowlist(): DomainAllowlist | null {
+    return this.net?.allowlist ?? null;
+  }
+
+  /** A proxied network: the allowlist of the call about to run. */
+  async useAllowlist(allow: DomainAllowlist): Promise<void> {
+    await this.net?.useAllowlist(allow);
+  }
+
+  /** What this VM's network refused during its call; undefined without a live network. */
+  async networkReport(): Promise<NetworkReport | undefined> {
     if (!this.net || this.networkMode !== "public") return undefined;
-    return this.net.blockedCount().catch(() => undefined);
+    return this.net.report().catch(() => undefined);
   }
 
   /**
@@ -468,6 +496,11 @@ export class MicroVm {
   /** Host memory counters of this VM's cgroup. */
   async stats() {
     return this.cgroup.stats();
+  }
+
+  /** Host processes of this VM and its cgroup's memory charge now (guest RAM QEMU has touched). */
+  async usage(): Promise<{ pids: number[]; memoryBytes: number }> {
+    return { pids: await this.pids(), memoryBytes: (await this.cgroup.stats()).memoryBytes };
   }
 
   /** Every host process of this VM (the jail and QEMU), from its cgroup. */

@@ -5,10 +5,21 @@ import { renderSeccompFilter } from "../../jail/seccomp.js";
 import { spawnJailed } from "../../jail/spawn.js";
 import { UidPool } from "../../jail/uids.js";
 import { runAgentSession, waitForReady } from "../../protocol/session.js";
+import type { Preimport } from "../../images/preimport.js";
+import { RUNTIMES, type RuntimeName } from "../../schema/exec.js";
 import { LIMITS } from "../../schema/limits.js";
 import { WarmPool, type PooledVm } from "../pool.js";
-import type { Backend, BackendOutcome, NetworkMode, RunOptions, SandboxJob } from "../types.js";
-import { renderBwrapArgs } from "./bwrap-args.js";
+import type { DomainAllowlist } from "../../net/allowlist.js";
+import { agentPrestartArgs, type Flavour } from "../prestart.js";
+import type {
+  Backend,
+  BackendOutcome,
+  NetworkEgress,
+  NetworkMode,
+  RunOptions,
+  SandboxJob,
+} from "../types.js";
+import { AGENT_MOUNT, renderBwrapArgs } from "./bwrap-args.js";
 
 export interface NamespaceBackendOptions {
   rootfsDir: string;
@@ -16,21 +27,46 @@ export interface NamespaceBackendOptions {
   /** Hook for network "public": prepares a netns per sandbox (src/net). Absent: none only. */
   network?: NetworkProvider;
   /**
-   * Jails kept started and waiting at the agent's READY, per network mode (public only with a
-   * provider), at the default memory size, shared by every runtime; each serves one call. 0 or
+   * Jails kept started and waiting at the agent's READY per runtime (its interpreter pre-started,
+   * and for a runtime with a pre-import also that many with its modules imported), per network
+   * mode (public only with a provider), at the default memory size; each serves one call. 0 or
    * absent: every call starts its own.
    */
   poolSize?: number;
+  /** Per runtime instead of poolSize. */
+  poolSizes?: Partial<Record<RuntimeName, number>>;
+  /** What each runtime's pre-imported interpreter imports (src/images/preimport.ts). */
+  preimport?: Partial<Record<RuntimeName, Preimport>>;
+}
+
+/** A pool of jails: network mode, runtime, and whether its Python pre-imported. */
+export type JailKind = `${NetworkMode}/${RuntimeName}/${Flavour}`;
+
+const kindOf = (network: NetworkMode, runtime: RuntimeName, flavour: Flavour): JailKind =>
+  `${network}/${runtime}/${flavour}`;
+
+function parseKind(kind: JailKind): [NetworkMode, RuntimeName, Flavour] {
+  const [network, runtime, flavour] = kind.split("/") as [NetworkMode, RuntimeName, Flavour];
+  return [network, runtime, flavour];
 }
 
 export interface NetworkProvider {
-  /** A fresh network namespace with egress rules; resolvConf is a host file path to bind. */
-  create(id: string): Promise<{
-    netnsPath: string;
-    resolvConf: string;
-    blockedCount(): Promise<number>;
-    teardown(): Promise<void>;
-  }>;
+  /** The allowlist pooled networks are made for: the server's (null: unrestricted egress). */
+  readonly defaultAllowlist: DomainAllowlist | null;
+  /**
+   * A fresh network namespace with egress rules, unrestricted or (allowlist given) through the
+   * egress proxy; resolvConf is a host file path to bind.
+   */
+  create(
+    id: string,
+    allowlist: DomainAllowlist | null,
+  ): Promise<
+    NetworkEgress & {
+      netnsPath: string;
+      resolvConf: string;
+      teardown(): Promise<void>;
+    }
+  >;
 }
 
 type Net = Awaited<ReturnType<NetworkProvider["create"]>>;
@@ -68,18 +104,30 @@ export class NamespaceBackend implements Backend {
   /** Background removal of finished jails (cgroup directories, network, uid). */
   private readonly teardowns = new Set<Promise<void>>();
   private readonly closing = new AbortController();
-  /** Keyed by network mode: a jail's network namespace is fixed when it starts. */
-  readonly pool: WarmPool<Jail, NetworkMode>;
-  /** Calls served by a pooled jail, and by a jail started for them. */
-  readonly counters = { pooledCalls: 0, coldCalls: 0 };
+  /**
+   * Keyed by network mode (a jail's network namespace is fixed when it starts), runtime (the
+   * interpreter its agent pre-started) and flavour.
+   */
+  readonly pool: WarmPool<Jail, JailKind>;
+  /** Calls served by a pooled jail (pre-imported ones also counted apart), and by a cold one. */
+  readonly counters = { pooledCalls: 0, preimportedCalls: 0, coldCalls: 0 };
 
   constructor(private readonly options: NamespaceBackendOptions) {
     this.cgroups = detectCgroups();
-    const size = options.poolSize ?? 0;
-    this.pool = new WarmPool<Jail, NetworkMode>((net, memoryMb) => this.prepare(memoryMb, net), {
-      sizes: { none: size, public: options.network ? size : 0 },
+    const sizes: Partial<Record<JailKind, number>> = {};
+    for (const network of options.network ? (["none", "public"] as const) : (["none"] as const))
+      for (const runtime of RUNTIMES) {
+        const n = options.poolSizes?.[runtime] ?? options.poolSize ?? 0;
+        sizes[kindOf(network, runtime, "plain")] = n;
+        if (options.preimport?.[runtime]) sizes[kindOf(network, runtime, "preimport")] = n;
+      }
+    this.pool = new WarmPool<Jail, JailKind>((kind, memoryMb) => this.prepare(memoryMb, kind), {
+      sizes,
       memoryMb: LIMITS.memoryMb.default,
       maxConcurrentBoots: 1,
+      // Back-to-back calls of one kind keep one more jail ready (a pre-imported one takes ~0.6 s
+      // to start), until 20 s pass without one.
+      burst: { extra: 1, takes: 2, windowMs: 20_000 },
     });
     this.pool.start();
   }
@@ -88,11 +136,16 @@ export class NamespaceBackend implements Backend {
     return this.pool.onReady(listener);
   }
 
-  /** Jails serve every runtime: the same pool for each. */
-  warm(): { ready: number; target: number } {
-    const ready = this.pool.readyCount("none") + this.pool.readyCount("public");
-    const size = this.options.poolSize ?? 0;
-    return { ready, target: this.options.network ? 2 * size : size };
+  /** Pooled jails that would serve this runtime, of every network mode and flavour. */
+  warm(runtime: RuntimeName): { ready: number; target: number } {
+    let ready = 0;
+    let target = 0;
+    for (const [kind, n] of Object.entries(this.pool.config.sizes) as [JailKind, number][]) {
+      if (parseKind(kind)[1] !== runtime) continue;
+      ready += this.pool.readyCount(kind);
+      target += n;
+    }
+    return { ready, target };
   }
 
   run(job: SandboxJob, options: RunOptions): Promise<BackendOutcome> {
@@ -105,12 +158,36 @@ export class NamespaceBackend implements Backend {
     return p;
   }
 
+  /**
+   * A jail for the job: a pooled pre-imported one if the engine chose that flavour (or the one
+   * being started: it is further along than a plain interpreter importing the stack in the call),
+   * else a pooled plain one (or the one being started), else a cold one whose agent pre-starts
+   * nothing (the call would wait for it).
+   */
+  private async acquire(job: SandboxJob, signal: AbortSignal): Promise<Jail | null> {
+    if (job.flavour === "preimport") {
+      const kind = kindOf(job.network, job.runtime, "preimport");
+      const jail = await this.pool.takeOrAwait(kind, job.memoryMb, signal);
+      if (jail) {
+        this.counters.preimportedCalls++;
+        return jail;
+      }
+    }
+    return this.pool.takeOrAwait(kindOf(job.network, job.runtime, "plain"), job.memoryMb, signal);
+  }
+
   private async runOnce(job: SandboxJob, options: RunOptions): Promise<BackendOutcome> {
     const started = Date.now();
-    const pooled = await this.pool.takeOrAwait(job.network, job.memoryMb, options.signal);
-    const jail = pooled ?? (await this.start(job.memoryMb, job.network));
+    const allow = job.network === "public" ? (job.egressAllowlist ?? null) : null;
+    // Pooled networks are made for the server's allowlist (or none): proxied or not is fixed then.
+    const poolable =
+      job.network === "none" ||
+      (allow === null) === ((this.options.network?.defaultAllowlist ?? null) === null);
+    const pooled = poolable ? await this.acquire(job, options.signal) : null;
+    const jail = pooled ?? (await this.start(job.memoryMb, job.network, allow, []));
     this.counters[pooled ? "pooledCalls" : "coldCalls"]++;
     try {
+      if (allow && jail.net) await jail.net.useAllowlist(allow);
       const sandboxReadyMs = Date.now() - started;
       const agent = await runAgentSession(
         { input: jail.child.stdout!, output: jail.child.stdin! },
@@ -127,13 +204,13 @@ export class NamespaceBackend implements Backend {
       await Promise.race([jail.exited, new Promise((r) => setTimeout(r, 100).unref())]);
       await jail.kill();
       const stats = await jail.cgroup.stats();
-      const blocked = jail.net ? await jail.net.blockedCount().catch(() => undefined) : undefined;
+      const network = jail.net ? await jail.net.report().catch(() => undefined) : undefined;
       return {
         agent,
         isolation: this.isolation,
         oomKilled: stats.oomKills > 0 || (agent.exit?.oomKills ?? 0) > 0,
         sandboxReadyMs,
-        ...(blocked !== undefined ? { blockedConnections: blocked } : {}),
+        ...(network ? { network } : {}),
       };
     } finally {
       await jail.kill().catch(() => {});
@@ -143,9 +220,25 @@ export class NamespaceBackend implements Backend {
     }
   }
 
-  /** A jail for the pool: started and past the agent's READY, so a call sends its request at once. */
-  private async prepare(memoryMb: number, network: NetworkMode): Promise<Jail> {
-    const jail = await this.start(memoryMb, network);
+  /**
+   * A jail for the pool: started with its runtime's interpreter pre-started (and for the
+   * pre-import flavour its modules imported) and past the agent's READY, so a call sends its
+   * request at once.
+   */
+  private async prepare(memoryMb: number, kind: JailKind): Promise<Jail> {
+    const [network, runtime, flavour] = parseKind(kind);
+    const args = agentPrestartArgs(
+      runtime,
+      flavour,
+      this.options.preimport?.[runtime],
+      AGENT_MOUNT,
+    );
+    const jail = await this.start(
+      memoryMb,
+      network,
+      this.options.network?.defaultAllowlist ?? null,
+      args,
+    );
     const ready = await waitForReady(
       jail.child.stdout!,
       AbortSignal.any([this.closing.signal, AbortSignal.timeout(READY_TIMEOUT_MS)]),
@@ -158,7 +251,12 @@ export class NamespaceBackend implements Backend {
   }
 
   /** Starts a jail: uid, cgroup, network, then bwrap with the agent as its pid 1. */
-  private async start(memoryMb: number, network: NetworkMode): Promise<Jail> {
+  private async start(
+    memoryMb: number,
+    network: NetworkMode,
+    allowlist: DomainAllowlist | null,
+    agentArgs: string[],
+  ): Promise<Jail> {
     const id = `ns-${randomBytes(6).toString("hex")}`;
     const uid = this.uids.acquire();
     const undo: (() => Promise<void>)[] = [async () => this.uids.release(uid)];
@@ -182,7 +280,7 @@ export class NamespaceBackend implements Backend {
       let net: Net | undefined;
       if (network === "public") {
         if (!this.options.network) throw new Error("network provider missing");
-        net = await this.options.network.create(id);
+        net = await this.options.network.create(id, allowlist);
         undo.unshift(net.teardown);
       }
 
@@ -193,6 +291,7 @@ export class NamespaceBackend implements Backend {
         network: net ? "shared" : "none",
         ...(net ? { resolvConf: net.resolvConf } : {}),
         seccompFd: 3,
+        agentArgs,
       });
       const child = spawnJailed({
         cgroupProcsFiles: cgroup.procsFiles,
@@ -242,6 +341,10 @@ export class NamespaceBackend implements Backend {
         },
         kill,
         destroy: () => (destroyed ??= unwind()),
+        usage: async () => ({
+          pids: await cgroup.pids(),
+          memoryBytes: (await cgroup.stats()).memoryBytes,
+        }),
       };
     } catch (e) {
       await unwind();

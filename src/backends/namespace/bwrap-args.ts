@@ -13,12 +13,15 @@ export interface BwrapLayout {
   resolvConf?: string;
   /** fd number carrying the seccomp program. */
   seccompFd: number;
+  /** The agent's own arguments (a pooled jail's pre-start, src/backends/prestart.ts). */
+  agentArgs?: readonly string[];
 }
 
 /** uid/gid of the code inside the sandbox's user namespace (the rootfs's `user`). */
 export const SANDBOX_USER_ID = 1000;
-const AGENT_DIR = "/opt/scratchrun";
-export const AGENT_PATH = `${AGENT_DIR}/agent`;
+/** Where the agent's directory (the agent, the pre-start scripts, node's reseed addon) is. */
+export const AGENT_MOUNT = "/opt/scratchrun";
+export const AGENT_PATH = `${AGENT_MOUNT}/agent`;
 
 /** A RAM-backed writable area: size-capped, with the given mode (bwrap mounts it nosuid,nodev). */
 function tmpfs(path: string, perms: string, bytes: number): string[] {
@@ -69,10 +72,11 @@ export function renderBwrapArgs(layout: BwrapLayout): string[] {
     ...tmpfs(CODE_DIR, "0755", Math.min(layout.scratchBytes, 8 * 1024 * 1024)),
     "--ro-bind",
     layout.agentDir,
-    AGENT_DIR,
+    AGENT_MOUNT,
   ];
   if (layout.network === "shared" && layout.resolvConf)
     args.push("--ro-bind", layout.resolvConf, "/etc/resolv.conf");
   args.push("--seccomp", String(layout.seccompFd), "--chdir", WORKDIR, "--clearenv", AGENT_PATH);
+  args.push(...(layout.agentArgs ?? []));
   return args;
 }
