@@ -10,7 +10,7 @@ export interface Plan {
   warmup: { default: number } & Record<string, number>;
   /** Runtimes measured per system (default: all four). */
   runtimes: Record<string, readonly RuntimeName[]>;
-  /** Workloads measured per system (default: both). */
+  /** Workloads measured per system (default: all four where they apply). */
   workloads: Record<string, readonly WorkloadId[]>;
   /** Fresh-server first calls per runtime (the namespace backend's cold start). */
   coldSamples: number;
@@ -35,18 +35,21 @@ export const FULL: Plan = {
       "microvm-empty": 7,
       "microvm-nopool": 5,
     },
-    realistic: { default: 10, microvm: 3, "microvm-nopool": 2 },
+    realistic: { default: 10, microvm: 5, "microvm-nopool": 2 },
+    product: { default: 10, microvm: 5 },
+    pandas: { default: 10, microvm: 5 },
   },
   warmup: { default: 1, "pyodide-node": 0, "pyodide-deno": 0, "microvm-nopool": 0 },
   runtimes: {},
-  workloads: { "microvm-empty": ["print"] },
+  workloads: { "microvm-empty": ["print"], "microvm-nopool": ["print", "realistic"] },
   coldSamples: 5,
   throughput: {
     systems: ["namespace", "microvm", "bwrap", "host"],
     concurrency: [1, 2, 8],
     durationMs: 10_000,
   },
-  microvmPool: { "python3.11": 4, "python3.12": 1, node20: 1, bash: 2 },
+  // Python runtimes with a pre-import pool as many pre-imported clones besides (decision 0011).
+  microvmPool: { "python3.11": 2, "python3.12": 1, node20: 1, bash: 2 },
   idleWindowMs: 5_000,
 };
 
@@ -62,6 +65,8 @@ export const QUICK: Plan = {
       "pyodide-deno": 2,
     },
     realistic: { default: 3 },
+    product: { default: 2 },
+    pandas: { default: 2 },
   },
   warmup: { default: 1, "pyodide-node": 0, "pyodide-deno": 0, "microvm-nopool": 0, microvm: 0 },
   runtimes: {
@@ -72,7 +77,7 @@ export const QUICK: Plan = {
     "srt-lib": ["python3.11"],
   },
   workloads: {
-    microvm: ["print"],
+    microvm: ["print", "product"],
     "microvm-empty": ["print"],
     "microvm-nopool": ["print"],
     "srt-cli": ["print"],
@@ -81,7 +86,8 @@ export const QUICK: Plan = {
     "pyodide-deno": ["print"],
   },
   coldSamples: 2,
-  throughput: { systems: ["namespace"], concurrency: [2], durationMs: 3_000 },
+  // Concurrency 1: the back-to-back row (bursts), for the namespace and the microVM.
+  throughput: { systems: ["namespace", "microvm"], concurrency: [1], durationMs: 4_000 },
   microvmPool: { "python3.11": 1 },
   idleWindowMs: 2_000,
 };
@@ -95,4 +101,4 @@ export const runtimesFor = (plan: Plan, system: string): readonly RuntimeName[] 
   plan.runtimes[system] ?? ALL;
 
 export const workloadsFor = (plan: Plan, system: string): readonly WorkloadId[] =>
-  plan.workloads[system] ?? ["print", "realistic"];
+  plan.workloads[system] ?? ["print", "realistic", "product", "pandas"];

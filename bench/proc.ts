@@ -23,6 +23,12 @@ function readStat(pid: number): ProcStat | null {
   }
 }
 
+/** utime + stime of one process so far, ms (0 once it is gone). */
+export function cpuMs(pid: number): number {
+  const st = readStat(pid);
+  return st ? (st.cpuTicks * 1000) / HZ : 0;
+}
+
 /** pid and every live descendant of it. */
 export function processTree(root: number): ProcStat[] {
   const all: ProcStat[] = [];
@@ -102,6 +108,44 @@ export async function idleCost(
     cpuPercentEach: Math.round((total / same.length) * 10) / 10,
     cpuPercentTotal: Math.round(total * 10) / 10,
   };
+}
+
+/** What one kind of pooled sandbox costs while it waits, averaged over the ready ones. */
+export interface PoolKindCost {
+  sandboxes: number;
+  rssMbEach: number;
+  pssMbEach: number;
+  /** Memory its cgroup is charged (for a jail: what counts against the call's memory_mb). */
+  chargeMbEach: number;
+  cpuPercentEach: number;
+}
+
+/** RSS, PSS, cgroup charge and CPU of groups of processes over windowMs of idleness. */
+export async function groupCost(
+  groups: Record<string, { pids: number[]; memoryBytes: number }[]>,
+  windowMs: number,
+): Promise<Record<string, PoolKindCost>> {
+  const t0 = Date.now();
+  const cpu0 = new Map<number, number>();
+  for (const list of Object.values(groups))
+    for (const g of list) for (const p of g.pids) cpu0.set(p, cpuMs(p));
+  await new Promise((r) => setTimeout(r, windowMs));
+  const seconds = (Date.now() - t0) / 1000;
+  const mb = (kb: number) => Math.round(kb / 102.4) / 10;
+  const out: Record<string, PoolKindCost> = {};
+  for (const [kind, list] of Object.entries(groups)) {
+    if (list.length === 0) continue;
+    const pids = list.flatMap((g) => g.pids);
+    const cpu = pids.reduce((a, p) => a + Math.max(0, cpuMs(p) - (cpu0.get(p) ?? 0)), 0);
+    out[kind] = {
+      sandboxes: list.length,
+      rssMbEach: mb(pids.reduce((a, p) => a + rssKb(p), 0) / list.length),
+      pssMbEach: mb(pids.reduce((a, p) => a + pssKb(p), 0) / list.length),
+      chargeMbEach: mb(list.reduce((a, g) => a + g.memoryBytes / 1024, 0) / list.length),
+      cpuPercentEach: Math.round((cpu / 10 / seconds / list.length) * 10) / 10,
+    };
+  }
+  return out;
 }
 
 /** Samples the RSS of root's whole tree every intervalMs until stopped; returns the peak, MB. */

@@ -1,6 +1,6 @@
 import { ratio, type Summary } from "./stats.js";
 import type { BenchResults, LatencyRow } from "./results.js";
-import { checkTargets, find, warmP50 } from "./targets.js";
+import { baselineRatios, burst, checkTargets, find, warmP50 } from "./targets.js";
 
 const RUNTIMES = ["python3.12", "python3.11", "node20", "bash"] as const;
 
@@ -100,6 +100,29 @@ export function renderMarkdown(r: BenchResults): string {
     "",
     ...glance(r, "realistic"),
     "",
+    "## The product page's example, verbatim (`import matplotlib.pyplot as plt`, `import numpy as np`, `plt.plot(x, np.sin(x))`, `plt.savefig('/tmp/plot.png')`, the PNG returned)",
+    "",
+    ...glance(r, "product"),
+    "",
+    "## pandas: a 1 MB CSV sent in `files`, read, grouped, a bar chart PNG returned",
+    "",
+    ...glance(r, "pandas"),
+    "",
+    "## Back-to-back calls: closed loop at concurrency 1, python3.11 `print(1)`",
+    "",
+    "Calls with no think time (each starts when the last returns), against calls into a full, idle pool.",
+    "",
+    "| system | idle-pool p50 ms | closed-loop p50 ms | ratio | calls/s |",
+    "| --- | ---: | ---: | ---: | ---: |",
+    ...["namespace", "microvm"].flatMap((sys) => {
+      const b = burst(r, sys);
+      return b
+        ? [
+            `| ${sys} | ${Math.round(b.idle)} | ${Math.round(b.loop)} | ${b.ratio}× | ${b.callsPerSec} |`,
+          ]
+        : [];
+    }),
+    "",
     "## Targets",
     "",
     "| target | measured | met |",
@@ -150,6 +173,18 @@ export function renderMarkdown(r: BenchResults): string {
           `- Idle warm VMs (${r.cost.idleVms.processes} QEMU processes): ${r.cost.idleVms.rssMbEach} MB RSS each, ${r.cost.idleVms.pssMbEach} MB PSS each, ${r.cost.idleVms.cpuPercentEach}% of a core each (${r.cost.idleVms.cpuPercentTotal}% total).`,
         ]
       : ["- Idle warm VMs: not measured."]),
+    ...Object.entries(r.cost.poolKinds).flatMap(([sys, kinds]) => [
+      "",
+      `Idle pooled sandboxes of \`${sys}\`, per kind (runtime/flavour; jails: network mode first), over ${r.mode === "full" ? "5" : "2"} s:`,
+      "",
+      "| kind | ready | RSS MB each | PSS MB each | cgroup charge MB each | CPU % of a core each |",
+      "| --- | ---: | ---: | ---: | ---: | ---: |",
+      ...Object.entries(kinds).map(
+        ([k, c]) =>
+          `| ${k} | ${c.sandboxes} | ${c.rssMbEach} | ${c.pssMbEach} | ${c.chargeMbEach} | ${c.cpuPercentEach} |`,
+      ),
+      "",
+    ]),
     ...(r.cost.poolFill
       ? [
           `- Pool fill from empty: ${r.cost.poolFill.vms} VMs in ${r.cost.poolFill.seconds} s = ${r.cost.poolFill.vmsPerSec} VMs ready per second.`,
@@ -160,6 +195,18 @@ export function renderMarkdown(r: BenchResults): string {
         `- Peak RSS of the ${s} server tree under load: ${mb} MB (server node process VmHWM ${r.cost.serverHwmMb[s] ?? "–"} MB).`,
     ),
     "",
+    ...(r.baseline
+      ? [
+          `## print(1) against the previous full run (${r.baseline.file}, ${r.baseline.date.slice(0, 16).replace("T", " ")} UTC)`,
+          "",
+          "| system runtime | then p50 ms | now p50 ms | ratio |",
+          "| --- | ---: | ---: | ---: |",
+          ...baselineRatios(r).map(
+            (b) => `| ${b.row} | ${Math.round(b.then)} | ${Math.round(b.now)} | ${b.ratio}× |`,
+          ),
+          "",
+        ]
+      : []),
     "## Every measurement, with ratios to the floor and to ScratchRun",
     "",
     ...detail(r),

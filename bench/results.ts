@@ -1,5 +1,5 @@
 import type { LatencyResult, ThroughputResult } from "./measure.js";
-import type { IdleCost } from "./proc.js";
+import type { IdleCost, PoolKindCost } from "./proc.js";
 import type { Summary } from "./stats.js";
 import type { SystemKind } from "./systems/types.js";
 
@@ -37,7 +37,10 @@ export interface BenchResults {
   cold: { system: string; runtime: string; result: LatencyResult }[];
   throughput: { system: string; runtime: string; workload: string; runs: ThroughputResult[] }[];
   cost: {
+    /** Every pooled microVM (both flavours) while idle. */
     idleVms?: IdleCost;
+    /** Per system, per kind of pooled sandbox (runtime and flavour; network mode for jails). */
+    poolKinds: Record<string, Record<string, PoolKindCost>>;
     /** Initial fill of the pool from empty: VMs that became ready per second. */
     poolFill?: { vms: number; seconds: number; vmsPerSec: number };
     /** Peak RSS of the whole server process tree (server + sandboxes) under load, MB. */
@@ -47,6 +50,8 @@ export interface BenchResults {
   };
   notes: string[];
   durationSec: number;
+  /** The previous full run on this host: its print p50s, for "nothing got slower". */
+  baseline?: { file: string; date: string; print: Record<string, number> };
 }
 
 export const p50 = (s: Summary | null | undefined): number | undefined => s?.p50;

@@ -1,15 +1,25 @@
 #!/usr/bin/env node
 // `npm run bench [-- --quick] [--out DIR] [--only id,id]`: measures ScratchRun end to end through
 // the MCP stdio client, side by side with the floor and the peers, in one run on one machine.
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { cpus, hostname, loadavg, release, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { findRootfs } from "../src/images/locate.js";
+import type { Manifest } from "../src/images/manifest.js";
+import { normaliseDistribution } from "../src/images/preimport.js";
 import type { RuntimeName } from "../src/schema/exec.js";
 import { measureLatency, measureThroughput } from "./measure.js";
 import { FULL, QUICK, runtimesFor, samplesFor, workloadsFor, type Plan } from "./plan.js";
-import { hwmKb, idleCost, treeRssSampler } from "./proc.js";
+import { hwmKb, treeRssSampler } from "./proc.js";
 import { REPO_ROOT } from "./peers.js";
 import { renderMarkdown } from "./report-md.js";
 import { renderSvg } from "./report-svg.js";
@@ -19,14 +29,9 @@ import { engineInProcess } from "./systems/engine-inproc.js";
 import { hostFloor, rawBwrap } from "./systems/floor.js";
 import { pyodide } from "./systems/pyodide.js";
 import { srtCli, srtLibrary } from "./systems/sandbox-runtime.js";
-import {
-  BENCH_MICROVM_SERVER,
-  mcpSystem,
-  SHIPPED_SERVER,
-  type McpSystem,
-} from "./systems/scratchrun.js";
+import { BENCH_SERVER, mcpSystem, type McpSystem } from "./systems/scratchrun.js";
 import type { BenchSystem } from "./systems/types.js";
-import { printWorkload, realisticWorkload, type Workload } from "./workloads.js";
+import { printWorkload, workloadFor, type Workload } from "./workloads.js";
 
 const log = (m: string) =>
   process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${m}\n`);
@@ -57,18 +62,33 @@ function workloadsOf(plan: Plan, system: BenchSystem): Workload[] {
   const out: Workload[] = [];
   for (const rt of runtimesFor(plan, system.id))
     for (const id of workloadsFor(plan, system.id)) {
-      const w = id === "print" ? printWorkload(rt) : realisticWorkload(rt);
+      const w = workloadFor(id, rt);
       if (w) out.push(w);
     }
   return out;
 }
 
-function namespaceSystem(): McpSystem {
+/** Why the image cannot run this workload (a runtime without the packages it needs), or null. */
+function missingPackages(manifest: Manifest, w: Workload): string | null {
+  const have = new Set(
+    Object.keys(manifest.runtimes[w.runtime].packages ?? {}).map(normaliseDistribution),
+  );
+  const missing = (w.needs ?? []).filter((d) => !have.has(normaliseDistribution(d)));
+  if (missing.length === 0) return null;
+  return `${w.runtime} in this image has no ${missing.join(", ")} (${manifest.python312PackagesFrom === "none" && w.runtime === "python3.12" ? "no wheelhouse and no PyPI at build time" : "not installed"})`;
+}
+
+function namespaceSystem(plan: Plan, idle = false): McpSystem {
   return mcpSystem({
     id: "namespace",
     label: "ScratchRun namespace (MCP)",
-    script: SHIPPED_SERVER,
-    env: { ...scratchrunEnv(), SCRATCHRUN_ISOLATION: "namespace", SCRATCHRUN_NETWORK: "none" },
+    script: BENCH_SERVER,
+    env: {
+      ...scratchrunEnv(),
+      SCRATCHRUN_ISOLATION: "namespace",
+      SCRATCHRUN_NETWORK: "none",
+      ...(idle ? { BENCH_IDLE_MS: String(plan.idleWindowMs) } : {}),
+    },
   });
 }
 
@@ -80,6 +100,7 @@ function namespaceSystem(): McpSystem {
  * runtime does: the baseline both beat.
  */
 function microvmSystem(
+  plan: Plan,
   id: "microvm" | "microvm-empty" | "microvm-nopool",
   pool: Plan["microvmPool"],
   templates: readonly RuntimeName[] = [],
@@ -90,17 +111,23 @@ function microvmSystem(
     "microvm-empty": "ScratchRun microVM, empty pool: a clone restored per call (MCP)",
     "microvm-nopool": "naive microVM, boot per call (MCP)",
   };
+  const sizes = Object.entries(pool).map(([rt, n]) => `${rt}=${n}`);
   return mcpSystem({
     id,
     label: labels[id],
-    script: BENCH_MICROVM_SERVER,
+    script: BENCH_SERVER,
     env: {
       ...scratchrunEnv(),
-      BENCH_POOL: JSON.stringify(pool),
-      BENCH_POOL_MODE: id === "microvm-nopool" ? "boot" : "restore",
+      SCRATCHRUN_ISOLATION: "microvm",
+      SCRATCHRUN_NETWORK: "none",
+      SCRATCHRUN_POOL_SIZE: sizes.length ? sizes.join(",") : "0",
+      SCRATCHRUN_POOL_MODE: id === "microvm-nopool" ? "boot" : "restore",
       BENCH_TEMPLATES: JSON.stringify(templates),
+      // The empty-pool and boot-per-call systems measure print only: no pre-imported templates.
+      ...(id === "microvm"
+        ? { BENCH_IDLE_MS: String(plan.idleWindowMs) }
+        : { SCRATCHRUN_PREIMPORT: "0" }),
     },
-    pool,
     skip: (w) =>
       pooled && (pool[w.runtime] ?? 0) === 0 ? `no pooled VM for ${w.runtime} in this plan` : null,
   });
@@ -129,29 +156,29 @@ async function main(): Promise<void> {
     latency: [],
     cold: [],
     throughput: [],
-    cost: { peakTreeRssMb: {}, serverHwmMb: {} },
+    cost: { peakTreeRssMb: {}, serverHwmMb: {}, poolKinds: {} },
     notes: [],
     durationSec: 0,
   };
   const systems: BenchSystem[] = [
     hostFloor(rootfs.dir, rootfs.manifest),
     rawBwrap(rootfs.dir, rootfs.manifest, join(work, "bwrap")),
-    namespaceSystem(),
+    namespaceSystem(plan, true),
     engineInProcess({
       ...scratchrunEnv(),
       SCRATCHRUN_ISOLATION: "namespace",
       SCRATCHRUN_NETWORK: "none",
     }),
-    microvmSystem("microvm", plan.microvmPool),
-    microvmSystem("microvm-empty", {}, runtimesFor(plan, "microvm-empty")),
-    microvmSystem("microvm-nopool", {}),
+    microvmSystem(plan, "microvm", plan.microvmPool),
+    microvmSystem(plan, "microvm-empty", {}, runtimesFor(plan, "microvm-empty")),
+    microvmSystem(plan, "microvm-nopool", {}),
     srtCli(join(work, "srt-cli")),
     srtLibrary(join(work, "srt-lib")),
     pyodide("node"),
     pyodide("deno"),
   ].filter((s) => !only || only.has(s.id));
   try {
-    for (const system of systems) await benchSystem(system, plan, results);
+    for (const system of systems) await benchSystem(system, plan, results, rootfs.manifest);
     if (!only || only.has("namespace")) await benchCold(plan, results);
   } finally {
     rmSync(work, { recursive: true, force: true });
@@ -159,6 +186,7 @@ async function main(): Promise<void> {
   results.durationSec = Math.round((Date.now() - started) / 1000);
   if (results.host.loadAvg) results.host.loadAvg.end = loadavg()[0] ?? 0;
   mkdirSync(values.out, { recursive: true });
+  if (!values.quick) results.baseline = previousRun(values.out, results.host.hostname);
   const day = results.date.slice(0, 10);
   const jsonPath = join(
     values.out,
@@ -174,7 +202,46 @@ async function main(): Promise<void> {
   process.stdout.write(`${md}\n${jsonPath}\n`);
 }
 
-async function benchSystem(system: BenchSystem, plan: Plan, results: BenchResults): Promise<void> {
+/**
+ * The previous full run on this host in `dir` (newest by its own date), for the "nothing got
+ * slower" comparison: its print p50 per system and runtime.
+ */
+function previousRun(dir: string, host: string): BenchResults["baseline"] {
+  let best: BenchResults | null = null;
+  let file = "";
+  for (const name of readdirSync(dir)) {
+    if (!name.endsWith(`-${host}.json`)) continue;
+    try {
+      const r = JSON.parse(readFileSync(join(dir, name), "utf8")) as BenchResults;
+      if (r.mode === "full" && (!best || r.date > best.date)) {
+        best = r;
+        file = name;
+      }
+    } catch {
+      // not a results file
+    }
+  }
+  if (!best) return undefined;
+  const print: Record<string, number> = {};
+  for (const row of best.latency)
+    if (row.workload === "print" && row.result?.summary)
+      print[`${row.system}/${row.runtime}`] = row.result.summary.p50;
+  return { file, date: best.date, print };
+}
+
+/** Waits until a system's pools are full and settled, if it has any. */
+function warmer(system: BenchSystem): ((ms: number) => Promise<boolean>) | null {
+  return "waitWarm" in system
+    ? (ms) => (system as { waitWarm(ms: number): Promise<boolean> }).waitWarm(ms)
+    : null;
+}
+
+async function benchSystem(
+  system: BenchSystem,
+  plan: Plan,
+  results: BenchResults,
+  manifest: Manifest,
+): Promise<void> {
   results.systems.push({ id: system.id, label: system.label, kind: system.kind });
   const workloads = workloadsOf(plan, system);
   const t0 = Date.now();
@@ -194,13 +261,14 @@ async function benchSystem(system: BenchSystem, plan: Plan, results: BenchResult
     return;
   }
   try {
-    const mcp = "waitWarm" in system ? (system as McpSystem) : null;
-    const pooled = mcp !== null && system.id === "microvm";
+    const mcp = "idleCost" in system ? (system as McpSystem) : null;
+    const wait = warmer(system);
     const iso = /isolation (microvm-\w+)/.exec(mcp?.log() ?? "")?.[1];
     if (iso) results.host.microvmIsolation = iso;
-    if (pooled && mcp) await measurePool(mcp, plan, t0, results);
+    if (mcp && (system.id === "microvm" || system.id === "namespace"))
+      await measurePool(mcp, plan, t0, results);
     for (const w of workloads) {
-      const why = system.unsupported(w);
+      const why = missingPackages(manifest, w) ?? system.unsupported(w);
       if (why) {
         results.latency.push({
           system: system.id,
@@ -211,7 +279,7 @@ async function benchSystem(system: BenchSystem, plan: Plan, results: BenchResult
         continue;
       }
       const n = samplesFor(plan, system.id, w.id);
-      const before = pooled && mcp ? async () => void (await mcp.waitWarm(120_000)) : undefined;
+      const before = wait ? async () => void (await wait(120_000)) : undefined;
       const warmup = plan.warmup[system.id] ?? plan.warmup.default;
       const r = await measureLatency(system, w, n, before ? { before, warmup } : { warmup });
       log(
@@ -228,30 +296,47 @@ async function benchSystem(system: BenchSystem, plan: Plan, results: BenchResult
   }
 }
 
+/**
+ * Once the system's pool is first full: how long that took (microVM) and what each kind of pooled
+ * sandbox costs while it waits (the server measures it, bench/server.ts BENCH_IDLE_MS).
+ */
 async function measurePool(
   mcp: McpSystem,
   plan: Plan,
   t0: number,
   results: BenchResults,
 ): Promise<void> {
-  const vms = Object.values(plan.microvmPool).reduce((a, b) => a + (b ?? 0), 0);
   const full = await mcp.waitWarm(300_000);
   const seconds = (Date.now() - t0) / 1000;
   if (!full) {
     results.notes.push(
-      `microvm pool did not fill in 300 s (ready: ${JSON.stringify(mcp.poolReady())})`,
+      `${mcp.id} pool did not fill in 300 s (ready: ${JSON.stringify(mcp.poolReady())})`,
     );
     return;
   }
+  const kinds = await mcp.idleCost(plan.idleWindowMs + 60_000);
+  if (kinds) results.cost.poolKinds[mcp.id] = kinds;
+  if (mcp.id !== "microvm") return;
+  const vms = Object.values(mcp.poolReady()).reduce((a, rt) => a + (rt?.[1] ?? 0), 0);
   results.cost.poolFill = {
     vms,
     seconds: Math.round(seconds * 10) / 10,
     vmsPerSec: Math.round((vms / seconds) * 100) / 100,
   };
-  const pid = mcp.rootPids()[0];
-  if (pid !== undefined) {
-    const cost = await idleCost(pid, (c) => c.startsWith("qemu"), plan.idleWindowMs);
-    if (cost) results.cost.idleVms = cost;
+  // Every pooled VM, both flavours together (each kind is in poolKinds).
+  const all = Object.values(kinds ?? {});
+  const n = all.reduce((a, k) => a + k.sandboxes, 0);
+  if (n > 0) {
+    const avg = (f: (k: (typeof all)[number]) => number) =>
+      Math.round((all.reduce((a, k) => a + f(k) * k.sandboxes, 0) / n) * 10) / 10;
+    results.cost.idleVms = {
+      processes: n,
+      rssMbEach: avg((k) => k.rssMbEach),
+      pssMbEach: avg((k) => k.pssMbEach),
+      cpuPercentEach: avg((k) => k.cpuPercentEach),
+      cpuPercentTotal:
+        Math.round(all.reduce((a, k) => a + k.cpuPercentEach * k.sandboxes, 0) * 10) / 10,
+    };
   }
 }
 
@@ -263,8 +348,9 @@ async function benchThroughput(
   const w = printWorkload("python3.11");
   const runs = [];
   const pid = system.rootPids()[0];
+  const wait = warmer(system);
   for (const c of plan.throughput.concurrency) {
-    if ("waitWarm" in system) await (system as McpSystem).waitWarm(120_000);
+    await wait?.(120_000);
     const sampler = pid !== undefined ? treeRssSampler(pid) : null;
     const r = await measureThroughput(system, w, c, plan.throughput.durationMs);
     const peak = sampler?.stop();
@@ -289,7 +375,7 @@ async function benchCold(plan: Plan, results: BenchResults): Promise<void> {
     const samples: number[] = [];
     let errors = 0;
     for (let i = 0; i < plan.coldSamples; i++) {
-      const s = namespaceSystem();
+      const s = namespaceSystem(plan);
       try {
         await s.start();
         const r = await measureLatency(s, w, 1, { warmup: 0 });

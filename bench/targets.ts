@@ -31,6 +31,46 @@ const LIMITS: [string, number][] = [
   ["node20", 400],
 ];
 
+/** A system's closed-loop concurrency-1 python3.11 print p50 against its idle-pool p50. */
+export function burst(
+  r: BenchResults,
+  system: string,
+): { idle: number; loop: number; ratio: number; callsPerSec: number } | undefined {
+  const idle = warmP50(r, system, "python3.11");
+  const run = r.throughput.find((t) => t.system === system)?.runs.find((x) => x.concurrency === 1);
+  const loop = run?.latency?.p50;
+  if (idle === undefined || loop === undefined || !run) return undefined;
+  return { idle, loop, ratio: Math.round((loop / idle) * 100) / 100, callsPerSec: run.callsPerSec };
+}
+
+/** Every namespace and microvm print row against the previous full run: the slowest ratio. */
+export function baselineRatios(
+  r: BenchResults,
+): { row: string; then: number; now: number; ratio: number }[] {
+  if (!r.baseline) return [];
+  const out = [];
+  for (const row of r.latency) {
+    if (row.workload !== "print" || !["namespace", "microvm"].includes(row.system)) continue;
+    const now = row.result?.summary?.p50;
+    const then = r.baseline.print[`${row.system}/${row.runtime}`];
+    if (now === undefined || then === undefined) continue;
+    out.push({
+      row: `${row.system} ${row.runtime}`,
+      then,
+      now,
+      ratio: Math.round((now / then) * 100) / 100,
+    });
+  }
+  return out;
+}
+
+function slowerThanBaseline(r: BenchResults): { file: string; row: string; ratio: number } | null {
+  const rows = baselineRatios(r);
+  if (!r.baseline || rows.length === 0) return null;
+  const worst = rows.reduce((a, b) => (b.ratio > a.ratio ? b : a));
+  return { file: r.baseline.file, row: worst.row, ratio: worst.ratio };
+}
+
 /** The issue's targets for this machine, each with what was measured and whether it is met. */
 export function checkTargets(r: BenchResults): TargetCheck[] {
   const out: TargetCheck[] = [];
@@ -64,6 +104,31 @@ export function checkTargets(r: BenchResults): TargetCheck[] {
     const t = r.throughput.find((x) => x.system === sys)?.runs.find((x) => x.concurrency === 2);
     check(`${sys} ≥ 3 calls/s python print at concurrency 2`, t?.callsPerSec, 3, "calls/s", false);
   }
+  // The call the product exists for (issue 14): numpy + matplotlib PNG, python3.11.
+  for (const w of ["realistic", "product", "pandas"]) {
+    const host = warmP50(r, "host", "python3.11", w);
+    const ns = warmP50(r, "namespace", "python3.11", w);
+    const q =
+      ns !== undefined && host !== undefined ? Math.round((ns / host) * 100) / 100 : undefined;
+    check(`namespace python3.11 ${w} ≤ 0.3× the bare host interpreter`, q, 0.3, "×");
+    check(`microvm python3.11 ${w} ≤ 1500 ms`, warmP50(r, "microvm", "python3.11", w), 1500, "ms");
+  }
+  // Bursts: back-to-back calls (closed loop, concurrency 1) against calls into an idle pool.
+  check(
+    "microvm closed-loop c=1 python3.11 print p50 ≤ 1.5× its idle-pool p50",
+    burst(r, "microvm")?.ratio,
+    1.5,
+    "×",
+  );
+  // Nothing got slower: print p50 against the previous full run on this host.
+  const worst = slowerThanBaseline(r);
+  if (worst)
+    check(
+      `print p50 of namespace and microvm ≤ 1.1× the previous full run (${worst.file}), worst row`,
+      worst.ratio,
+      1.1,
+      `× (${worst.row})`,
+    );
   const ns = warmP50(r, "namespace", "python3.11");
   const bw = warmP50(r, "bwrap", "python3.11");
   const ratio =

@@ -1,4 +1,5 @@
 import type { Engine } from "../../src/engine/engine.js";
+import { RUNTIMES } from "../../src/schema/exec.js";
 import { createEngineFromEnv } from "../../src/setup/engine-factory.js";
 import type { Workload } from "../workloads.js";
 import type { BenchSystem, CallResult } from "./types.js";
@@ -8,7 +9,9 @@ import type { BenchSystem, CallResult } from "./types.js";
  * system is what the protocol layer and the client cost; the difference to raw bubblewrap is
  * what the jail (cgroups, seccomp, uid), the agent protocol and the engine cost.
  */
-export function engineInProcess(env: Record<string, string>): BenchSystem {
+export function engineInProcess(
+  env: Record<string, string>,
+): BenchSystem & { waitWarm(timeoutMs: number): Promise<boolean> } {
   let engine: Engine | null = null;
   return {
     id: "engine",
@@ -25,6 +28,8 @@ export function engineInProcess(env: Record<string, string>): BenchSystem {
           runtime: w.runtime,
           code: w.code,
           network: "none",
+          ...(w.id !== "print" ? { timeout_ms: 30_000 } : {}),
+          ...(w.files ? { files: w.files } : {}),
           return_files: w.returnFiles,
         });
         const files: Record<string, number> = {};
@@ -38,6 +43,20 @@ export function engineInProcess(env: Record<string, string>): BenchSystem {
       }
     },
     rootPids: () => [],
+    /** As the MCP systems do: every pool full and nothing being started. */
+    async waitWarm(timeoutMs: number) {
+      const deadline = Date.now() + timeoutMs;
+      const full = () =>
+        engine !== null &&
+        engine.backend.warm("python3.11") !== undefined &&
+        RUNTIMES.every((r) => {
+          const w = engine!.backend.warm(r);
+          return w.ready >= w.target;
+        }) &&
+        (engine.backend as { pool?: { starting: number } }).pool?.starting === 0;
+      while (!full() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      return full();
+    },
     async close() {
       await engine?.close();
       engine = null;

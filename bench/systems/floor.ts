@@ -18,7 +18,8 @@ function argvOf(manifest: Manifest, workload: Workload): string[] {
 /**
  * The floor: the image's own interpreter started by the host with no isolation at all (chroot
  * only, so it finds the same binaries and packages as the sandboxes). A process start, nothing
- * else.
+ * else; a workload that returns a file from /tmp also gets a mount namespace whose /tmp is its
+ * work directory (the chroot's own /tmp is the image's).
  */
 export function hostFloor(rootfsDir: string, manifest: Manifest): BenchSystem {
   const scratch = join(rootfsDir, "tmp");
@@ -32,8 +33,21 @@ export function hostFloor(rootfsDir: string, manifest: Manifest): BenchSystem {
     },
     async call(workload: Workload): Promise<CallResult> {
       const dir = makeWorkDir(scratch, workload);
-      const inside = `/tmp/${dir.slice(scratch.length + 1)}`;
+      const tmpFiles = workload.returnFiles.some((f) => f.startsWith("/tmp/"));
+      const inside = tmpFiles ? "/tmp" : `/tmp/${dir.slice(scratch.length + 1)}`;
+      const ownTmp = tmpFiles
+        ? [
+            "/usr/bin/unshare",
+            "--mount",
+            "/bin/sh",
+            "-c",
+            'mount --bind "$0" "$1/tmp" && shift && exec "$@"',
+            dir,
+            rootfsDir,
+          ]
+        : [];
       const r = await runProcess([
+        ...ownTmp,
         "/usr/sbin/chroot",
         rootfsDir,
         "/usr/bin/env",
@@ -90,6 +104,7 @@ export function rawBwrap(rootfsDir: string, manifest: Manifest, workParent: stri
         "--bind",
         dir,
         "/home/user",
+        ...(workload.returnFiles.some((f) => f.startsWith("/tmp/")) ? ["--bind", dir, "/tmp"] : []),
         "--chdir",
         "/home/user",
         "--clearenv",

@@ -45,10 +45,16 @@ export function runProcess(
   });
 }
 
-/** A fresh host directory holding the code file, as every per-call system gets it. */
+/**
+ * A fresh host directory holding the code file and the call's files, as every per-call system
+ * gets it. The floors mount it as the call's working directory and as its /tmp, so a return file
+ * under /tmp is found there too.
+ */
 export function makeWorkDir(parent: string, workload: Workload): string {
   const dir = mkdtempSync(join(parent, "scratchrun-bench-"));
   writeFileSync(join(dir, CODE_FILE[workload.runtime]), workload.code);
+  for (const [name, content] of Object.entries(workload.files ?? {}))
+    writeFileSync(join(dir, name), content);
   return dir;
 }
 
@@ -57,7 +63,7 @@ export function fileSizes(dir: string, names: readonly string[]): Record<string,
   const out: Record<string, number> = {};
   for (const n of names) {
     try {
-      const st = statSync(join(dir, n));
+      const st = statSync(join(dir, n.replace(/^\/tmp\//, "")));
       if (st.isFile()) out[n] = st.size;
     } catch {
       // missing: the check fails

@@ -11,8 +11,8 @@ function unsupported(workload: Workload, missing: string | null): string | null 
   if (missing) return missing;
   if (workload.runtime !== "python3.11")
     return "Pyodide is one Python (measured in the python3.11 column)";
-  if (workload.id === "realistic")
-    return "Pyodide fetches numpy/matplotlib wheels from its CDN at run time; only the npm registry is reachable here";
+  if (workload.needs?.length)
+    return `Pyodide fetches ${workload.needs.join("/")} wheels from its CDN at run time; only the npm registry is reachable here`;
   return null;
 }
 

@@ -22,8 +22,8 @@ function shellCommand(dir: string, workload: Workload): string {
 }
 
 function unsupportedOnHost(workload: Workload): string | null {
-  if (workload.id === "realistic" && workload.runtime === "python3.11")
-    return "sandbox-runtime runs host binaries and this host's python3.11 has no numpy/matplotlib";
+  if (workload.needs?.length && workload.runtime.startsWith("python"))
+    return `sandbox-runtime runs host binaries and this host's ${workload.runtime} has no ${workload.needs.join("/")}`;
   return null;
 }
 

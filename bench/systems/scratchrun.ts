@@ -4,29 +4,33 @@ import { CallToolResultSchema, type CallToolResult } from "@modelcontextprotocol
 import { join } from "node:path";
 import type { RuntimeName } from "../../src/schema/exec.js";
 import { REPO_ROOT } from "../peers.js";
+import type { PoolKindCost } from "../proc.js";
 import type { Workload } from "../workloads.js";
 import type { BenchSystem, CallResult } from "./types.js";
 
 export interface McpSystemOptions {
   id: string;
   label: string;
-  /** Script run by node: the shipped server or the bench's microVM server. */
+  /** Script run by node: the bench's server (bench/server.ts). */
   script: string;
   env: Record<string, string>;
-  /** Pool sizes the server keeps (for waiting until warm); empty: no pool. */
-  pool?: Partial<Record<RuntimeName, number>>;
   /** Runtimes/workloads not measured on this system, with the reason. */
   skip?: (w: Workload) => string | null;
 }
 
-export const SHIPPED_SERVER = join(REPO_ROOT, "dist/src/bin/scratchrun-mcp.js");
-export const BENCH_MICROVM_SERVER = join(REPO_ROOT, "dist/bench/microvm-server.js");
+/** The product's server as the benchmark runs it: bench/server.ts (same factory, same MCP layer). */
+export const BENCH_SERVER = join(REPO_ROOT, "dist/bench/server.js");
 
 export interface McpSystem extends BenchSystem {
-  /** Resolves when every pool is full again (immediately without a pool). */
+  /**
+   * Resolves when every runtime's pool is full and no sandbox is being started (immediately
+   * without a pool), so that a sample neither waits for nor competes with a refill.
+   */
   waitWarm(timeoutMs: number): Promise<boolean>;
-  /** Ready VMs per runtime as last reported by the server. */
-  poolReady(): Partial<Record<RuntimeName, number>>;
+  /** Ready and target sandboxes per runtime as last reported by the server. */
+  poolReady(): Partial<Record<RuntimeName, [number, number]>>;
+  /** What each kind of pooled sandbox cost while idle (BENCH_IDLE_MS), once the server says. */
+  idleCost(timeoutMs: number): Promise<Record<string, PoolKindCost> | null>;
   /** Every stderr line (besides pool reports) the server wrote, for failure reports. */
   log(): string;
 }
@@ -42,11 +46,16 @@ function text(result: CallToolResult): string {
 export function mcpSystem(o: McpSystemOptions): McpSystem {
   let client: Client | null = null;
   let transport: StdioClientTransport | null = null;
-  let ready: Partial<Record<RuntimeName, number>> = {};
+  let ready: Partial<Record<RuntimeName, [number, number]>> = {};
+  let starting = 0;
+  let reported = false;
+  let idle: Record<string, PoolKindCost> | null = null;
   let log = "";
   let waiters: (() => void)[] = [];
   const full = () =>
-    Object.entries(o.pool ?? {}).every(([r, n]) => (ready[r as RuntimeName] ?? 0) >= (n ?? 0));
+    reported &&
+    starting === 0 &&
+    Object.values(ready).every((rt) => rt !== undefined && rt[0] >= rt[1]);
   return {
     id: o.id,
     label: o.label,
@@ -70,7 +79,13 @@ export function mcpSystem(o: McpSystemOptions): McpSystem {
         partial = lines.pop() ?? "";
         for (const line of lines) {
           if (line.startsWith("bench-pool ")) {
-            ready = JSON.parse(line.slice(11)) as typeof ready;
+            const report = JSON.parse(line.slice(11)) as { ready: typeof ready; starting: number };
+            ready = report.ready;
+            starting = report.starting;
+            reported = true;
+            for (const w of waiters.splice(0)) w();
+          } else if (line.startsWith("bench-idle ")) {
+            idle = JSON.parse(line.slice(11)) as Record<string, PoolKindCost>;
             for (const w of waiters.splice(0)) w();
           } else if (log.length < 20_000) log += `${line}\n`;
         }
@@ -90,8 +105,9 @@ export function mcpSystem(o: McpSystemOptions): McpSystem {
               runtime: w.runtime,
               code: w.code,
               network: "none",
-              // The realistic call under TCG takes seconds: give it the most the tool allows.
-              ...(w.id === "realistic" ? { timeout_ms: 30_000 } : {}),
+              // Realistic calls under TCG take seconds: give them the most the tool allows.
+              ...(w.id !== "print" ? { timeout_ms: 30_000 } : {}),
+              ...(w.files ? { files: w.files } : {}),
               ...(w.returnFiles.length ? { return_files: w.returnFiles } : {}),
             },
           },
@@ -118,6 +134,18 @@ export function mcpSystem(o: McpSystemOptions): McpSystem {
         : { ok: false, error: text(result) };
     },
     rootPids: () => (transport?.pid ? [transport.pid] : []),
+    async idleCost(timeoutMs: number) {
+      const deadline = Date.now() + timeoutMs;
+      while (!idle && Date.now() < deadline)
+        await new Promise<void>((r) => {
+          const t = setTimeout(r, deadline - Date.now());
+          waiters.push(() => {
+            clearTimeout(t);
+            r();
+          });
+        });
+      return idle;
+    },
     async waitWarm(timeoutMs: number) {
       const deadline = Date.now() + timeoutMs;
       while (!full()) {

@@ -1,0 +1,71 @@
+#!/usr/bin/env node
+// The product's stdio MCP server, built as `scratchrun-mcp` builds it (createEngineFromEnv from
+// SCRATCHRUN_* settings, createMcpServer, stdio), plus what the benchmark needs to measure it
+// fairly: `bench-pool {json}` lines on stderr whenever the pool changes (ready and target per
+// runtime, starts in flight), BENCH_TEMPLATES='["python3.11"]' builds those runtimes' microVM
+// snapshot templates (plain and pre-imported) before it serves (a server past its first call per
+// runtime), and BENCH_IDLE_MS=N measures, once the pool is first full, what each kind of pooled
+// sandbox costs over N ms of idleness (`bench-idle {json}`).
+import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
+import { MicrovmBackend } from "../src/backends/microvm/backend.js";
+import { NamespaceBackend } from "../src/backends/namespace/backend.js";
+import { createMcpServer } from "../src/mcp/server.js";
+import { LIMITS } from "../src/schema/limits.js";
+import { RUNTIMES, type RuntimeName } from "../src/schema/exec.js";
+import { createEngineFromEnv } from "../src/setup/engine-factory.js";
+import { groupCost } from "./proc.js";
+
+async function main(): Promise<void> {
+  const engine = await createEngineFromEnv(process.env);
+  const backend = engine.backend;
+  if (!(backend instanceof MicrovmBackend) && !(backend instanceof NamespaceBackend))
+    throw new Error("unknown backend");
+  const templates = JSON.parse(process.env.BENCH_TEMPLATES ?? "[]") as RuntimeName[];
+  if (backend instanceof MicrovmBackend)
+    for (const rt of templates) {
+      await backend.template(rt, LIMITS.memoryMb.default);
+      if (engine.options.preimport?.[rt])
+        await backend.template(rt, LIMITS.memoryMb.default, "preimport");
+    }
+  const server = createMcpServer(engine);
+  const transport = new StdioServerTransport();
+  let last = "";
+  const timer = setInterval(() => {
+    const ready = Object.fromEntries(
+      RUNTIMES.map((r) => {
+        const w = backend.warm(r);
+        return [r, [w.ready, w.target]];
+      }),
+    );
+    const line = JSON.stringify({ ready, starting: backend.pool.starting });
+    if (line !== last) process.stderr.write(`bench-pool ${line}\n`);
+    last = line;
+  }, 50);
+  const idleMs = Number(process.env.BENCH_IDLE_MS ?? 0);
+  if (idleMs > 0)
+    void (async () => {
+      await backend.pool.whenFull();
+      const groups: Record<string, { pids: number[]; memoryBytes: number }[]> = {};
+      for (const [kind, list] of backend.pool.readySandboxes())
+        groups[kind] = await Promise.all(
+          list.map((v) => v.usage?.() ?? { pids: [], memoryBytes: 0 }),
+        );
+      const cost = await groupCost(groups, idleMs);
+      process.stderr.write(`bench-idle ${JSON.stringify(cost)}\n`);
+    })();
+  const shutdown = async () => {
+    clearInterval(timer);
+    await engine.close();
+    process.exit(0);
+  };
+  transport.onclose = () => void shutdown();
+  process.stdin.on("end", () => void shutdown());
+  process.on("SIGTERM", () => void shutdown());
+  await server.connect(transport);
+  process.stderr.write(`bench-server ready (isolation ${backend.isolation})\n`);
+}
+
+main().catch((e: unknown) => {
+  process.stderr.write(`bench server: ${e instanceof Error ? e.message : String(e)}\n`);
+  process.exit(1);
+});
