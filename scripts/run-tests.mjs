@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // Runs the compiled test files one file at a time (they share the host: cgroups, netns, leak
 // checks), with node's own test runner. Arguments narrow the set: substrings of file paths.
-import { readdirSync, statSync } from "node:fs";
+// --unit runs only the pure tests: no root, QEMU, image or network needed, seconds in all.
+import { existsSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { spawnSync } from "node:child_process";
 
@@ -15,8 +16,41 @@ function find(dir) {
   return out;
 }
 
-const filters = process.argv.slice(2);
-const files = find("dist/test")
+/** Pure tests: schema, renderers, result ranking, admission, answer budget, codec, parsers. */
+const UNIT = [
+  "api/pure",
+  "api/wire",
+  "engine/admission",
+  "engine/request",
+  "engine/result",
+  "engine/shape-output",
+  "images/config",
+  "images/recipe",
+  "jail/cgroup-plan",
+  "jail/seccomp-program",
+  "mcp/answer-budget",
+  "microvm/cpio",
+  "microvm/lz4",
+  "net/addresses",
+  "net/allowlist",
+  "net/proxy-parsers",
+  "protocol/codec",
+  "protocol/guest-header",
+  "schema/docs",
+  "schema/file-content",
+  "schema/policy",
+  "security/properties",
+].map((name) => join("dist", "test", `${name}.test.js`));
+
+const args = process.argv.slice(2);
+const missing = UNIT.filter((f) => !existsSync(f));
+if (args.includes("--unit") && missing.length > 0) {
+  console.error(`unit test files missing (renamed? build first): ${missing.join(", ")}`);
+  process.exit(1);
+}
+const unit = args.includes("--unit");
+const filters = args.filter((a) => a !== "--unit");
+const files = (unit ? UNIT : find("dist/test"))
   .filter((f) => filters.length === 0 || filters.some((x) => f.includes(x)))
   .sort();
 if (files.length === 0) {

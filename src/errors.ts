@@ -6,10 +6,21 @@
  * - INVALID_INPUT      the request failed validation; nothing was started
  * - NOT_READY          the host cannot run sandboxes (missing image, bwrap, QEMU, cgroups)
  * - BUSY               admission refused: too many calls queued
- * - SANDBOX_FAILED     the sandbox could not be set up or its agent broke the protocol
+ * - SANDBOX_FAILED     the sandbox could not be set up (boot, agent never ready) or torn down;
+ *                      a sandbox that breaks off once the call runs is a result (`killed`)
+ * - WORKER_LOST        (API replicas) the worker running the call stopped answering mid-call;
+ *                      the call may or may not have run to its end and is never re-run
  * - INTERNAL           a bug in ScratchRun
  */
-export type ErrorCode = "INVALID_INPUT" | "NOT_READY" | "BUSY" | "SANDBOX_FAILED" | "INTERNAL";
+export const ERROR_CODES = [
+  "INVALID_INPUT",
+  "NOT_READY",
+  "BUSY",
+  "SANDBOX_FAILED",
+  "WORKER_LOST",
+  "INTERNAL",
+] as const;
+export type ErrorCode = (typeof ERROR_CODES)[number];
 
 export class ScratchRunError extends Error {
   readonly code: ErrorCode;

@@ -1,8 +1,18 @@
+import { parseArgs } from "node:util";
+import { withImageConfig } from "../images/config-load.js";
 import { runChecks } from "../setup/checks.js";
 
 /** `scratchrun doctor`: every check, what is missing and the exact fix; exit 1 if any failed. */
-export async function runDoctor(_argv: string[]): Promise<number> {
-  const checks = await runChecks();
+export async function runDoctor(argv: string[]): Promise<number> {
+  let flag: string | undefined;
+  try {
+    flag = parseArgs({ args: argv, options: { "image-config": { type: "string" } }, strict: true })
+      .values["image-config"];
+  } catch (e) {
+    process.stderr.write(`scratchrun doctor: ${(e as Error).message}\n`);
+    return 2;
+  }
+  const checks = await runChecks(withImageConfig(process.env, flag));
   let failed = 0;
   for (const c of checks) {
     const mark = c.ok ? "ok  " : c.required ? "FAIL" : "warn";

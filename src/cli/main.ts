@@ -6,8 +6,11 @@ const USAGE = `scratchrun — run code in a fresh sandbox per call
 
 Usage:
   scratchrun run --runtime <python3.12|python3.11|node20|bash> [options] <file | ->
-  scratchrun mcp                 start the stdio MCP server (same as scratchrun-mcp)
+  scratchrun mcp [--egress-allow LIST]   start the stdio MCP server (same as scratchrun-mcp)
   scratchrun doctor              check what this host can do, and how to fix what is missing
+  scratchrun setup               as root: install the Debian packages, build the agent, the runtime
+                                 image and the microVM guest (idempotent; progress on stderr)
+  scratchrun image build         as root: build the runtime image with the image config (--help)
   scratchrun serve [--host H] [--port N]   the HTTP service: REST /v1/exec, MCP at /mcp (--help)
   scratchrun keys create --name N | list | revoke <id|name>   API keys of the HTTP service
 
@@ -25,8 +28,14 @@ Run options (the same as the scratchrun_exec tool's parameters):
   --out-dir DIR          write returned files into DIR
   --json                 print the structured result as JSON
   --isolation B          microvm | namespace (overrides SCRATCHRUN_ISOLATION; also for mcp)
+  --image-config PATH    the image config (overrides SCRATCHRUN_IMAGE_CONFIG; also for mcp,
+                         serve, doctor, setup and image build)
 
-Environment: SCRATCHRUN_ISOLATION=namespace|microvm chooses the backend.
+Environment: SCRATCHRUN_ISOLATION=namespace|microvm chooses the backend; SCRATCHRUN_IMAGE_CONFIG
+names the image config (extra Debian, python and npm packages, files); SCRATCHRUN_URL and
+SCRATCHRUN_API_KEY make \`scratchrun mcp\` forward every call to a ScratchRun server instead.
+SCRATCHRUN_EGRESS_ALLOW (or --egress-allow for mcp and serve) limits network "public" to these
+names over HTTP(S): domain names and *. wildcards, comma-separated ("pypi.org,*.github.com").
 `;
 
 export async function main(argv: string[]): Promise<number> {
@@ -43,6 +52,10 @@ export async function main(argv: string[]): Promise<number> {
       return (await import("../api/keys-command.js")).runKeys(rest);
     case "doctor":
       return runDoctor(rest);
+    case "image":
+      return (await import("./image.js")).runImage(rest);
+    case "setup":
+      return (await import("../setup/setup-command.js")).runSetup(rest);
     case undefined:
     case "help":
     case "--help":

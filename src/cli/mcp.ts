@@ -1,22 +1,79 @@
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
-import { Engine } from "../engine/engine.js";
-import { LIMITS } from "../schema/limits.js";
 import { parseArgs } from "node:util";
-import { createEngineFromEnv, withIsolation } from "../setup/engine-factory.js";
-import { createMcpServer } from "../mcp/server.js";
+import { LIMITS } from "../schema/limits.js";
+import { createMcpServer, type ExecEngine } from "../mcp/server.js";
 import { RemoteEngine, remoteOptionsFromEnv } from "../remote/client.js";
+import { ScratchRunError } from "../errors.js";
+import { withServerLimits } from "../policy/server-policy.js";
+
+/** --max-timeout-ms and --max-memory-mb: the server-wide maxima of local mode. */
+type LimitFlags = Parameters<typeof withServerLimits>[1];
+
+/** The engine and what the ready line says about its network. */
+interface Started {
+  engine: ExecEngine & { close(): Promise<void> };
+  networkLine: string;
+}
+
+/**
+ * Local mode: the sandboxes run here. Imported only when SCRATCHRUN_URL is unset, so remote mode
+ * loads none of the backends (and nothing native: the stdio server never opens SQLite).
+ * Builds nothing: what setup did not build is a NOT_READY naming the setup command.
+ */
+async function startLocal(
+  isolation: string | undefined,
+  imageConfig: string | undefined,
+  limits: LimitFlags,
+  egressAllow: string | undefined,
+): Promise<Started> {
+  const { createEngineFromEnv, withEgressAllow, withIsolation } =
+    await import("../setup/engine-factory.js");
+  const { withImageConfig } = await import("../images/config-load.js");
+  const env = withEgressAllow(
+    withServerLimits(withImageConfig(withIsolation(process.env, isolation), imageConfig), limits),
+    egressAllow,
+  );
+  const engine = await createEngineFromEnv(env, {}, "existing");
+  return { engine, networkLine: engine.options.networkReason ?? engine.networkNote };
+}
+
+async function startRemote(options: NonNullable<ReturnType<typeof remoteOptionsFromEnv>>) {
+  const engine = await RemoteEngine.connect(options);
+  return { engine, networkLine: engine.networkNote };
+}
 
 /**
  * The stdio MCP server: what `npx -y @scratchrun/mcp-server` runs. Logs go to stderr only;
  * stdout carries JSON-RPC. With SCRATCHRUN_URL set it forwards every call to that ScratchRun
- * server (remote mode) instead of running sandboxes here.
+ * server (remote mode) instead of running sandboxes here. Everything that can fail at start
+ * (configuration, a missing build, an unreachable server) fails before the client's initialize
+ * is answered, with one line on stderr.
  */
 export async function runMcpStdio(argv: string[] = []): Promise<void> {
-  const { values } = parseArgs({ args: argv, options: { isolation: { type: "string" } } });
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      isolation: { type: "string" },
+      "image-config": { type: "string" },
+      "max-timeout-ms": { type: "string" },
+      "max-memory-mb": { type: "string" },
+      "egress-allow": { type: "string" },
+    },
+  });
+  const limits: LimitFlags = {
+    maxTimeoutMs: values["max-timeout-ms"],
+    maxMemoryMb: values["max-memory-mb"],
+  };
   const remote = remoteOptionsFromEnv();
-  const engine = remote
-    ? await RemoteEngine.connect(remote)
-    : await createEngineFromEnv(withIsolation(process.env, values.isolation));
+  if (remote && (limits.maxTimeoutMs ?? limits.maxMemoryMb) !== undefined)
+    throw new ScratchRunError(
+      "NOT_READY",
+      "--max-timeout-ms and --max-memory-mb set this machine's limits, and remote mode runs nothing here",
+      { fix: "The server's operator sets them (scratchrun serve, or the key's policy)" },
+    );
+  const { engine, networkLine }: Started = remote
+    ? await startRemote(remote)
+    : await startLocal(values.isolation, values["image-config"], limits, values["egress-allow"]);
   const server = createMcpServer(engine);
   const transport = new StdioServerTransport(process.stdin, process.stdout, {
     maxBufferSize: LIMITS.requestLineBytes.max,
@@ -34,6 +91,6 @@ export async function runMcpStdio(argv: string[] = []): Promise<void> {
   process.stdin.on("end", () => void shutdown());
   await server.connect(transport);
   process.stderr.write(
-    `scratchrun-mcp: ready (isolation ${engine.backend.isolation}; network: ${engine instanceof Engine ? (engine.options.networkReason ?? engine.networkNote) : engine.networkNote})\n`,
+    `scratchrun-mcp: ready (${remote ? `remote ${new URL(remote.url).origin}, ` : ""}isolation ${engine.backend.isolation}; network: ${networkLine})\n`,
   );
 }

@@ -1,8 +1,11 @@
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import { parseArgs } from "node:util";
+import { escapeControlChars } from "../engine/shape-output.js";
 import { isScratchRunError } from "../errors.js";
 import { execInputShape } from "../schema/exec.js";
+import { asFileContent } from "../schema/file-content.js";
+import { withImageConfig } from "../images/config-load.js";
 import { createEngineFromEnv, withIsolation } from "../setup/engine-factory.js";
 
 /**
@@ -41,6 +44,7 @@ export function parseRunArgs(argv: string[]): {
   outDir?: string;
   json: boolean;
   isolation?: string;
+  imageConfig?: string;
 } {
   const { values, positionals } = parseArgs({
     args: argv,
@@ -59,6 +63,7 @@ export function parseRunArgs(argv: string[]): {
       "out-dir": { type: "string" },
       json: { type: "boolean", default: false },
       isolation: { type: "string" },
+      "image-config": { type: "string" },
     },
   });
   let code = values.code;
@@ -79,7 +84,7 @@ export function parseRunArgs(argv: string[]): {
     input.files = Object.fromEntries(
       values.file.map((v) => {
         const [path, local] = splitPair("file", v);
-        return [path, readFileSync(local, "utf8")];
+        return [path, asFileContent(readFileSync(local))];
       }),
     );
   if (values["return-file"]) input.return_files = values["return-file"];
@@ -92,7 +97,17 @@ export function parseRunArgs(argv: string[]): {
     json: values.json ?? false,
     ...(values["out-dir"] ? { outDir: values["out-dir"] } : {}),
     ...(values.isolation ? { isolation: values.isolation } : {}),
+    ...(values["image-config"] ? { imageConfig: values["image-config"] } : {}),
   };
+}
+
+/**
+ * What the code printed, for one of our output streams: a terminal gets control characters
+ * escaped (no ANSI/OSC sequence of the code's reaches it: title changes, cursor moves, hidden
+ * text), a pipe or file gets the bytes unchanged.
+ */
+export function forTerminal(stream: { isTTY?: boolean }, text: string): string {
+  return stream.isTTY ? escapeControlChars(text) : text;
 }
 
 export async function runCommand(argv: string[]): Promise<number> {
@@ -107,7 +122,9 @@ export async function runCommand(argv: string[]): Promise<number> {
   try {
     // One call, then exit: no warm pool to fill unless asked for.
     const env = { SCRATCHRUN_POOL_SIZE: "0", ...process.env };
-    engine = await createEngineFromEnv(withIsolation(env, parsed.isolation));
+    engine = await createEngineFromEnv(
+      withImageConfig(withIsolation(env, parsed.isolation), parsed.imageConfig),
+    );
   } catch (e) {
     process.stderr.write(`scratchrun run: ${e instanceof Error ? e.message : String(e)}\n`);
     return 2;
@@ -120,10 +137,12 @@ export async function runCommand(argv: string[]): Promise<number> {
     if (parsed.json) {
       process.stdout.write(`${JSON.stringify(r, null, 2)}\n`);
     } else {
-      process.stdout.write(r.stdout);
-      process.stderr.write(r.stderr);
+      process.stdout.write(forTerminal(process.stdout, r.stdout));
+      process.stderr.write(forTerminal(process.stderr, r.stderr));
       if (r.exit_reason !== "ok" && r.exit_reason !== "error")
-        process.stderr.write(`scratchrun: ${r.exit_reason}${r.message ? `: ${r.message}` : ""}\n`);
+        process.stderr.write(
+          `scratchrun: ${r.exit_reason}${r.message ? `: ${escapeControlChars(r.message)}` : ""}\n`,
+        );
     }
     if (parsed.outDir) {
       mkdirSync(parsed.outDir, { recursive: true });

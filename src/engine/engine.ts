@@ -1,9 +1,16 @@
 import type { Backend } from "../backends/types.js";
-import type { Manifest } from "../images/manifest.js";
+import type { ImageExtras, Manifest } from "../images/manifest.js";
+import { allowlistOf, intersectAllowlists, type DomainAllowlist } from "../net/allowlist.js";
+import type { Preimport } from "../images/preimport.js";
 import type { AgentEvent, AgentFile } from "../protocol/types.js";
+import { ScratchRunError } from "../errors.js";
+import { hostCeiling, type Ceiling } from "../policy/host.js";
+import { ceilingPolicyOf } from "../policy/resolve.js";
 import type { ExecRequest, RuntimeName } from "../schema/exec.js";
+import { DEFAULT_POLICY, policyViolations, type CallPolicy } from "../schema/policy.js";
 import { parseExecRequest } from "../schema/validate.js";
 import { Admission } from "./admission.js";
+import { flavourFor } from "./preimport-route.js";
 import { toAgentRequest } from "./request.js";
 import { toExecOutcome, type ExecOutcome } from "./result.js";
 
@@ -16,28 +23,59 @@ export interface EngineOptions {
   forceNetworkNone?: boolean;
   /** Whether the backend can give sandboxes public egress at all. */
   publicNetworkAvailable?: boolean;
+  /**
+   * The server's egress allowlist: "public" calls reach only these names (through the egress
+   * proxy). Absent or null: every public destination.
+   */
+  egressAllowlist?: DomainAllowlist | null;
   /** One line on what network calls get here, for the tool description. */
   networkNote?: string;
   /** Why, with the operator's fix, for the startup log. */
   networkReason?: string;
+  /**
+   * The server-wide policy: the schema callers without one of their own (stdio, `scratchrun run`,
+   * API keys that set no maximum) get. Default: the product's (DEFAULT_POLICY).
+   */
+  policy?: CallPolicy;
+  /** The most any call may get here (default: the host's, src/policy/host.ts). */
+  ceiling?: Ceiling;
   /** Runs after the backend closes (releases server-wide resources). */
   onClose?: () => Promise<void>;
   /** Files every call of a runtime starts with (caches the image prepared), before the caller's. */
   seedFiles?: Partial<Record<RuntimeName, AgentFile[]>>;
   /** What each runtime really is (from the image manifest), for scratchrun_runtimes. */
-  runtimes?: { runtimes: Manifest["runtimes"]; notes: string[] };
+  runtimes?: { runtimes: Manifest["runtimes"]; notes: string[]; extras?: ImageExtras };
+  /**
+   * What each runtime's pre-imported interpreter imports (the backend's too): calls whose code
+   * starts by importing one of those packages may run in one (preimport-route.ts).
+   */
+  preimport?: Partial<Record<RuntimeName, Preimport>>;
 }
 
 export type Progress =
   | { stage: "queued" }
-  | { stage: "starting" }
+  /** `worker`: where an API replica placed the call (absent when the engine runs it here). */
+  | { stage: "starting"; worker?: string }
   | { stage: "running" }
   | { stage: "collecting" }
   | { stage: "output"; stream: "stdout" | "stderr"; chunk: Uint8Array };
 
 export interface ExecuteOptions {
   signal?: AbortSignal;
+  /** The run record's id when a service keeps one (an API replica hands it to the worker's log). */
+  runId?: string;
   onProgress?: (p: Progress) => void;
+  /**
+   * With network "public": the only domains this call may reach (its API key's egress
+   * allowlist, normalised patterns), within whatever the server's own allowlist allows; absent
+   * or null: the server's egress.
+   */
+  egressAllow?: readonly string[] | null;
+  /**
+   * This call's egress allowlist, when its policy differs from the server's (e.g. an API key's);
+   * null: unrestricted. Absent: the server's (EngineOptions.egressAllowlist).
+   */
+  egressAllowlist?: DomainAllowlist | null;
 }
 
 /**
@@ -46,6 +84,11 @@ export interface ExecuteOptions {
  */
 export class Engine {
   readonly admission: Admission;
+  /** The server-wide policy (what executeInput parses with). */
+  readonly policy: CallPolicy;
+  /** The most any call may get on this host, whoever allowed it. */
+  readonly ceiling: Ceiling;
+  private readonly ceilingPolicy: CallPolicy;
 
   constructor(
     readonly backend: Backend,
@@ -56,14 +99,24 @@ export class Engine {
       options.maxQueued ?? 64,
       options.queueDeadlineMs ?? 60_000,
     );
+    this.policy = options.policy ?? DEFAULT_POLICY;
+    this.ceiling = options.ceiling ?? hostCeiling();
+    this.ceilingPolicy = ceilingPolicyOf(this.ceiling);
   }
 
   /** Validates untrusted input (throws INVALID_INPUT before any sandbox starts) and executes. */
   async executeInput(input: unknown, options: ExecuteOptions = {}): Promise<ExecOutcome> {
-    return this.execute(parseExecRequest(input), options);
+    return this.execute(parseExecRequest(input, this.policy), options);
   }
 
+  /**
+   * Runs a parsed request. Whoever allowed it (a key's policy, an API replica), nothing past this
+   * host's ceiling runs (refused before any sandbox starts).
+   */
   async execute(request: ExecRequest, options: ExecuteOptions = {}): Promise<ExecOutcome> {
+    const beyond = policyViolations(request, this.ceilingPolicy);
+    if (beyond.length)
+      throw new ScratchRunError("INVALID_INPUT", `Invalid request: ${beyond.join("; ")}`);
     const req: ExecRequest = { ...request, network: this.effectiveNetwork(request) };
     options.onProgress?.({ stage: "queued" });
     const release = await this.admission.acquire(options.signal);
@@ -79,7 +132,9 @@ export class Engine {
           runtime: req.runtime,
           memoryMb: req.memory_mb,
           network: req.network,
+          egressAllowlist: req.network === "public" ? this.allowlistFor(options) : null,
           request: toAgentRequest(req, null, this.options.seedFiles?.[req.runtime]),
+          flavour: flavourFor(req, this.options.preimport?.[req.runtime]),
         },
         { signal: controller.signal, onEvent: (e) => relay(e, options.onProgress) },
       );
@@ -88,6 +143,17 @@ export class Engine {
       options.signal?.removeEventListener("abort", onAbort);
       release();
     }
+  }
+
+  /** A public call's allowlist: the call's (or the server's), narrowed by its key's. */
+  private allowlistFor(options: ExecuteOptions): DomainAllowlist | null {
+    const base =
+      options.egressAllowlist !== undefined
+        ? options.egressAllowlist
+        : (this.options.egressAllowlist ?? null);
+    if (!options.egressAllow) return base;
+    const key = allowlistOf(options.egressAllow);
+    return base ? intersectAllowlists(base, key) : key;
   }
 
   private effectiveNetwork(req: ExecRequest): ExecRequest["network"] {

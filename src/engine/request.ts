@@ -1,6 +1,7 @@
 import type { AgentFile, AgentRequest } from "../protocol/types.js";
 import type { ExecRequest } from "../schema/exec.js";
 import { CODE_DIR, LIMITS, WORKDIR } from "../schema/limits.js";
+import { fileBytes } from "../schema/file-content.js";
 import { normaliseSandboxPath } from "../schema/paths.js";
 import { BASE_ENV, runtimeSpec } from "./runtimes.js";
 
@@ -21,7 +22,7 @@ export function toAgentRequest(
   const files = Object.entries(req.files).map(([path, content]) => {
     const p = normaliseSandboxPath(path);
     if (!p.ok) throw new Error(`unvalidated path reached the engine: ${p.error}`);
-    return { path: p.path, mode: 0o644, content: encoder.encode(content) };
+    return { path: p.path, mode: 0o644, content: fileBytes(content) };
   });
   const returnFiles = req.return_files.map((path) => {
     const p = normaliseSandboxPath(path);

@@ -134,7 +134,11 @@ export function toExecOutcome(
       : undefined;
   const message = [v.message, lateFailure].filter(Boolean).join(" ");
   if (message) result.message = message;
-  if (outcome.blockedConnections !== undefined)
-    result.network_blocked_packets = outcome.blockedConnections;
+  const net = outcome.network;
+  if (net) {
+    result.network_blocked_packets = net.blockedPackets;
+    if (net.refused) result.network_refused = net.refused.map((r) => ({ ...r }));
+    if (net.refusedDropped) result.network_refused_omitted = net.refusedDropped;
+  }
   return { result, files };
 }

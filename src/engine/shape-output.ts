@@ -46,3 +46,16 @@ export function headTail(text: string, maxBytes: number): Shaped {
     omittedBytes: omitted,
   };
 }
+
+/**
+ * Control characters (C0 but tab and newline, DEL, C1) as visible escapes (`\x1b`, `\r`, `\x9b`),
+ * so what the code printed can neither drive a terminal (ANSI/OSC sequences, cursor moves, a bell)
+ * nor hide text behind a carriage return. A CRLF line end stays a line end.
+ */
+export function escapeControlChars(text: string): string {
+  return text.replace(/\r\n/g, "\n").replace(/[\p{Cc}]/gu, (c) => {
+    if (c === "\n" || c === "\t") return c;
+    if (c === "\r") return "\\r";
+    return `\\x${c.charCodeAt(0).toString(16).padStart(2, "0")}`;
+  });
+}

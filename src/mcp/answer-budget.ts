@@ -21,19 +21,20 @@ export function fitAnswerBudget(
   const r = outcome.result;
   const streams = 2 * (JSON.stringify(r.stdout).length + JSON.stringify(r.stderr).length);
   let room = budget - streams - 64 * 1024; // the rest of the summary, metadata and framing
-  const keep = new Set<string>();
+  // By identity, not by path: the note must name exactly the files left out, never more or fewer.
+  const keep = new Set<FileOut>();
   for (const f of [...outcome.files].sort((a, b) => a.content.length - b.content.length)) {
     const cost = fileCost(f);
     if (cost <= room) {
       room -= cost;
-      keep.add(f.path);
+      keep.add(f);
     }
   }
-  if (keep.size === outcome.files.length) return outcome;
-  const dropped = outcome.files.filter((f) => !keep.has(f.path)).map((f) => f.path);
+  const dropped = outcome.files.filter((f) => !keep.has(f)).map((f) => f.path);
+  if (dropped.length === 0) return outcome;
   const note = `Left out of this answer to keep it under ${budget} bytes (MCP stdio clients refuse larger messages): ${dropped.join(", ")}.`;
   return {
-    files: outcome.files.filter((f) => keep.has(f.path)),
+    files: outcome.files.filter((f) => keep.has(f)),
     result: {
       ...r,
       files: r.files.map((f) =>

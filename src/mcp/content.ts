@@ -1,4 +1,6 @@
+import { randomBytes } from "node:crypto";
 import type { ExecOutcome } from "../engine/result.js";
+import { escapeControlChars } from "../engine/shape-output.js";
 import { isInlineImage, isTextMime } from "../engine/mime.js";
 import { LIMITS } from "../schema/limits.js";
 
@@ -12,36 +14,94 @@ type Block =
         | { uri: string; mimeType: string; blob: string };
     };
 
-/** A short, model-readable summary of a call: verdict first, then the two streams. */
-export function summaryText(outcome: ExecOutcome): string {
+/** Bytes of randomness in a call's fence tag: 48 bits, never seen by the code that printed. */
+const TAG_BYTES = 6;
+
+/**
+ * A fresh tag per call (hex), one that occurs in neither stream as shown (escaped): the code
+ * cannot print the closing fence, not even by chance.
+ */
+export function fenceTag(
+  shown: readonly string[],
+  draw: () => string = () => randomBytes(TAG_BYTES).toString("hex"),
+): string {
+  for (;;) {
+    const tag = draw();
+    if (!shown.some((text) => text.includes(tag))) return tag;
+  }
+}
+
+/** Server text on one line: a newline inside it (e.g. an agent's message) cannot start a line. */
+const oneLine = (text: string) => escapeControlChars(text).replace(/\n/g, " ");
+
+/**
+ * A short, model-readable summary of a call. What the code printed cannot pass for ScratchRun's
+ * own lines: each stream sits between a `--- stdout TAG ---` and a `--- end stdout TAG ---` line,
+ * TAG drawn at random after the code ended (and absent from its output), so no program can print
+ * a closing fence; ScratchRun's lines (verdict, message, files) come after the last fence, and
+ * control characters inside are escaped. docs/decisions/0007-result-text.md says why.
+ */
+export function summaryText(outcome: ExecOutcome, tag?: string): string {
   const r = outcome.result;
+  const stdout = escapeControlChars(r.stdout).replace(/\n$/, "");
+  const stderr = escapeControlChars(r.stderr).replace(/\n$/, "");
+  const t = tag ?? fenceTag([stdout, stderr]);
+  const lines: string[] = [];
+  const stream = (name: string, text: string, shown: string, truncated: boolean) => {
+    if (!text && !truncated) return;
+    lines.push(
+      `--- ${name}${truncated ? " (truncated)" : ""} ${t} ---`,
+      shown,
+      `--- end ${name} ${t} ---`,
+    );
+  };
+  stream("stdout", r.stdout, stdout, r.stdout_truncated);
+  stream("stderr", r.stderr, stderr, r.stderr_truncated);
+  if (!r.stdout && !r.stderr && !r.stdout_truncated && !r.stderr_truncated)
+    lines.push("(no output)");
   const verdict =
     r.exit_reason === "ok" || r.exit_reason === "error"
       ? `exit_code: ${r.exit_code} (${r.exit_reason})`
       : `exit_reason: ${r.exit_reason}${r.signal !== null ? ` (signal ${r.signal})` : ""}`;
-  const lines = [
+  lines.push(
     `${verdict} · ${r.duration_ms} ms · isolation: ${r.isolation} · network: ${r.network}`,
-  ];
-  if (r.message) lines.push(r.message);
-  const stream = (name: string, text: string, truncated: boolean) => {
-    if (!text && !truncated) return;
-    lines.push(`--- ${name}${truncated ? " (truncated)" : ""} ---`, text.replace(/\n$/, ""));
-  };
-  stream("stdout", r.stdout, r.stdout_truncated);
-  stream("stderr", r.stderr, r.stderr_truncated);
-  if (!r.stdout && !r.stderr && !r.stdout_truncated && !r.stderr_truncated)
-    lines.push("(no output)");
+  );
+  if (r.message) lines.push(oneLine(r.message));
+  const refused = refusedLine(r.network_refused ?? [], r.network_refused_omitted ?? 0);
+  if (refused) lines.push(refused);
   for (const f of r.files) {
+    const path = oneLine(f.path);
     const bigImage = isInlineImage(f.mime_type) && f.size_bytes > LIMITS.inlineImageBytes.max;
     lines.push(
       f.status !== "ok"
-        ? `file ${f.path}: not returned (${describeStatus(f.status)})`
+        ? `file ${path}: not returned (${describeStatus(f.status)})`
         : bigImage
-          ? `file ${f.path}: ${f.size_bytes} bytes, ${f.mime_type}, over ${LIMITS.inlineImageBytes.max} bytes so returned as a resource, not inline (save a smaller image to see it)`
-          : `file ${f.path}: ${f.size_bytes} bytes, ${f.mime_type}`,
+          ? `file ${path}: ${f.size_bytes} bytes, ${f.mime_type}, over ${LIMITS.inlineImageBytes.max} bytes so returned as a resource, not inline (save a smaller image to see it)`
+          : `file ${path}: ${f.size_bytes} bytes, ${f.mime_type}`,
     );
   }
   return lines.join("\n");
+}
+
+/** Refusals named in the text (the rest are counted; structuredContent has them all). */
+const REFUSALS_SHOWN = 8;
+
+/** One line naming what the egress allowlist refused, or null when nothing was. */
+export function refusedLine(
+  refused: NonNullable<ExecOutcome["result"]["network_refused"]>,
+  omitted: number,
+): string | null {
+  if (refused.length === 0 && omitted === 0) return null;
+  const shown = refused
+    .slice(0, REFUSALS_SHOWN)
+    .map(
+      (f) =>
+        `${f.host ?? "(no name)"}:${f.port} (${f.reason.replace(/_/g, " ")}${f.count > 1 ? `, ${f.count}×` : ""})`,
+    );
+  const more = refused.length - shown.length + omitted;
+  return oneLine(
+    `network: the egress allowlist refused ${shown.join(", ")}${more > 0 ? ` and ${more} more` : ""}`,
+  );
 }
 
 function describeStatus(status: string): string {

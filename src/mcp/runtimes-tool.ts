@@ -6,10 +6,16 @@ export const runtimesToolDefinition = {
   name: RUNTIMES_TOOL_NAME,
   title: "List the runtimes and their packages",
   description:
-    "Lists the runtimes scratchrun_exec offers, with exact interpreter versions and the packages each has preinstalled, read from the runtime image itself.",
+    "Lists the runtimes scratchrun_exec offers, with exact interpreter versions and the packages each has preinstalled (including what this server's operator added), read from the runtime image itself.",
   inputSchema: { type: "object" as const, properties: {}, additionalProperties: false },
   annotations: { readOnlyHint: true, openWorldHint: false, idempotentHint: true },
 };
+
+function versions(pkgs: Record<string, string> | undefined): string {
+  return Object.entries(pkgs ?? {})
+    .map(([p, v]) => `${p} ${v}`)
+    .join(", ");
+}
 
 /** The image manifest as text a model can read, plus the same data structured. */
 export function callRuntimesTool(engine: { readonly options: Pick<EngineOptions, "runtimes"> }) {
@@ -18,14 +24,30 @@ export function callRuntimesTool(engine: { readonly options: Pick<EngineOptions,
     return { content: [{ type: "text" as const, text: "No runtime information on this server." }] };
   const lines: string[] = [];
   for (const [name, rt] of Object.entries(info.runtimes)) {
-    const pkgs = Object.entries(rt.packages ?? {})
-      .map(([p, v]) => `${p} ${v}`)
-      .join(", ");
+    const pkgs = versions(rt.packages);
     lines.push(`${name}: ${rt.version}${pkgs ? `; packages: ${pkgs}` : ""}`);
+  }
+  const extras = info.extras;
+  if (extras) {
+    const added = [
+      ["bash (Debian packages)", versions(extras.debian)],
+      ["python3.11 (Debian packages)", versions(extras["python3.11"])],
+      ["python3.12", versions(extras["python3.12"])],
+      ["node20 (npm packages: require() or import from any file)", versions(extras.node20)],
+      ["files", extras.files.map((f) => `${f.path} (${f.bytes} bytes)`).join(", ")],
+    ].filter(([, v]) => v);
+    if (added.length > 0)
+      lines.push(
+        `added by this server's operator: ${added.map(([k, v]) => `${k}: ${v}`).join("; ")}`,
+      );
   }
   for (const note of info.notes) lines.push(`note: ${note}`);
   return {
     content: [{ type: "text" as const, text: lines.join("\n") }],
-    structuredContent: { runtimes: info.runtimes, notes: info.notes },
+    structuredContent: {
+      runtimes: info.runtimes,
+      notes: info.notes,
+      ...(extras ? { extras } : {}),
+    },
   };
 }

@@ -6,7 +6,9 @@ import {
   ErrorCode,
   SetLevelRequestSchema,
 } from "@modelcontextprotocol/sdk/types.js";
+import { z } from "zod";
 import type { Engine, EngineOptions } from "../engine/engine.js";
+import { policyKey } from "../schema/policy.js";
 import { VERSION } from "../version.js";
 import { callExecTool, EXEC_TOOL_NAME, execToolDefinition } from "./exec-tool.js";
 import { callRuntimesTool, RUNTIMES_TOOL_NAME, runtimesToolDefinition } from "./runtimes-tool.js";
@@ -15,10 +17,20 @@ import { callRuntimesTool, RUNTIMES_TOOL_NAME, runtimesToolDefinition } from "./
  * What the MCP server needs of an engine: the local Engine, the HTTP service's per-key view of
  * it, or the remote client that forwards to a ScratchRun server.
  */
-export type ExecEngine = Pick<Engine, "execute" | "networkNote"> & {
+export type ExecEngine = Pick<Engine, "execute" | "networkNote" | "policy"> & {
   readonly backend: { readonly isolation: string };
   readonly options: Pick<EngineOptions, "runtimes">;
 };
+
+/**
+ * tools/call as the SDK declares it, except that `arguments` is kept exactly as the transport
+ * parsed it. The SDK's own schema copies the arguments into a new record, and that copy drops an
+ * own `__proto__` key, so a call carrying one would run instead of being refused; parseExecRequest
+ * must see the untouched object (the SDK still validates the request with its schema first).
+ */
+const RawArgumentsCallToolSchema = CallToolRequestSchema.extend({
+  params: CallToolRequestSchema.shape.params.extend({ arguments: z.unknown().optional() }),
+});
 
 /** An MCP server exposing `scratchrun_exec` on top of one engine; transport-agnostic. */
 export function createMcpServer(engine: ExecEngine): Server {
@@ -30,7 +42,23 @@ export function createMcpServer(engine: ExecEngine): Server {
         "scratchrun_exec runs code in a fresh sandbox per call; nothing persists between calls.",
     },
   );
-  const definition = execToolDefinition(engine.backend.isolation, engine.networkNote);
+  // Built for the engine's policy as it is at each tools/list (a session's key may be updated
+  // meanwhile), once per distinct policy and note.
+  let cached: { key: string; definition: ReturnType<typeof execToolDefinition> } | undefined;
+  const definition = () => {
+    const key = `${policyKey(engine.policy)}\n${engine.backend.isolation}\n${engine.networkNote}`;
+    if (cached?.key !== key)
+      cached = {
+        key,
+        definition: execToolDefinition(
+          engine.backend.isolation,
+          engine.networkNote,
+          engine.policy,
+          engine.options.runtimes?.extras,
+        ),
+      };
+    return cached.definition;
+  };
 
   // Output is streamed as logging messages only to clients that asked for logging (setLevel) at
   // "info" or more verbose.
@@ -41,10 +69,10 @@ export function createMcpServer(engine: ExecEngine): Server {
   });
 
   server.setRequestHandler(ListToolsRequestSchema, async () => ({
-    tools: [definition, runtimesToolDefinition],
+    tools: [definition(), runtimesToolDefinition],
   }));
 
-  server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
+  server.setRequestHandler(RawArgumentsCallToolSchema, async (request, extra) => {
     if (request.params.name === RUNTIMES_TOOL_NAME) return callRuntimesTool(engine);
     if (request.params.name !== EXEC_TOOL_NAME)
       throw new McpError(ErrorCode.InvalidParams, `Unknown tool ${request.params.name}`);

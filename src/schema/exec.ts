@@ -1,9 +1,19 @@
 import { z } from "zod";
 import { LIMITS } from "./limits.js";
+import { fileContentSchema, fileSize } from "./file-content.js";
 import { checkEnvName, normaliseSandboxPath } from "./paths.js";
+import {
+  DEFAULT_POLICY,
+  maxMessage,
+  networkMessage,
+  policyKey,
+  runtimeMessage,
+  type CallPolicy,
+} from "./policy.js";
+import type { NetworkChoice, RuntimeName } from "./names.js";
+import { REFUSAL_REASONS } from "../net/proxy/reasons.js";
 
-export const RUNTIMES = ["python3.12", "python3.11", "node20", "bash"] as const;
-export type RuntimeName = (typeof RUNTIMES)[number];
+export { RUNTIMES, NETWORK_MODES, type RuntimeName, type NetworkChoice } from "./names.js";
 
 const utf8Bytes = (s: string) => Buffer.byteLength(s, "utf8");
 
@@ -13,126 +23,189 @@ const sandboxPath = (field: string) =>
     if (!result.ok) ctx.addIssue({ code: "custom", message: `${field}: ${result.error}` });
   });
 
-/** The tool's input, exactly as the MCP tool, the HTTP API and the CLI accept it. */
-export const execInputShape = {
-  runtime: z.enum(RUNTIMES).describe("Runtime to use: python3.12 | python3.11 | node20 | bash"),
-  code: z
-    .string()
-    .refine((s) => utf8Bytes(s) <= LIMITS.codeBytes.max, {
-      message: `code is longer than ${LIMITS.codeBytes.max} bytes`,
-    })
-    .describe("Code to execute"),
-  timeout_ms: z
-    .number()
-    .int()
-    .min(LIMITS.timeoutMs.min)
-    .max(LIMITS.timeoutMs.max)
-    .default(LIMITS.timeoutMs.default)
-    .describe(
-      `Wall-clock timeout in ms (default ${LIMITS.timeoutMs.default}, max ${LIMITS.timeoutMs.max})`,
-    ),
-  memory_mb: z
-    .number()
-    .int()
-    .min(LIMITS.memoryMb.min)
-    .max(LIMITS.memoryMb.max)
-    .default(LIMITS.memoryMb.default)
-    .describe(
-      `Memory limit in MB (default ${LIMITS.memoryMb.default}, max ${LIMITS.memoryMb.max})`,
-    ),
-  env: z
-    .record(z.string(), z.string())
-    .default({})
-    .superRefine((env, ctx) => {
-      const entries = Object.entries(env);
-      const total = entries.reduce((n, [k, v]) => n + utf8Bytes(k) + utf8Bytes(v) + 2, 0);
-      if (total > LIMITS.env.maxTotalBytes)
-        ctx.addIssue({
-          code: "custom",
-          message: `env totals ${total} bytes; at most ${LIMITS.env.maxTotalBytes}`,
-        });
-      if (entries.length > LIMITS.env.maxEntries)
-        ctx.addIssue({
-          code: "custom",
-          message: `env has ${entries.length} entries; at most ${LIMITS.env.maxEntries}`,
-        });
-      for (const [name, value] of entries) {
-        const err = checkEnvName(name);
-        if (err)
-          ctx.addIssue({ code: "custom", message: `env name ${JSON.stringify(name)}: ${err}` });
-        if (value.includes("\0"))
-          ctx.addIssue({ code: "custom", message: `env ${name}: value contains a NUL byte` });
-        if (utf8Bytes(value) > LIMITS.env.maxValueBytes)
-          ctx.addIssue({
-            code: "custom",
-            message: `env ${name}: value is longer than ${LIMITS.env.maxValueBytes} bytes`,
-          });
-      }
-    })
-    .describe("Environment variables for the code (use for secrets, not code strings)"),
-  files: z
-    .record(z.string(), z.string())
-    .default({})
-    .superRefine((files, ctx) => {
-      const entries = Object.entries(files);
-      if (entries.length > LIMITS.files.maxCount)
-        ctx.addIssue({
-          code: "custom",
-          message: `files has ${entries.length} entries; at most ${LIMITS.files.maxCount}`,
-        });
-      let total = 0;
-      const seen = new Set<string>();
-      for (const [path, content] of entries) {
-        const p = normaliseSandboxPath(path);
-        if (!p.ok) {
-          ctx.addIssue({ code: "custom", message: `files[${JSON.stringify(path)}]: ${p.error}` });
-          continue;
-        }
-        if (seen.has(p.path))
-          ctx.addIssue({ code: "custom", message: `files: ${p.path} is given twice` });
-        seen.add(p.path);
-        const size = utf8Bytes(content);
-        total += size;
-        if (size > LIMITS.files.maxFileBytes)
-          ctx.addIssue({
-            code: "custom",
-            message: `files[${JSON.stringify(path)}]: ${size} bytes; at most ${LIMITS.files.maxFileBytes}`,
-          });
-      }
-      if (total > LIMITS.files.maxTotalBytes)
-        ctx.addIssue({
-          code: "custom",
-          message: `files total ${total} bytes; at most ${LIMITS.files.maxTotalBytes}`,
-        });
-    })
-    .describe("Files to write before execution: path → UTF-8 content"),
-  return_files: z
-    .array(sandboxPath("return_files"))
-    .max(LIMITS.returnFiles.maxCount)
-    .default([])
-    .describe("File paths to capture after execution (images render inline)"),
-  network: z
-    .enum(["public", "none"])
-    .default("public")
-    .describe('"public" (default: internet yes, private ranges never) or "none" (no network)'),
-  max_output_bytes: z
-    .number()
-    .int()
-    .min(LIMITS.shownOutputBytes.min)
-    .max(LIMITS.shownOutputBytes.max)
-    .default(LIMITS.shownOutputBytes.default)
-    .describe(
-      `Per stream, how much output to return: longer output keeps its head and tail with the omitted byte count (default ${LIMITS.shownOutputBytes.default}, max ${LIMITS.shownOutputBytes.max})`,
-    ),
-  redact_env: z
-    .boolean()
-    .default(true)
-    .describe(
-      "Replace values passed in env (6+ characters) by [redacted:NAME] in stdout, stderr and returned text files (default true)",
-    ),
-};
+/**
+ * `return_files` with every path kept once: two spellings of one file ("ok.txt",
+ * "/home/user/./ok.txt") are the same request, so the first spelling stays, in its place, and the
+ * file is read and returned once. Runs after each path has been validated.
+ */
+export function uniqueSandboxPaths(paths: readonly string[]): string[] {
+  const seen = new Set<string>();
+  return paths.filter((path) => {
+    const p = normaliseSandboxPath(path);
+    const key = p.ok ? p.path : path;
+    if (seen.has(key)) return false;
+    seen.add(key);
+    return true;
+  });
+}
 
+/**
+ * The tool's input, exactly as the MCP tool, the HTTP API and the CLI accept it, for one policy:
+ * the runtime and network enums, and timeout_ms and memory_mb's maxima and defaults, come from
+ * it; everything else is the same for every caller. `DEFAULT_POLICY` (LIMITS) gives the product's
+ * schema: `execInputShape`, the one the docs, openapi/openapi.json and the CLI's flags derive from.
+ */
+export function execInputShapeFor(policy: CallPolicy) {
+  const { runtimes, networks, timeoutMs, memoryMb } = policy;
+  return {
+    runtime: z
+      .enum(runtimes as readonly RuntimeName[] as [RuntimeName, ...RuntimeName[]], {
+        error: (issue) => runtimeMessage(issue.input, policy),
+      })
+      .describe(`Runtime to use: ${runtimes.join(" | ")}`),
+    code: z
+      .string()
+      .refine((s) => utf8Bytes(s) <= LIMITS.codeBytes.max, {
+        message: `code is longer than ${LIMITS.codeBytes.max} bytes`,
+      })
+      .describe("Code to execute"),
+    timeout_ms: z
+      .number()
+      .int()
+      .min(LIMITS.timeoutMs.min)
+      .max(timeoutMs.max, { error: () => maxMessage(policy, "timeoutMs") })
+      .default(timeoutMs.default)
+      .describe(`Wall-clock timeout in ms (default ${timeoutMs.default}, max ${timeoutMs.max})`),
+    memory_mb: z
+      .number()
+      .int()
+      .min(LIMITS.memoryMb.min)
+      .max(memoryMb.max, { error: () => maxMessage(policy, "memoryMb") })
+      .default(memoryMb.default)
+      .describe(`Memory limit in MB (default ${memoryMb.default}, max ${memoryMb.max})`),
+    env: z
+      .record(z.string(), z.string())
+      .default({})
+      .superRefine((env, ctx) => {
+        const entries = Object.entries(env);
+        const total = entries.reduce((n, [k, v]) => n + utf8Bytes(k) + utf8Bytes(v) + 2, 0);
+        if (total > LIMITS.env.maxTotalBytes)
+          ctx.addIssue({
+            code: "custom",
+            message: `env totals ${total} bytes; at most ${LIMITS.env.maxTotalBytes}`,
+          });
+        if (entries.length > LIMITS.env.maxEntries)
+          ctx.addIssue({
+            code: "custom",
+            message: `env has ${entries.length} entries; at most ${LIMITS.env.maxEntries}`,
+          });
+        for (const [name, value] of entries) {
+          const err = checkEnvName(name);
+          if (err)
+            ctx.addIssue({ code: "custom", message: `env name ${JSON.stringify(name)}: ${err}` });
+          if (value.includes("\0"))
+            ctx.addIssue({ code: "custom", message: `env ${name}: value contains a NUL byte` });
+          if (utf8Bytes(value) > LIMITS.env.maxValueBytes)
+            ctx.addIssue({
+              code: "custom",
+              message: `env ${name}: value is longer than ${LIMITS.env.maxValueBytes} bytes`,
+            });
+        }
+      })
+      .describe("Environment variables for the code (use for secrets, not code strings)"),
+    files: z
+      .record(z.string(), fileContentSchema)
+      .default({})
+      .superRefine((files, ctx) => {
+        const entries = Object.entries(files);
+        if (entries.length > LIMITS.files.maxCount)
+          ctx.addIssue({
+            code: "custom",
+            message: `files has ${entries.length} entries; at most ${LIMITS.files.maxCount}`,
+          });
+        let total = 0;
+        const seen = new Set<string>();
+        for (const [path, content] of entries) {
+          const p = normaliseSandboxPath(path);
+          if (!p.ok) {
+            ctx.addIssue({ code: "custom", message: `files[${JSON.stringify(path)}]: ${p.error}` });
+            continue;
+          }
+          if (seen.has(p.path))
+            ctx.addIssue({ code: "custom", message: `files: ${p.path} is given twice` });
+          seen.add(p.path);
+          const measured = fileSize(content);
+          if (!measured.ok) {
+            ctx.addIssue({
+              code: "custom",
+              message: `files[${JSON.stringify(path)}]: ${measured.error}`,
+            });
+            continue;
+          }
+          const size = measured.size;
+          total += size;
+          if (size > LIMITS.files.maxFileBytes)
+            ctx.addIssue({
+              code: "custom",
+              message: `files[${JSON.stringify(path)}]: ${size} bytes; at most ${LIMITS.files.maxFileBytes}`,
+            });
+        }
+        if (total > LIMITS.files.maxTotalBytes)
+          ctx.addIssue({
+            code: "custom",
+            message: `files total ${total} bytes; at most ${LIMITS.files.maxTotalBytes}`,
+          });
+      })
+      .describe(
+        'Files to write before execution: path → UTF-8 text, or {"base64": "…"} for binary content',
+      ),
+    return_files: z
+      .array(sandboxPath("return_files"))
+      .max(LIMITS.returnFiles.maxCount)
+      .default([])
+      .transform(uniqueSandboxPaths)
+      .describe(
+        "File paths to capture after execution (images render inline); a path named twice, in any spelling, is returned once",
+      ),
+    network: z
+      .enum(networks as readonly NetworkChoice[] as [NetworkChoice, ...NetworkChoice[]], {
+        error: (issue) => networkMessage(issue.input, policy),
+      })
+      .default(networks[0] ?? "none")
+      .describe(
+        networks.includes("public")
+          ? '"public" (default: internet yes, private ranges never) or "none" (no network)'
+          : '"none" only (no network)',
+      ),
+    max_output_bytes: z
+      .number()
+      .int()
+      .min(LIMITS.shownOutputBytes.min)
+      .max(LIMITS.shownOutputBytes.max)
+      .default(LIMITS.shownOutputBytes.default)
+      .describe(
+        `Per stream, how much output to return: longer output keeps its head and tail with the omitted byte count (default ${LIMITS.shownOutputBytes.default}, max ${LIMITS.shownOutputBytes.max})`,
+      ),
+    redact_env: z
+      .boolean()
+      .default(true)
+      .describe(
+        "Replace values passed in env (6+ characters) by [redacted:NAME] in stdout, stderr and returned text files (default true)",
+      ),
+  };
+}
+
+/** The product's input shape (DEFAULT_POLICY): what the docs, the OpenAPI file and the CLI show. */
+export const execInputShape = execInputShapeFor(DEFAULT_POLICY);
 export const execInputSchema = z.strictObject(execInputShape);
+
+/** Schemas of the policies seen so far; bounded (a server has few distinct policies). */
+const schemas = new Map<string, typeof execInputSchema>([
+  [policyKey(DEFAULT_POLICY), execInputSchema],
+]);
+const MAX_CACHED_SCHEMAS = 256;
+
+/** The strict input schema for one policy (built once per distinct policy). */
+export function execInputSchemaFor(policy: CallPolicy): typeof execInputSchema {
+  const key = policyKey(policy);
+  let schema = schemas.get(key);
+  if (!schema) {
+    if (schemas.size >= MAX_CACHED_SCHEMAS) schemas.clear();
+    schema = z.strictObject(execInputShapeFor(policy));
+    schemas.set(key, schema);
+  }
+  return schema;
+}
 
 /** A validated, defaulted request: what the engine executes. */
 export type ExecRequest = z.output<typeof execInputSchema>;
@@ -174,8 +247,24 @@ export const execOutputShape = {
   stderr_omitted_bytes: z.number().int(),
   files: z.array(returnedFileShape),
   message: z.string().optional(),
-  /** Packets the egress filter dropped (network "public" only). */
+  /** Packets the egress filter dropped or refused (network "public" only). */
   network_blocked_packets: z.number().int().optional(),
+  /**
+   * On a server with an egress allowlist (network "public" only): each name (null: none was
+   * sent, e.g. an IP address) and port the allowlist refused, why, and how many times.
+   */
+  network_refused: z
+    .array(
+      z.object({
+        host: z.string().nullable(),
+        port: z.number().int(),
+        reason: z.enum(REFUSAL_REASONS),
+        count: z.number().int(),
+      }),
+    )
+    .optional(),
+  /** Refusals beyond the distinct entries listed in network_refused. */
+  network_refused_omitted: z.number().int().optional(),
 };
 export const execOutputSchema = z.object(execOutputShape);
 export type ExecResult = z.infer<typeof execOutputSchema>;

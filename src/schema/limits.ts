@@ -37,3 +37,16 @@ export const WORKDIR = "/home/user";
 export const WRITABLE_ROOTS = [WORKDIR, "/tmp"] as const;
 /** Where the agent writes the code file; never a user path. */
 export const CODE_DIR = "/run/scratchrun";
+
+/**
+ * How far an operator may raise a call's maxima, server-wide (`--max-timeout-ms`,
+ * `--max-memory-mb`) or per API key (`scratchrun keys create|update`); the defaults and maxima in
+ * LIMITS stay the product's. Memory is bounded by the host: a sandbox gets at most
+ * `hostMemoryShare` of the host's RAM (checked when a server starts); `memoryMb` bounds what a
+ * key's policy may record (a server caps it at what its host allows).
+ */
+export const RAISE_CEILINGS = {
+  timeoutMs: 15 * 60_000,
+  hostMemoryShare: 0.5,
+  memoryMb: 1024 * 1024,
+} as const;

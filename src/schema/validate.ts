@@ -1,6 +1,7 @@
 import type { z } from "zod";
 import { ScratchRunError } from "../errors.js";
-import { execInputSchema, type ExecRequest } from "./exec.js";
+import { execInputSchemaFor, type ExecRequest } from "./exec.js";
+import { DEFAULT_POLICY, type CallPolicy } from "./policy.js";
 
 /** Formats zod issues as one line per problem, naming the field: what a model can act on. */
 export function formatIssues(issues: readonly z.core.$ZodIssue[]): string {
@@ -13,27 +14,35 @@ export function formatIssues(issues: readonly z.core.$ZodIssue[]): string {
 }
 
 /**
- * Record fields whose own `__proto__` key (JSON.parse keeps it) would vanish: zod builds records
- * by assignment, which sets the prototype instead, so the file or variable would silently not
- * exist. Refused rather than dropped.
+ * Where the raw input has an own `__proto__` key: at the top level and in every object value
+ * (`env`, `files`). JSON.parse keeps such a key as ordinary data, but every later object copy
+ * (zod records, the MCP SDK's argument record, an object spread into a new literal) either drops it
+ * or turns it into the copy's prototype, so the key would vanish instead of being refused like any
+ * other unknown key or invalid name. Checked on the untouched input, before anything copies it.
+ * Two levels deep is all the schema has: anything deeper is refused by type anyway.
  */
-function protoKeyFields(input: unknown): string[] {
-  if (typeof input !== "object" || input === null) return [];
-  return ["env", "files"].filter((field) => {
-    const value = (input as Record<string, unknown>)[field];
-    return typeof value === "object" && value !== null && Object.hasOwn(value, "__proto__");
-  });
+export function protoKeyPaths(input: unknown): string[] {
+  if (typeof input !== "object" || input === null || Array.isArray(input)) return [];
+  const paths = Object.hasOwn(input, "__proto__") ? ["request"] : [];
+  for (const [field, value] of Object.entries(input)) {
+    if (typeof value === "object" && value !== null && Object.hasOwn(value, "__proto__"))
+      paths.push(field);
+  }
+  return paths;
 }
 
-/** Parses untrusted input into a typed request, or throws INVALID_INPUT naming every problem. */
-export function parseExecRequest(input: unknown): ExecRequest {
-  const proto = protoKeyFields(input);
+/**
+ * Parses untrusted input into a typed request with the schema of the caller's policy (the
+ * product's by default), or throws INVALID_INPUT naming every problem and the limit it broke.
+ */
+export function parseExecRequest(input: unknown, policy: CallPolicy = DEFAULT_POLICY): ExecRequest {
+  const proto = protoKeyPaths(input);
   if (proto.length)
     throw new ScratchRunError(
       "INVALID_INPUT",
       `Invalid request: ${proto.map((f) => `${f}: the key "__proto__" is not allowed`).join("; ")}`,
     );
-  const parsed = execInputSchema.safeParse(input);
+  const parsed = execInputSchemaFor(policy).safeParse(input);
   if (!parsed.success)
     throw new ScratchRunError(
       "INVALID_INPUT",

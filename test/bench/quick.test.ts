@@ -65,6 +65,13 @@ test(
       const tp = results.throughput.find((t) => t.system === "namespace")?.runs[0];
       assert.ok(tp && tp.ok > 0, "no throughput numbers for namespace");
       assert.ok(results.cost.idleVms, "idle VM cost not measured");
+      for (const sys of ["namespace", "microvm"])
+        assert.ok(
+          Object.keys(results.cost.poolKinds[sys] ?? {}).some((k) => k.endsWith("/preimport")),
+          `${sys}: no idle cost of its pre-imported pool`,
+        );
+      const loop = results.throughput.find((t) => t.system === "microvm")?.runs[0];
+      assert.ok(loop && loop.concurrency === 1 && loop.ok > 0, "no back-to-back microVM numbers");
       const md = readFileSync(join(out, "latest-quick.md"), "utf8");
       assert.match(md, /## Targets/);
       assert.match(readFileSync(join(out, "latest-quick.svg"), "utf8"), /^<svg [^>]*>[\s\S]*<rect/);

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 import { describe, test } from "node:test";
+import { findRootfs } from "../../src/images/locate.js";
 import { REPO_ROOT } from "../helpers/mcp-client.js";
 
 const CLI = join(REPO_ROOT, "dist/src/bin/scratchrun.js");
@@ -21,6 +22,7 @@ describe("scratchrun doctor", () => {
       "cgroups",
       "agent",
       "runtime image",
+      "python3.12 packages",
       "kvm",
       "qemu",
       "network egress",
@@ -35,6 +37,21 @@ describe("scratchrun doctor", () => {
       r.stdout,
       /runtime image: .*python3\.12 3\.12\.\d+.*python3\.11 3\.11\.\d+.*node20 v20\./,
     );
+  });
+
+  test("python3.12's packages: what the image really holds, and the fix when it is the standard library only", () => {
+    const r = doctor();
+    const image = findRootfs();
+    assert.ok(image.ok);
+    if (image.manifest.python312PackagesFrom === "none") {
+      assert.match(
+        r.stdout,
+        /^warn\s+python3\.12 packages: python3\.12 has the standard library only/m,
+      );
+      assert.match(r.stdout, /fix: set SCRATCHRUN_WHEELHOUSE=.*SCRATCHRUN_PIP_INDEX_URL=/);
+    } else {
+      assert.match(r.stdout, /^ok\s+python3\.12 packages: from \w+: numpy \d/m);
+    }
   });
 
   test("a missing image fails with exit 1 and the exact command that fixes it", () => {

@@ -7,7 +7,6 @@ import {
   BLOCKED_HOSTS,
   probeProgram,
   PUBLIC,
-  RESOLVER,
   Topology,
   UPLINK_ADDR,
   type Check,
@@ -29,10 +28,7 @@ describe("network egress through the MCP server [namespace]", { timeout: 180_000
     h = await startServer({
       SCRATCHRUN_ISOLATION: "namespace",
       SCRATCHRUN_NETWORK: "public",
-      SCRATCHRUN_UPLINK_NETNS: topo.uplinkNs,
-      SCRATCHRUN_NET_PREFIX: topo.uplink.prefix,
-      SCRATCHRUN_DNS: RESOLVER,
-      SCRATCHRUN_ENABLE_FORWARDING: "1",
+      ...topo.serverEnv(),
     });
   });
   after(async () => {

@@ -6,9 +6,10 @@ import { serverForSuite } from "../helpers/suite.js";
 
 /**
  * The code runs as `node /run/scratchrun/main.js` would run it, whichever way the backend starts
- * node (the microVM hands most calls to a node pre-started in its snapshot, guest/prestart.js;
- * the namespace backend execs a fresh one): the same main module, arguments, environment, stack
- * traces and exit codes, and randomness of its own in every call.
+ * node (both hand most calls to a node pre-started by the agent, guest/prestart.js: in the
+ * microVM's snapshot, in a pooled namespace jail; a jail started for a call execs a fresh one):
+ * the same main module, arguments, environment, stack traces and exit codes, and randomness of
+ * its own in every call.
  * test/microvm/prestart-script.test.ts compares the script with a direct run case by case.
  */
 for (const backend of TEST_BACKENDS) {

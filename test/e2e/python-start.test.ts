@@ -6,9 +6,11 @@ import { serverForSuite } from "../helpers/suite.js";
 
 /**
  * The code runs as `python3 /run/scratchrun/main.py` would run it, whichever way the backend
- * starts the interpreter (the microVM hands most calls to an interpreter pre-started in its
- * snapshot, guest/prestart.py; the namespace backend execs a fresh one): the same module state,
- * arguments, tracebacks, exit codes, environment, and randomness of its own in every call.
+ * starts the interpreter (both hand most calls to an interpreter pre-started by the agent,
+ * guest/prestart.py: in the microVM's snapshot, in a pooled namespace jail; a jail started for a
+ * call execs a fresh one): the same module state, arguments, tracebacks, exit codes, environment,
+ * and randomness of its own in every call. Calls that import numpy, pandas or matplotlib first run
+ * in a pre-imported interpreter: test/e2e/preimport.test.ts.
  */
 for (const backend of TEST_BACKENDS) {
   describe(`python starts as a script run [${backend}]`, () => {

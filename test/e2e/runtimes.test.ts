@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 import { describe, test } from "node:test";
 import { expectedIsolation, TEST_BACKENDS } from "../helpers/backends.js";
 import { textOf } from "../helpers/mcp-client.js";
@@ -57,6 +58,23 @@ for (const backend of TEST_BACKENDS) {
       });
       assert.equal(s.exit_reason, "ok", s.stderr);
       assert.equal(s.stdout, "/home/user\nrelative\nabsolute\n644\n");
+    });
+
+    test('binary files: {"base64": …} bytes 0-255 arrive unchanged and come back unchanged', async () => {
+      const bytes = Buffer.from(Array.from({ length: 256 }, (_, i) => i));
+      const { s, result } = await h.exec({
+        runtime: "bash",
+        code: "sha256sum in/all.bin | cut -d' ' -f1; cp in/all.bin /tmp/back.bin",
+        files: { "in/all.bin": { base64: bytes.toString("base64") } },
+        return_files: ["/tmp/back.bin"],
+      });
+      assert.equal(s.exit_reason, "ok", s.stderr);
+      assert.equal(s.stdout.trim(), createHash("sha256").update(bytes).digest("hex"));
+      const back = result.content.find(
+        (b) => b.type === "resource" && b.resource.uri === "file:///tmp/back.bin",
+      );
+      assert.ok(back && back.type === "resource" && "blob" in back.resource);
+      assert.ok(Buffer.from(back.resource.blob, "base64").equals(bytes));
     });
 
     test("return_files: text comes back as text, binary as base64, problems per file", async () => {

@@ -1,7 +1,7 @@
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { CallToolResultSchema, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
-import { readdirSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -37,6 +37,8 @@ export interface McpHarness {
   stderr(): string;
   /** Open fds of the server process (for the fd leak check). */
   serverFds(): number;
+  /** The server's child processes (a namespace server's jails: pooled and in use). */
+  serverChildren(): number;
   close(): Promise<void>;
 }
 
@@ -76,8 +78,24 @@ export async function startServer(env: Record<string, string> = {}): Promise<Mcp
     },
     stderr: () => stderr,
     serverFds: () => readdirSync(`/proc/${transport.pid}/fd`).length,
+    serverChildren: () => childrenOf(transport.pid ?? -1),
     close: () => client.close(),
   };
+}
+
+/** Live processes whose parent is `pid`. */
+export function childrenOf(pid: number): number {
+  let n = 0;
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
+      if (Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]) === pid) n++;
+    } catch {
+      // exited while we looked
+    }
+  }
+  return n;
 }
 
 export function textOf(result: CallToolResult): string {

@@ -3,6 +3,9 @@ import type { TestBackend } from "./backends.js";
 import { assertNoLeaks, assertServerFdsBack, snapshot, type HostSnapshot } from "./leaks.js";
 import { startServer, type McpHarness } from "./mcp-client.js";
 
+/** fds a namespace server holds per jail it runs (the agent's stdio pipes; measured). */
+const JAIL_FDS = 3;
+
 export type SuiteServer = McpHarness & {
   /** The host's state before the server started: what every leak check compares with. */
   base(): HostSnapshot;
@@ -21,16 +24,24 @@ export function serverForSuite(
   let h: McpHarness | undefined;
   let base: HostSnapshot | undefined;
   let fds = 0;
+  let jails = 0;
   before(async () => {
     base = snapshot();
     h = await startServer({ SCRATCHRUN_ISOLATION: backend, ...env });
     await h.exec({ runtime: "bash", code: "true" });
     fds = h.serverFds();
+    jails = h.serverChildren();
   });
   after(async () => {
     if (!h || !base) return;
     const server = h;
-    if (backend === "namespace") await assertServerFdsBack(() => server.serverFds(), fds);
+    // A namespace server holds 3 fds (the agent's stdin, stdout, stderr) per live jail: its pools
+    // fill after the baseline and keep an extra jail per kind during bursts.
+    if (backend === "namespace")
+      await assertServerFdsBack(
+        () => server.serverFds() - JAIL_FDS * (server.serverChildren() - jails),
+        fds,
+      );
     await server.close();
     await assertNoLeaks(base);
   });
@@ -46,6 +57,7 @@ export function serverForSuite(
     exec: (args) => live().exec(args),
     stderr: () => live().stderr(),
     serverFds: () => live().serverFds(),
+    serverChildren: () => live().serverChildren(),
     close: () => live().close(),
     base: () => {
       if (!base) throw new Error("the suite has not started");

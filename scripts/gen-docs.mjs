@@ -1,0 +1,16 @@
+// Rewrites the generated blocks of the docs (limits quoted from src/schema/limits.ts).
+// Run after changing a limit: npm run build && node scripts/gen-docs.mjs
+// test/schema/docs.test.ts fails while a doc differs from what this writes.
+import { readFileSync, writeFileSync } from "node:fs";
+import { renderGeneratedBlocks } from "../dist/src/schema/limits-doc.js";
+import { GENERATED_DOCS } from "../dist/src/schema/doc-files.js";
+
+for (const file of GENERATED_DOCS) {
+  const url = new URL(`../${file}`, import.meta.url);
+  const before = readFileSync(url, "utf8");
+  const after = renderGeneratedBlocks(before);
+  if (after !== before) {
+    writeFileSync(url, after);
+    console.log(`${file}: generated blocks rewritten`);
+  }
+}

@@ -1,0 +1,9 @@
+/** The docs whose limits `test/schema/docs.test.ts` checks, relative to the repository root. */
+export const GENERATED_DOCS = [
+  "README.md",
+  "docs/ARCHITECTURE.md",
+  "docs/SECURITY.md",
+  "docs/SPECIFICATION.md",
+  "docs/THREAT-MODEL.md",
+  "docs/PROTOCOL.md",
+] as const;

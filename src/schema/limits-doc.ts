@@ -1,0 +1,123 @@
+import { LIMITS } from "./limits.js";
+import { RUNTIMES } from "./exec.js";
+
+/**
+ * The parts of the docs that quote limits, rendered from `LIMITS` so that no doc can say a number
+ * the code does not have. A doc holds each block between `<!-- generated:NAME -->` and
+ * `<!-- /generated:NAME -->`; `scripts/gen-docs.mjs` rewrites them and `test/schema/docs.test.ts`
+ * fails when a doc differs from its rendering.
+ */
+
+/** Bytes in the unit a reader would write: "1 MiB", "32 KiB", "1000 bytes". */
+export function formatBytes(n: number): string {
+  if (n >= 1024 * 1024 && n % (1024 * 1024) === 0) return `${n / (1024 * 1024)} MiB`;
+  if (n >= 1024 && n % 1024 === 0) return `${n / 1024} KiB`;
+  return `${n} bytes`;
+}
+
+const code = (s: string) => `\`${s}\``;
+
+function parameterTable(): string {
+  const L = LIMITS;
+  const rows: [string, string, string, string][] = [
+    ["runtime", RUNTIMES.map(code).join(" \\| "), "required", "one of these"],
+    ["code", "string", "required", formatBytes(L.codeBytes.max)],
+    [
+      "timeout_ms",
+      "integer",
+      String(L.timeoutMs.default),
+      `${L.timeoutMs.min} – ${L.timeoutMs.max}`,
+    ],
+    ["memory_mb", "integer", String(L.memoryMb.default), `${L.memoryMb.min} – ${L.memoryMb.max}`],
+    [
+      "env",
+      "object NAME → value",
+      "`{}`",
+      `${L.env.maxEntries} entries, names \`[A-Za-z_][A-Za-z0-9_]*\` of at most ${L.env.maxNameBytes} bytes, values ${formatBytes(L.env.maxValueBytes)}, ${formatBytes(L.env.maxTotalBytes)} in all`,
+    ],
+    [
+      "files",
+      'object path → UTF-8 text, or `{"base64": …}` for bytes',
+      "`{}`",
+      `${L.files.maxCount} files, ${formatBytes(L.files.maxFileBytes)} each, ${formatBytes(L.files.maxTotalBytes)} total`,
+    ],
+    [
+      "return_files",
+      "string[]",
+      "`[]`",
+      `${L.returnFiles.maxCount} paths; ${formatBytes(L.returnFiles.maxFileBytes)} each, ${formatBytes(L.returnFiles.maxTotalBytes)} total returned; a file named twice (\`ok.txt\`, \`/home/user/./ok.txt\`) is returned once`,
+    ],
+    [
+      "network",
+      "`public` \\| `none`",
+      "`public`",
+      "`public` = internet yes; private ranges, metadata, the host, its LAN and gateway never; `none` = loopback only",
+    ],
+    [
+      "max_output_bytes",
+      "integer",
+      String(L.shownOutputBytes.default),
+      `${L.shownOutputBytes.min} – ${L.shownOutputBytes.max} per stream shown; longer output keeps its head and tail with the omitted byte count`,
+    ],
+    [
+      "redact_env",
+      "boolean",
+      "`true`",
+      "replace `env` values (6+ characters) by `[redacted:NAME]` in stdout, stderr, streamed output and returned text files",
+    ],
+  ];
+  return [
+    "| Parameter | Type | Default | Limit |",
+    "|---|---|---|---|",
+    ...rows.map(([name, type, def, limit]) => `| ${code(name)} | ${type} | ${def} | ${limit} |`),
+  ].join("\n");
+}
+
+function resultLimits(): string {
+  const L = LIMITS;
+  return [
+    `An image over ${formatBytes(L.inlineImageBytes.max)} comes back as a resource with a note`,
+    `instead of inline. A program writing more than ${formatBytes(L.outputBytes.max)} to a stream is`,
+    `stopped with \`exit_reason: "output_limit"\`. One answer stays under`,
+    `${formatBytes(L.answerBytes.max)}: returned files that would pass it are left out and named.`,
+  ].join("\n");
+}
+
+/** Every generated block, by name. */
+export const GENERATED_BLOCKS: Readonly<Record<string, () => string>> = {
+  "parameter-table": parameterTable,
+  "result-limits": resultLimits,
+};
+
+const BLOCK = /(<!-- generated:([a-z-]+) -->\n)([\s\S]*?)(\n<!-- \/generated:\2 -->)/g;
+
+/** The doc with every generated block rendered afresh; unknown block names throw. */
+export function renderGeneratedBlocks(doc: string): string {
+  return doc.replace(BLOCK, (_all, open: string, name: string, _body: string, close: string) => {
+    const render = GENERATED_BLOCKS[name];
+    if (!render) throw new Error(`unknown generated block "${name}"`);
+    return `${open}${render()}${close}`;
+  });
+}
+
+/** Names of the generated blocks a doc holds. */
+export function generatedBlockNames(doc: string): string[] {
+  return [...doc.matchAll(BLOCK)].map((m) => m[2] ?? "");
+}
+
+/**
+ * Every byte size the code has (LIMITS and the agent protocol's frame caps), in doc form: a
+ * quantity in MiB or KiB that a doc quotes must be one of these.
+ */
+export function knownByteSizes(extra: readonly number[] = []): Set<string> {
+  const out = new Set<string>();
+  const walk = (v: unknown, key: string) => {
+    if (typeof v === "number" && /bytes/i.test(key)) out.add(formatBytes(v));
+    else if (typeof v === "object" && v !== null)
+      for (const [k, x] of Object.entries(v)) walk(x, /bytes/i.test(key) ? key : k);
+  };
+  walk(LIMITS, "");
+  out.add(formatBytes(LIMITS.scratchMb * 1024 * 1024));
+  for (const n of extra) out.add(formatBytes(n));
+  return out;
+}

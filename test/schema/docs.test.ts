@@ -1,0 +1,108 @@
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import {
+  GENERATED_BLOCKS,
+  formatBytes,
+  generatedBlockNames,
+  knownByteSizes,
+  renderGeneratedBlocks,
+} from "../../src/schema/limits-doc.js";
+import { GENERATED_DOCS } from "../../src/schema/doc-files.js";
+import { LIMITS } from "../../src/schema/limits.js";
+import { MAX_AGENT_FRAME, MAX_REQUEST_FRAME } from "../../src/protocol/codec.js";
+
+const REPO = join(import.meta.dirname, "..", "..", "..");
+const read = (f: string) => readFileSync(join(REPO, f), "utf8");
+
+/**
+ * Sizes the docs quote that are not limits of a call, each with where the number comes from. A
+ * size in a doc that is neither a limit nor listed here fails the test: that is how a doc that
+ * quotes a limit the code does not have is caught.
+ */
+const NOT_LIMITS: Record<string, string> = {
+  "10 MiB": "the MCP SDK's stdio client's message cap (THREAT-MODEL H3), not ours",
+  "160 MiB": "QEMU's own memory on top of the guest's RAM in its jail's cgroup (microvm/jail)",
+  "2 MiB": "64 env values of 32 KiB (THREAT-MODEL H9), and the inline image bound",
+  "64 KiB": "the agent's O/E frame payload (guest/agent-run.c)",
+  "4 KiB": "the part of MAX_AGENT_FRAME above one file's 16 MiB",
+  "16 MiB": "the largest file frame the agent may send, MAX_AGENT_FRAME without its header",
+};
+
+describe("docs quote the limits the code has (generated from LIMITS)", () => {
+  it("every generated block in every doc equals its rendering (run scripts/gen-docs.mjs)", () => {
+    for (const file of GENERATED_DOCS) {
+      const doc = read(file);
+      assert.equal(renderGeneratedBlocks(doc), doc, `${file} is stale: node scripts/gen-docs.mjs`);
+    }
+  });
+
+  it("the README carries the parameter table and the result limits as generated blocks", () => {
+    const names = generatedBlockNames(read("README.md"));
+    for (const name of Object.keys(GENERATED_BLOCKS)) assert.ok(names.includes(name), name);
+  });
+
+  it("the parameter table names every limit the schema enforces", () => {
+    const table = GENERATED_BLOCKS["parameter-table"]!();
+    for (const v of [
+      formatBytes(LIMITS.codeBytes.max),
+      formatBytes(LIMITS.files.maxFileBytes),
+      formatBytes(LIMITS.files.maxTotalBytes),
+      formatBytes(LIMITS.returnFiles.maxFileBytes),
+      formatBytes(LIMITS.returnFiles.maxTotalBytes),
+      `${LIMITS.timeoutMs.min} – ${LIMITS.timeoutMs.max}`,
+      `${LIMITS.memoryMb.min} – ${LIMITS.memoryMb.max}`,
+      `${LIMITS.shownOutputBytes.min} – ${LIMITS.shownOutputBytes.max}`,
+    ])
+      assert.ok(table.includes(v), `table lacks ${v}`);
+  });
+
+  it("a doc's MiB/KiB quantity is a limit of the code or a named non-limit", () => {
+    const known = knownByteSizes([MAX_REQUEST_FRAME, MAX_AGENT_FRAME - 4096]);
+    const stray: string[] = [];
+    for (const file of GENERATED_DOCS) {
+      const lines = read(file).split("\n");
+      lines.forEach((line, i) => {
+        for (const m of line.matchAll(/\b(\d+(?:\.\d+)?) ?([KM]iB)\b/g)) {
+          const q = `${m[1]} ${m[2]}`;
+          if (!known.has(q) && !(q in NOT_LIMITS)) stray.push(`${file}:${i + 1}: ${q}`);
+        }
+      });
+    }
+    assert.deepEqual(stray, [], "quantities that match no limit in src/schema/limits.ts");
+  });
+
+  it("the check catches a wrong number (the README's old 10 MiB files total)", () => {
+    const known = knownByteSizes();
+    assert.ok(!known.has("20 MiB") && !known.has("1 GiB"));
+    assert.ok(known.has(formatBytes(LIMITS.files.maxTotalBytes)));
+    const doc =
+      "<!-- generated:parameter-table -->\n| stale |\n<!-- /generated:parameter-table -->";
+    assert.notEqual(renderGeneratedBlocks(doc), doc);
+    assert.throws(() =>
+      renderGeneratedBlocks("<!-- generated:nope -->\nx\n<!-- /generated:nope -->"),
+    );
+  });
+
+  it("every SCRATCHRUN_* variable the code reads is in the README's configuration table", () => {
+    const readme = read("README.md");
+    const table = /<!-- settings -->([\s\S]*?)<!-- \/settings -->/.exec(readme)?.[1] ?? "";
+    const named = new Set(table.match(/SCRATCHRUN_[A-Z0-9_]+/g) ?? []);
+    const read_: string[] = [];
+    const walk = (dir: string) => {
+      for (const e of readdirSync(join(REPO, dir), { withFileTypes: true })) {
+        const p = join(dir, e.name);
+        if (e.isDirectory()) walk(p);
+        else if (/\.(ts|mjs|sh)$/.test(e.name))
+          for (const m of read(p).matchAll(/SCRATCHRUN_[A-Z0-9_]*[A-Z0-9]/g))
+            read_.push(`${m[0]} (${p})`);
+      }
+    };
+    walk("src");
+    walk("scripts");
+    const missing = [...new Set(read_.filter((v) => !named.has(v.split(" ")[0]!)))];
+    assert.ok(named.size > 10, "the table was found");
+    assert.deepEqual(missing, [], "document these in README.md's Configuration table");
+  });
+});
