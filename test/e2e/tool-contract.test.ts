@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { expectedIsolation, TEST_BACKENDS } from "../helpers/backends.js";
-import { snapshot } from "../helpers/leaks.js";
+import { assertNoCallSandbox, snapshot } from "../helpers/leaks.js";
 import { textOf } from "../helpers/mcp-client.js";
 import { serverForSuite } from "../helpers/suite.js";
 
@@ -110,21 +110,14 @@ for (const backend of TEST_BACKENDS) {
     ];
     for (const [name, args, pattern] of bad) {
       test(`rejects ${name} with a clear isError result before any sandbox starts`, async () => {
-        const before = snapshot();
+        const before = snapshot().cgroups;
         const result = await h.call(args);
         assert.equal(result.isError, true);
         const text = textOf(result);
         assert.match(text, /^INVALID_INPUT: /);
         assert.match(text, pattern);
         assert.equal(result.structuredContent, undefined);
-        // A microVM pool refills in the background (vm-*): only a call's own sandbox counts.
-        const calls = (cgroups: string[]) =>
-          cgroups.filter((c) => backend === "namespace" || !/\/vm-[0-9a-f]+$/.test(c));
-        assert.deepEqual(
-          calls(snapshot().cgroups),
-          calls(before.cgroups),
-          "no sandbox was created",
-        );
+        await assertNoCallSandbox(before);
       });
     }
 

@@ -8,9 +8,14 @@ import assert from "node:assert/strict";
  */
 export const SANDBOX_UID_MIN = 6_200_000;
 export const SANDBOX_UID_MAX = 6_200_000 + 4096;
+/** Host uids of egress proxy children (src/net/proxy/supervisor.ts). */
+export const PROXY_UID_MIN = 6_200_000 + 2 * 4096 - 64;
+export const PROXY_UID_MAX = 6_200_000 + 2 * 4096;
 
 export interface HostSnapshot {
   sandboxProcesses: string[];
+  /** Egress proxy children: one per server with an allowlist, gone when the server is. */
+  proxyProcesses: string[];
   qemuProcesses: string[];
   cgroups: string[];
   netns: string[];
@@ -65,6 +70,9 @@ export function snapshot(): HostSnapshot {
     sandboxProcesses: procs
       .filter((p) => p.uid >= SANDBOX_UID_MIN && p.uid < SANDBOX_UID_MAX)
       .map((p) => `${p.pid} ${p.comm} uid=${p.uid} ${p.cmdline}`),
+    proxyProcesses: procs
+      .filter((p) => p.uid >= PROXY_UID_MIN && p.uid < PROXY_UID_MAX)
+      .map((p) => `${p.pid} ${p.comm} uid=${p.uid}`),
     qemuProcesses: procs
       .filter((p) => p.comm.startsWith("qemu-system"))
       .map((p) => `${p.pid} ${p.cmdline}`),
@@ -80,13 +88,72 @@ export function snapshot(): HostSnapshot {
 }
 
 /** A namespace jail cgroup holding only bwrap and the agent: a pooled jail, no call's leftovers. */
-function isIdleJail(dir: string): boolean {
-  if (!/\/ns-[0-9a-f]+$/.test(dir)) return false;
+/** Interpreters an idle pooled jail's agent pre-started (waiting for a call, guest/prestart.*). */
+const PRESTARTED = /^(python3\.\d+|node)$/;
+
+/**
+ * The processes of a pooled jail still waiting for its call: bwrap, the agent and at most one
+ * interpreter it pre-started; null when the cgroup is not a jail, has no agent (a used jail's
+ * agent is gone) or holds anything else (a call's process, something a call left behind).
+ */
+function idleJailPids(dir: string): string[] | null {
+  if (!/\/ns-[0-9a-f]+$/.test(dir)) return null;
   try {
     const pids = readFileSync(join(dir, "cgroup.procs"), "utf8").split("\n").filter(Boolean);
-    return pids.every((pid) => /^(bwrap|agent)$/.test(comm(pid)));
+    const interpreters = pids.filter((pid) => PRESTARTED.test(comm(pid)));
+    const prestarted =
+      interpreters.length <= 1 &&
+      interpreters.every((pid) => /\/opt\/scratchrun\/prestart\.(py|js)\b/.test(cmdline(pid)));
+    const rest = pids.filter((pid) => !interpreters.includes(pid));
+    // An idle jail's agent is still there (after a call it exits and the jail goes with it).
+    const waiting = rest.some((pid) => comm(pid) === "agent");
+    return prestarted && waiting && rest.every((pid) => /^(bwrap|agent)$/.test(comm(pid)))
+      ? pids
+      : null;
   } catch {
-    return false;
+    return null;
+  }
+}
+
+/** Whether a cgroup is a pooled sandbox waiting for its call (a microVM's, or an idle jail). */
+export function isPooledSandbox(dir: string): boolean {
+  return /\/vm-[0-9a-f]+$/.test(dir) || idleJailPids(dir) !== null;
+}
+
+/**
+ * Fails when a sandbox of a call's own appeared since `before` (cgroups of a snapshot()), or a
+ * pooled sandbox waiting then was taken. Pools refill and deepen in the background, and earlier
+ * calls' cgroups are removed in the background: a cgroup that is new and still starting (a refill
+ * pre-importing numpy, pandas and matplotlib on a loaded host) becomes a pooled sandbox within
+ * seconds, so this watches what is new for up to `ms`; one that vanished or is not pooled was a
+ * call's own. Cgroups that were there before and went are teardown, not a call.
+ */
+export async function assertNoCallSandbox(before: string[], ms = 20_000): Promise<void> {
+  const old = new Set(before);
+  const seen = new Set<string>();
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const fresh = snapshot().cgroups.filter((c) => !old.has(c));
+    for (const c of fresh) seen.add(c);
+    if (fresh.every(isPooledSandbox) || Date.now() > deadline) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  const now = new Set(snapshot().cgroups);
+  const own = [...seen].filter((c) => !now.has(c) || !isPooledSandbox(c));
+  assert.deepEqual(own, [], "no sandbox was created");
+  const pooledBefore = before.filter((c) => /\/ns-[0-9a-f]+$/.test(c) && isPooledSandbox(c));
+  assert.deepEqual(
+    pooledBefore.filter((c) => !now.has(c)),
+    [],
+    "no pooled jail was taken",
+  );
+}
+
+function cmdline(pid: string): string {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, "utf8").replace(/\0/g, " ");
+  } catch {
+    return "";
   }
 }
 
@@ -101,7 +168,8 @@ function comm(pid: string): string {
 /**
  * Polls briefly (teardown is asynchronous in the kernel) and fails naming whatever is left.
  * `whileServing`: the server is still up, so its warm pool (paused or booted VMs and their
- * cgroups; jails whose only processes are bwrap and the agent waiting at READY) is expected; the
+ * cgroups; jails whose only processes are bwrap, the agent waiting at READY and the interpreter
+ * it pre-started) is expected; the
  * check after the server closes covers the pool too.
  */
 export async function assertNoLeaks(
@@ -114,8 +182,17 @@ export async function assertNoLeaks(
     const now = snapshot();
     if (options.whileServing) {
       now.qemuProcesses = [];
-      now.cgroups = now.cgroups.filter((c) => !/\/vm-[0-9a-f]+$/.test(c) && !isIdleJail(c));
-      now.sandboxProcesses = now.sandboxProcesses.filter((p) => !/^\d+ (bwrap|agent) uid=/.test(p));
+      now.proxyProcesses = [];
+      const idle = new Set<string>();
+      now.cgroups = now.cgroups.filter((c) => {
+        if (/\/vm-[0-9a-f]+$/.test(c)) return false;
+        const pids = idleJailPids(c);
+        for (const pid of pids ?? []) idle.add(pid);
+        return pids === null;
+      });
+      now.sandboxProcesses = now.sandboxProcesses.filter(
+        (p) => !/^\d+ (bwrap|agent) uid=/.test(p) && !idle.has(p.split(" ")[0]!),
+      );
       // Pooled VMs' private socket dirs and the server's resolv.conf dir live as long as it does.
       now.tmpEntries = now.tmpEntries.filter((t) => !/^scratchrun-(vm|net)-/.test(t));
     }
