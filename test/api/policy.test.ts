@@ -309,7 +309,10 @@ for (const backend of TEST_BACKENDS) {
         };
         assert.deepEqual([s.stdout, s.exit_reason], ["done\n", "ok"]);
         assert.match(s.isolation, expectedIsolation(backend));
-        assert.ok(s.duration_ms >= 32_000, `ran ${s.duration_ms} ms`);
+        // stdout and "ok" show the 32 s sleep finished uncut. duration_ms is the guest agent's
+        // monotonic clock, which a TCG guest on a loaded host keeps loosely (CI saw 31.2 s for
+        // this sleep): it must show the run went past the product's 30 s, not to the second.
+        assert.ok(s.duration_ms > 30_000, `ran ${s.duration_ms} ms, past the product's 30 s`);
         assert.ok(progress.length >= 25, `${progress.length} progress notifications`);
         const late = progress.filter((p) => p.progress >= 30_000);
         assert.ok(late.length > 0, "progress still came after 30 s of running");
