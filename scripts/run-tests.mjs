@@ -39,6 +39,7 @@ const UNIT = [
   "schema/docs",
   "schema/file-content",
   "schema/policy",
+  "schema/runtime-table",
   "security/properties",
 ].map((name) => join("dist", "test", `${name}.test.js`));
 

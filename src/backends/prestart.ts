@@ -5,9 +5,9 @@
  * pre-imported modules (docs/decisions/0011-preimport.md). One mechanism: the same agent options,
  * scripts and fast-path rules on both backends.
  */
-import { runtimeArgv } from "../images/manifest.js";
 import { renderPreimportSpec, type Preimport, type PreimportLayout } from "../images/preimport.js";
 import { MATPLOTLIB_CACHE_DIR } from "../images/paths.js";
+import { runtimeEntry } from "../runtimes.js";
 import type { RuntimeName } from "../schema/exec.js";
 import { CODE_DIR, WORKDIR, WRITABLE_ROOTS } from "../schema/limits.js";
 
@@ -23,17 +23,14 @@ export type Flavour = "plain" | "preimport";
 export const PREIMPORT_MIN_MEMORY_MB = 256;
 
 /**
- * The interpreter a runtime's sandbox pre-starts: python (guest/prestart.py) and node
- * (guest/prestart.js, which reseeds OpenSSL's DRBG and V8's generator before the code runs). bash
- * is not: a shell that sources the file is not `bash main.sh` (docs/decisions/0003-microvm.md).
+ * The interpreter a runtime's sandbox pre-starts, with its script (the runtime table's
+ * prestartScript): python's (guest/prestart.py) and node's (guest/prestart.js, which reseeds
+ * OpenSSL's DRBG and V8's generator before the code runs); none for bash, since a shell that
+ * sources the file is not `bash main.sh` (docs/decisions/0003-microvm.md).
  */
 export function prestartInterpreter(runtime: RuntimeName): string | undefined {
-  return runtime === "bash" ? undefined : runtimeArgv(runtime)[0];
-}
-
-/** The pre-start script's file name for an interpreter (the agent's --prestart SCRIPT). */
-export function prestartScript(runtime: RuntimeName): string {
-  return runtime === "node20" ? "prestart.js" : "prestart.py";
+  const { argv, prestartScript } = runtimeEntry(runtime);
+  return prestartScript === null ? undefined : argv[0];
 }
 
 /**
@@ -60,9 +57,9 @@ export function agentPrestartArgs(
   preimport: Preimport | undefined,
   scriptDir: string,
 ): string[] {
-  const interp = prestartInterpreter(runtime);
-  if (!interp) return [];
-  const args = ["--prestart", interp, `${scriptDir}/${prestartScript(runtime)}`];
+  const { argv, prestartScript } = runtimeEntry(runtime);
+  if (prestartScript === null) return [];
+  const args = ["--prestart", argv[0], `${scriptDir}/${prestartScript}`];
   if (flavour === "preimport") {
     if (!preimport) throw new Error(`${runtime} has no pre-import`);
     args.push("--preimport", preimportSpec(preimport));

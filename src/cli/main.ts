@@ -1,3 +1,4 @@
+import { RUNTIMES } from "../schema/names.js";
 import { runDoctor } from "./doctor.js";
 import { runMcpStdio } from "./mcp.js";
 import { runCommand } from "./run.js";
@@ -5,7 +6,7 @@ import { runCommand } from "./run.js";
 const USAGE = `scratchrun — run code in a fresh sandbox per call
 
 Usage:
-  scratchrun run --runtime <python3.12|python3.11|node20|bash> [options] <file | ->
+  scratchrun run --runtime <${RUNTIMES.join("|")}> [options] <file | ->
   scratchrun mcp [--egress-allow LIST]   start the stdio MCP server (same as scratchrun-mcp)
   scratchrun doctor              check what this host can do, and how to fix what is missing
   scratchrun setup               as root: install the Debian packages, build the agent, the runtime
@@ -15,7 +16,7 @@ Usage:
   scratchrun keys create --name N | list | revoke <id|name>   API keys of the HTTP service
 
 Run options (the same as the scratchrun_exec tool's parameters):
-  --runtime R            python3.12 | python3.11 | node20 | bash (required)
+  --runtime R            ${RUNTIMES.join(" | ")} (required)
   --code TEXT            code to run instead of a file
   --timeout-ms N         wall-clock timeout (default 10000, max 30000)
   --memory-mb N          memory limit (default 256, max 512)

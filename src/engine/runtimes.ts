@@ -1,4 +1,5 @@
 import { IMAGE_ENV, runtimeArgv } from "../images/manifest.js";
+import { runtimeEntry } from "../runtimes.js";
 import type { RuntimeName } from "../schema/exec.js";
 
 export interface RuntimeSpec {
@@ -8,15 +9,8 @@ export interface RuntimeSpec {
   codeFile: string;
 }
 
-const CODE_FILES: Record<RuntimeName, string> = {
-  "python3.12": "main.py",
-  "python3.11": "main.py",
-  node20: "main.js",
-  bash: "main.sh",
-};
-
 export function runtimeSpec(runtime: RuntimeName): RuntimeSpec {
-  return { argv: runtimeArgv(runtime), codeFile: CODE_FILES[runtime] };
+  return { argv: runtimeArgv(runtime), codeFile: runtimeEntry(runtime).codeFile };
 }
 
 /** The environment every call starts from; the caller's `env` is laid over it. */

@@ -1,20 +1,14 @@
 import { z } from "zod";
 import { RUNTIMES, type RuntimeName } from "../schema/exec.js";
+import { runtimeEntry } from "../runtimes.js";
 import { IN_IMAGE } from "./paths.js";
 
 /**
- * The interpreter command of each runtime inside the image; the engine appends the code file.
- * Fixed paths, so callers need no manifest to build a command line.
+ * The interpreter command of a runtime inside the image (the runtime table's); the engine appends
+ * the code file. Fixed paths, so callers need no manifest to build a command line.
  */
-const ARGV: Record<RuntimeName, readonly string[]> = {
-  "python3.12": [IN_IMAGE.python312],
-  "python3.11": [IN_IMAGE.python311],
-  node20: [IN_IMAGE.node20],
-  bash: [IN_IMAGE.bash],
-};
-
 export function runtimeArgv(runtime: RuntimeName): string[] {
-  return [...ARGV[runtime]];
+  return [...runtimeEntry(runtime).argv];
 }
 
 /** Environment every sandbox should start with (PATH finds python3.12/node, headless plots). */

@@ -2,7 +2,13 @@ import { z } from "zod";
 import type { Engine, Progress } from "../engine/engine.js";
 import { isScratchRunError } from "../errors.js";
 import type { ImageExtras } from "../images/manifest.js";
-import { execInputSchemaFor, execOutputSchema, RUNTIMES } from "../schema/exec.js";
+import { EXTRAS_ORDER, runtimeEntry } from "../runtimes.js";
+import {
+  execInputSchemaFor,
+  execOutputSchema,
+  RUNTIMES,
+  type RuntimeName,
+} from "../schema/exec.js";
 import { LIMITS } from "../schema/limits.js";
 import { DEFAULT_POLICY, type CallPolicy } from "../schema/policy.js";
 import { parseExecRequest } from "../schema/validate.js";
@@ -28,29 +34,42 @@ function names(list: string[]): string {
 export function extrasSentence(extras: ImageExtras | undefined): string {
   if (!extras) return "";
   const parts = [
-    Object.keys(extras.debian).length ? `bash: ${names(Object.keys(extras.debian))}` : "",
-    Object.keys(extras["python3.11"]).length
-      ? `python3.11: ${names(Object.keys(extras["python3.11"]))}`
-      : "",
-    Object.keys(extras["python3.12"]).length
-      ? `python3.12: ${names(Object.keys(extras["python3.12"]))}`
-      : "",
-    Object.keys(extras.node20).length
-      ? `node20 (require() or import): ${names(Object.keys(extras.node20))}`
-      : "",
+    ...EXTRAS_ORDER.map((r) => {
+      const { key, toolLabel } = runtimeEntry(r).extras;
+      const added = Object.keys(extras[key]);
+      return added.length ? `${toolLabel}: ${names(added)}` : "";
+    }),
     extras.files.length ? `files: ${names(extras.files.map((f) => f.path))}` : "",
   ].filter(Boolean);
   return parts.length ? `Also installed on this server: ${parts.join("; ")}.` : "";
 }
 
-const PYTHON311_PACKAGES = "numpy, pandas, matplotlib, pillow, scipy";
+/** A runtime as the description names it: with what it has preinstalled, if anything. */
+function described(runtime: RuntimeName): string {
+  const { preinstalled } = runtimeEntry(runtime).description;
+  return preinstalled ? `${runtime} (${preinstalled})` : runtime;
+}
 
-/** The runtimes sentence: the product's for every runtime, else the caller's few. */
+/**
+ * The runtimes sentence: the product's for every runtime (those of one family named together,
+ * then what each has preinstalled), else the caller's few.
+ */
 function runtimesSentence(runtimes: CallPolicy["runtimes"]): string {
-  if (runtimes.length === RUNTIMES.length)
-    return `Runtimes: python3.12 and python3.11 (python3.11 has ${PYTHON311_PACKAGES}), node20, bash.`;
-  const named = runtimes.map((r) => (r === "python3.11" ? `${r} (${PYTHON311_PACKAGES})` : r));
-  return `Runtimes allowed to you: ${named.join(", ")}.`;
+  if (runtimes.length !== RUNTIMES.length)
+    return `Runtimes allowed to you: ${runtimes.map(described).join(", ")}.`;
+  const families = new Map<string, RuntimeName[]>();
+  for (const r of RUNTIMES) {
+    const family = runtimeEntry(r).description.family;
+    families.set(family, [...(families.get(family) ?? []), r]);
+  }
+  const named = [...families.values()].map((members) => {
+    const has = members.flatMap((r) => {
+      const { preinstalled } = runtimeEntry(r).description;
+      return preinstalled ? [`${r} has ${preinstalled}`] : [];
+    });
+    return `${members.join(" and ")}${has.length ? ` (${has.join("; ")})` : ""}`;
+  });
+  return `Runtimes: ${named.join(", ")}.`;
 }
 
 /**

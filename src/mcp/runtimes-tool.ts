@@ -1,4 +1,5 @@
 import type { EngineOptions } from "../engine/engine.js";
+import { EXTRAS_ORDER, runtimeEntry } from "../runtimes.js";
 
 export const RUNTIMES_TOOL_NAME = "scratchrun_runtimes";
 
@@ -30,10 +31,10 @@ export function callRuntimesTool(engine: { readonly options: Pick<EngineOptions,
   const extras = info.extras;
   if (extras) {
     const added = [
-      ["bash (Debian packages)", versions(extras.debian)],
-      ["python3.11 (Debian packages)", versions(extras["python3.11"])],
-      ["python3.12", versions(extras["python3.12"])],
-      ["node20 (npm packages: require() or import from any file)", versions(extras.node20)],
+      ...EXTRAS_ORDER.map((r) => {
+        const { key, listLabel } = runtimeEntry(r).extras;
+        return [listLabel, versions(extras[key])];
+      }),
       ["files", extras.files.map((f) => `${f.path} (${f.bytes} bytes)`).join(", ")],
     ].filter(([, v]) => v);
     if (added.length > 0)

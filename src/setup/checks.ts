@@ -9,6 +9,7 @@ import { DEFAULT_UPLINK } from "../net/index.js";
 import { detectAccel } from "../backends/microvm/accel.js";
 import { buildVmArtifacts } from "../backends/microvm/build.js";
 import type { Manifest } from "../images/manifest.js";
+import { EXTRAS_ORDER, runtimeEntry } from "../runtimes.js";
 import { RUNTIMES, type RuntimeName } from "../schema/exec.js";
 import { AGENT_DIR } from "./engine-factory.js";
 import { egressBlocker } from "./network.js";
@@ -133,25 +134,15 @@ export async function runChecks(env: NodeJS.ProcessEnv = process.env): Promise<C
 export function runtimeContents(manifest: Manifest, runtime: RuntimeName): string {
   const info = manifest.runtimes[runtime];
   const extras = manifest.extras;
-  const added = new Set(
-    Object.keys(
-      !extras
-        ? {}
-        : runtime === "bash"
-          ? extras.debian
-          : runtime === "node20"
-            ? extras.node20
-            : runtime === "python3.12"
-              ? extras["python3.12"]
-              : {},
-    ),
-  );
+  const { key, inPackages } = runtimeEntry(runtime).extras;
+  const mine = extras?.[key] ?? {};
+  const added = new Set(inPackages ? Object.keys(mine) : []);
   const pkgs = Object.entries(info.packages ?? {}).map(
     ([n, v]) => `${n} ${v}${added.has(n) ? " (image config)" : ""}`,
   );
   const debs =
-    runtime === "python3.11" && extras && Object.keys(extras["python3.11"]).length > 0
-      ? `; from the image config: ${Object.entries(extras["python3.11"])
+    !inPackages && Object.keys(mine).length > 0
+      ? `; from the image config: ${Object.entries(mine)
           .map(([n, v]) => `${n} ${v}`)
           .join(", ")}`
       : "";
@@ -183,10 +174,13 @@ export function imageConfigCheck(
       ok: true,
       detail: `none (${IMAGE_CONFIG_ENV} or --image-config adds packages and files)`,
     };
-  const count = (o: Record<string, string>) => Object.keys(o).length;
+  const counts = EXTRAS_ORDER.map((r) => {
+    const { key, countLabel } = runtimeEntry(r).extras;
+    return `${Object.keys(extras[key]).length} ${countLabel}`;
+  });
   return {
     ok: true,
-    detail: `${extras.config}: built; adds ${count(extras.debian)} Debian, ${count(extras["python3.11"])} python3.11, ${count(extras["python3.12"])} python3.12 and ${count(extras.node20)} npm package(s), ${extras.files.length} file entr${extras.files.length === 1 ? "y" : "ies"}`,
+    detail: `${extras.config}: built; adds ${counts.slice(0, -1).join(", ")} and ${counts.at(-1)} package(s), ${extras.files.length} file entr${extras.files.length === 1 ? "y" : "ies"}`,
   };
 }
 

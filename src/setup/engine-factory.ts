@@ -19,6 +19,7 @@ import { MATPLOTLIB_CACHE_DIR, PACKAGE_ROOT } from "../images/paths.js";
 import { preimportFor, type Preimport } from "../images/preimport.js";
 import type { AgentFile } from "../protocol/types.js";
 import { WORKDIR } from "../schema/limits.js";
+import { runtimeEntry, type Seed } from "../runtimes.js";
 import { RUNTIMES, type RuntimeName } from "../schema/exec.js";
 import { homedir } from "node:os";
 import { hostCeiling, type Ceiling } from "../policy/host.js";
@@ -120,8 +121,9 @@ export function poolSizes(env: NodeJS.ProcessEnv = process.env): Record<RuntimeN
 }
 
 /**
- * matplotlib's font cache as the image build made it, seeded into each python3.11 sandbox's
- * ~/.cache/matplotlib so the first plot does not rescan every font (an image without it: none).
+ * matplotlib's font cache as the image build made it, seeded into each sandbox of a runtime whose
+ * table entry asks for it (python3.11's ~/.cache/matplotlib) so the first plot does not rescan
+ * every font (an image without it: none).
  */
 export function matplotlibSeed(rootfsDir: string): AgentFile[] {
   const dir = join(rootfsDir, MATPLOTLIB_CACHE_DIR);
@@ -133,6 +135,21 @@ export function matplotlibSeed(rootfsDir: string): AgentFile[] {
       mode: 0o644,
       content: readFileSync(join(dir, name)),
     }));
+}
+
+/** How each seed of the runtime table is read from the image. */
+const SEEDS: Record<Seed, (rootfsDir: string) => AgentFile[]> = {
+  "matplotlib-font-cache": matplotlibSeed,
+};
+
+/** The files each runtime's calls start with, per the runtime table (runtimes seeding nothing absent). */
+export function seedFiles(rootfsDir: string): Partial<Record<RuntimeName, AgentFile[]>> {
+  return Object.fromEntries(
+    RUNTIMES.filter((r) => runtimeEntry(r).seeds.length > 0).map((r) => [
+      r,
+      runtimeEntry(r).seeds.flatMap((seed) => SEEDS[seed](rootfsDir)),
+    ]),
+  );
 }
 
 /** Where the agent is copied when its build directory is private (see jailReadableAgentDir). */
@@ -262,7 +279,7 @@ async function engineOn(
       notes: stale ? [...manifest.notes, stale] : manifest.notes,
       ...(manifest.extras ? { extras: manifest.extras } : {}),
     },
-    seedFiles: { "python3.11": matplotlibSeed(rootfsDir) },
+    seedFiles: seedFiles(rootfsDir),
     preimport,
     ...options,
   });

@@ -22,6 +22,7 @@ import { basename, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { heldBy, liveLeases } from "../../images/lease.js";
 import { renderSeccompFilter } from "../../jail/seccomp.js";
+import { PRESTART_SCRIPTS } from "../../runtimes.js";
 import { writeCpioNewc, type CpioEntry } from "./cpio.js";
 import { extractVmlinux } from "./kernel.js";
 import { resolveModuleOrder } from "./modules.js";
@@ -123,8 +124,11 @@ export function buildVmArtifacts(opts: BuildOptions = {}, build = true): VmArtif
     if (!existsSync(path)) throw new Error(`missing ${what}: ${path}`);
 
   const init = readFileSync(join(PACKAGE_ROOT, "guest", "init"));
-  const prestartPy = readFileSync(join(PACKAGE_ROOT, "guest", "prestart.py"));
-  const prestartJs = readFileSync(join(PACKAGE_ROOT, "guest", "prestart.js"));
+  // The pre-start scripts of the runtime table (guest/init copies each into the new root).
+  const prestarts = PRESTART_SCRIPTS.map((name) => ({
+    name,
+    content: readFileSync(join(PACKAGE_ROOT, "guest", name)),
+  }));
   const reseed = readFileSync(reseedAddon);
   // The namespace backend's seccomp policy, which the guest agent installs in the code's
   // processes (guest/agent-seccomp.h): one policy source for both backends.
@@ -141,8 +145,7 @@ export function buildVmArtifacts(opts: BuildOptions = {}, build = true): VmArtif
     String(kst.size),
     String(kst.mtimeMs),
     init,
-    prestartPy,
-    prestartJs,
+    ...prestarts.map((p) => p.content),
     reseed,
     seccomp,
     readFileSync(sealedPath),
@@ -172,8 +175,12 @@ export function buildVmArtifacts(opts: BuildOptions = {}, build = true): VmArtif
     { kind: "symlink", path: "bin/sh", target: "busybox" },
     { kind: "file", path: "init", mode: 0o755, content: init },
     { kind: "file", path: "agent", mode: 0o755, content: readFileSync(agent) },
-    { kind: "file", path: "prestart.py", mode: 0o444, content: prestartPy },
-    { kind: "file", path: "prestart.js", mode: 0o444, content: prestartJs },
+    ...prestarts.map(({ name, content }): CpioEntry => ({
+      kind: "file",
+      path: name,
+      mode: 0o444,
+      content,
+    })),
     { kind: "file", path: "scratchrun-reseed.node", mode: 0o444, content: reseed },
     { kind: "file", path: "seccomp.bpf", mode: 0o400, content: seccomp },
     {

@@ -1,0 +1,127 @@
+/**
+ * The runtimes, one entry each: what every layer needs to run, pre-start, seed, describe and check
+ * one. Adding a runtime is its name in src/schema/names.ts RUNTIMES, its entry here (a type error
+ * until it has one) and its interpreter in the image recipe (docs/ARCHITECTURE.md, "Adding a
+ * runtime"). Nothing else branches on a runtime's name.
+ */
+import { IN_IMAGE } from "./images/paths.js";
+import type { ImageExtras } from "./images/manifest.js";
+import { RUNTIMES, type RuntimeName } from "./schema/names.js";
+
+/** The keys of the image manifest's extras that hold what the image config added to a runtime. */
+export type ExtrasKey = Exclude<keyof ImageExtras, "config" | "configSha256" | "files">;
+
+/** Files of the image every call of a runtime starts with (src/setup/engine-factory.ts reads them). */
+export type Seed = "matplotlib-font-cache";
+
+export interface RuntimeEntry {
+  /** The interpreter command inside the image; the engine appends the code file. */
+  readonly argv: readonly [string, ...string[]];
+  /** Name of the code file in the sandbox, whose extension some interpreters care about. */
+  readonly codeFile: string;
+  /**
+   * The script (guest/) a pooled sandbox's agent pre-starts argv[0] with before the call, or null
+   * when the runtime is never pre-started (src/backends/prestart.ts).
+   */
+  readonly prestartScript: string | null;
+  /** What the call's sandbox is seeded with before the caller's files. */
+  readonly seeds: readonly Seed[];
+  /** What the operator's image config added to this runtime, and how each surface names it. */
+  readonly extras: {
+    /** Where the manifest's extras keep the names. */
+    readonly key: ExtrasKey;
+    /**
+     * true: the names are among the runtime's own packages in the manifest, marked there; false:
+     * they are Debian packages that hold the runtime's packages, listed apart (doctor).
+     */
+    readonly inPackages: boolean;
+    /** scratchrun_runtimes' label. */
+    readonly listLabel: string;
+    /** scratchrun_exec's description's label. */
+    readonly toolLabel: string;
+    /** The doctor's image config check counts "N <countLabel>, …". */
+    readonly countLabel: string;
+  };
+  /**
+   * How scratchrun_exec's description names it to models: runtimes of one family are named
+   * together, each followed by what it has preinstalled, if the product promises anything.
+   */
+  readonly description: { readonly family: string; readonly preinstalled?: string };
+}
+
+/**
+ * The table. Its order is the order the image config's additions are listed in
+ * (scratchrun_exec's description, scratchrun_runtimes, doctor); RUNTIMES orders everything else.
+ */
+export const RUNTIME_TABLE = {
+  bash: {
+    argv: [IN_IMAGE.bash],
+    codeFile: "main.sh",
+    // A shell that sources the file is not `bash main.sh` (docs/decisions/0003-microvm.md).
+    prestartScript: null,
+    seeds: [],
+    extras: {
+      key: "debian",
+      inPackages: true,
+      listLabel: "bash (Debian packages)",
+      toolLabel: "bash",
+      countLabel: "Debian",
+    },
+    description: { family: "bash" },
+  },
+  "python3.11": {
+    argv: [IN_IMAGE.python311],
+    codeFile: "main.py",
+    prestartScript: "prestart.py",
+    // matplotlib's font cache, scanned once at image build time, so a first plot does not rescan.
+    seeds: ["matplotlib-font-cache"],
+    extras: {
+      key: "python3.11",
+      inPackages: false,
+      listLabel: "python3.11 (Debian packages)",
+      toolLabel: "python3.11",
+      countLabel: "python3.11",
+    },
+    description: { family: "python", preinstalled: "numpy, pandas, matplotlib, pillow, scipy" },
+  },
+  "python3.12": {
+    argv: [IN_IMAGE.python312],
+    codeFile: "main.py",
+    prestartScript: "prestart.py",
+    seeds: [],
+    extras: {
+      key: "python3.12",
+      inPackages: true,
+      listLabel: "python3.12",
+      toolLabel: "python3.12",
+      countLabel: "python3.12",
+    },
+    description: { family: "python" },
+  },
+  node20: {
+    argv: [IN_IMAGE.node20],
+    codeFile: "main.js",
+    // Reseeds OpenSSL's DRBG and V8's generator before the code runs.
+    prestartScript: "prestart.js",
+    seeds: [],
+    extras: {
+      key: "node20",
+      inPackages: true,
+      listLabel: "node20 (npm packages: require() or import from any file)",
+      toolLabel: "node20 (require() or import)",
+      countLabel: "npm",
+    },
+    description: { family: "node" },
+  },
+} as const satisfies Record<RuntimeName, RuntimeEntry>;
+
+/** One runtime's entry. */
+export const runtimeEntry = (runtime: RuntimeName): RuntimeEntry => RUNTIME_TABLE[runtime];
+
+/** The runtimes in the order the image config's additions are listed (the table's order). */
+export const EXTRAS_ORDER = Object.keys(RUNTIME_TABLE) as RuntimeName[];
+
+/** Every pre-start script some runtime uses, each once (the microVM initramfs carries them). */
+export const PRESTART_SCRIPTS: readonly string[] = [
+  ...new Set(RUNTIMES.flatMap((r) => RUNTIME_TABLE[r].prestartScript ?? [])),
+];
