@@ -3,7 +3,8 @@
 // exported with `git archive` and compiled), both started as stdio servers at once, their calls
 // alternating one by one (the order flipping each round) so both see the same machine. Prints
 // p25/p50/p75 per runtime of bash `true` and python3.11 `print(1)`, through the MCP SDK's client.
-// Network "none". Run it under sr-locked: it starts jails.
+// Network "none"; the namespace backend unless SCRATCHRUN_ISOLATION says microvm. Run it under
+// sr-locked: it starts jails.
 import { fileURLToPath } from "node:url";
 import { performance } from "node:perf_hooks";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -15,6 +16,9 @@ const other = process.argv[2];
 if (!other)
   throw new Error("usage: ab-builds.js OTHER_BUILD/dist/src/bin/scratchrun-mcp.js [rounds]");
 const rounds = Number(process.argv[3] ?? 100);
+const isolation = process.env.SCRATCHRUN_ISOLATION ?? "namespace";
+// The pool refills between calls: a jail in tens of ms, a warmed microVM clone in about a second.
+const pauseMs = isolation === "microvm" ? 1500 : 30;
 const bins = {
   this: fileURLToPath(new URL("../src/bin/scratchrun-mcp.js", import.meta.url)),
   other,
@@ -28,7 +32,7 @@ async function start(bin: string): Promise<Client> {
     env: {
       PATH: process.env.PATH ?? "/usr/bin:/bin",
       HOME: process.env.HOME ?? "/root",
-      SCRATCHRUN_ISOLATION: "namespace",
+      SCRATCHRUN_ISOLATION: isolation,
       SCRATCHRUN_NETWORK: "none",
     },
     stderr: "ignore",
@@ -63,7 +67,7 @@ for (const runtime of Object.keys(work) as (keyof typeof work)[]) {
   for (let i = 0; i < rounds; i++) {
     for (const b of i % 2 ? (["other", "this"] as const) : (["this", "other"] as const)) {
       samples[b].push(await call(b, runtime));
-      await new Promise((r) => setTimeout(r, 30)); // the pool refills between calls
+      await new Promise((r) => setTimeout(r, pauseMs));
     }
   }
   const q = (v: number[], p: number) =>
@@ -78,6 +82,6 @@ for (const runtime of Object.keys(work) as (keyof typeof work)[]) {
     other: { p25: q(samples.other, 0.25), p50: q(samples.other, 0.5), p75: q(samples.other, 0.75) },
   };
 }
-process.stdout.write(`${JSON.stringify({ rounds, bins, ms: report }, null, 2)}\n`);
+process.stdout.write(`${JSON.stringify({ isolation, rounds, bins, ms: report }, null, 2)}\n`);
 await clients.this.close();
 await clients.other.close();

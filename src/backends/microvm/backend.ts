@@ -12,7 +12,7 @@ import { takeLease, type Lease } from "../../images/lease.js";
 import { ScratchRunError } from "../../errors.js";
 import { detectCgroups } from "../../jail/cgroup.js";
 import { SANDBOX_UID_BASE, SANDBOX_UID_COUNT, UidPool } from "../../jail/uids.js";
-import { runAgentSession } from "../../protocol/session.js";
+import { runCall, Teardowns } from "../call.js";
 import type { RuntimeName } from "../../schema/exec.js";
 import { LIMITS } from "../../schema/limits.js";
 import type { Backend, BackendOutcome, Isolation, RunOptions, SandboxJob } from "../types.js";
@@ -38,8 +38,6 @@ export const GUEST_UID = CODE_UID;
 /** QEMU's host uids: a range of their own, after the namespace backend's sandbox uids. */
 const VM_UID_BASE = SANDBOX_UID_BASE + SANDBOX_UID_COUNT;
 const VM_UID_COUNT = 1024;
-/** Grace the host gives the agent past the code's own timeout before destroying the VM. */
-const HOST_GRACE_MS = 3000;
 
 export interface MicrovmBackendOptions {
   /** Runtime rootfs directory (src/images); its erofs image is built next to it on first use. */
@@ -141,7 +139,7 @@ export class MicrovmBackend implements Backend {
   /** VMs serving a call right now (taken from the pool or started for it). */
   private readonly serving = new Set<MicroVm>();
   /** Destroys still finishing after their call returned (close() waits for them). */
-  private readonly teardowns = new Set<Promise<void>>();
+  private readonly teardowns = new Teardowns();
   /** Calls getting their VM right now (before they are serving). */
   private acquiring = 0;
   /** Host CPUs: with fewer calls running than this, a clone made meanwhile is rehearsed. */
@@ -367,9 +365,8 @@ export class MicrovmBackend implements Backend {
     vm ??= await this.pooledOrRestored(job, "plain", signal);
     if (vm) {
       try {
-        const cloned = vm.paused;
         await vm.activate(this.bootTimeoutMs, job.network);
-        if (cloned) this.counters.clonedCalls++;
+        if (vm.kind === "clone") this.counters.clonedCalls++;
         else this.counters.bootedCalls++;
         if (fromPreimport) this.counters.preimportedCalls++;
         if (vm.warmedUp === "full") this.counters.warmedCalls++;
@@ -439,36 +436,32 @@ export class MicrovmBackend implements Backend {
       .finally(() => this.acquiring--);
     this.serving.add(vm);
     try {
-      if (job.network === "public" && job.egressAllowlist)
-        await vm.useAllowlist(job.egressAllowlist);
-      const sandboxReadyMs = Date.now() - started;
-      const request = {
-        ...job.request,
-        uid: job.request.uid ?? GUEST_UID,
-        gid: job.request.gid ?? GUEST_UID,
-      };
-      const agent = await runAgentSession({ input: vm.channel, output: vm.channel }, request, {
-        signal: options.signal,
-        hardDeadlineMs: job.request.timeoutMs + HOST_GRACE_MS,
-        alreadyReady: true,
-        ...(options.onEvent ? { onEvent: options.onEvent } : {}),
-      });
-      const network = await vm.networkReport();
-      return {
-        agent,
-        isolation: this.isolation,
-        oomKilled: (agent.exit?.oomKills ?? 0) > 0,
-        sandboxReadyMs,
-        ...(network ? { network } : {}),
-      };
+      return await runCall(
+        {
+          input: vm.channel,
+          output: vm.channel,
+          alreadyReady: true, // activate() read READY
+          useAllowlist: (list) => vm.useAllowlist(list),
+          // The guest counts its own OOM kills (the agent reports them); QEMU's cgroup only
+          // holds the VM as a whole.
+          observe: async () => ({ oomKills: 0, network: await vm.networkReport() }),
+          kill: () => vm.kill(),
+          destroy: () => vm.destroy(),
+        },
+        job,
+        options,
+        {
+          isolation: this.isolation,
+          startedAt: started,
+          teardowns: this.teardowns,
+          request: {
+            ...job.request,
+            uid: job.request.uid ?? GUEST_UID,
+            gid: job.request.gid ?? GUEST_UID,
+          },
+        },
+      );
     } finally {
-      // The call's VM is killed before run() settles: every process of it has exited. Reaping
-      // the jail and removing its cgroup, directory, network and uid are left to the background;
-      // close() waits for them.
-      const gone = vm.destroy().catch(() => {});
-      this.teardowns.add(gone);
-      void gone.then(() => this.teardowns.delete(gone));
-      await vm.kill();
       this.serving.delete(vm);
       this.lastCallAt = Date.now();
       this.pool.refillNow();
@@ -490,7 +483,7 @@ export class MicrovmBackend implements Backend {
     this.closing.abort();
     await this.pool.close();
     await Promise.all([...this.live].map((vm) => vm.destroy()));
-    await Promise.all(this.teardowns);
+    await this.teardowns.drain();
     const templates = [...this.templates.values()];
     this.templates.clear();
     this.built.clear();

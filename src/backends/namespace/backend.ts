@@ -4,7 +4,8 @@ import { createCgroup, detectCgroups, type Cgroup, type CgroupHost } from "../..
 import { renderSeccompFilter } from "../../jail/seccomp.js";
 import { spawnJailed } from "../../jail/spawn.js";
 import { UidPool } from "../../jail/uids.js";
-import { runAgentSession, waitForReady } from "../../protocol/session.js";
+import { waitForReady } from "../../protocol/session.js";
+import { runCall, Teardowns } from "../call.js";
 import type { Preimport } from "../../images/preimport.js";
 import { RUNTIMES, type RuntimeName } from "../../schema/exec.js";
 import { LIMITS } from "../../schema/limits.js";
@@ -71,8 +72,6 @@ export interface NetworkProvider {
 
 type Net = Awaited<ReturnType<NetworkProvider["create"]>>;
 
-/** Grace the host gives the agent past the code's own timeout before destroying the sandbox. */
-const HOST_GRACE_MS = 3000;
 /** How long a pooled jail may take to say READY before it is given up. */
 const READY_TIMEOUT_MS = 30_000;
 const MiB = 1024 * 1024;
@@ -102,7 +101,7 @@ export class NamespaceBackend implements Backend {
   /** Every run() in flight, so close() can wait for them. */
   private readonly inflight = new Set<Promise<unknown>>();
   /** Background removal of finished jails (cgroup directories, network, uid). */
-  private readonly teardowns = new Set<Promise<void>>();
+  private readonly teardowns = new Teardowns();
   private readonly closing = new AbortController();
   /**
    * Keyed by network mode (a jail's network namespace is fixed when it starts), runtime (the
@@ -186,38 +185,29 @@ export class NamespaceBackend implements Backend {
     const pooled = poolable ? await this.acquire(job, options.signal) : null;
     const jail = pooled ?? (await this.start(job.memoryMb, job.network, allow, []));
     this.counters[pooled ? "pooledCalls" : "coldCalls"]++;
-    try {
-      if (allow && jail.net) await jail.net.useAllowlist(allow);
-      const sandboxReadyMs = Date.now() - started;
-      const agent = await runAgentSession(
-        { input: jail.child.stdout!, output: jail.child.stdin! },
-        job.request,
-        {
-          signal: options.signal,
-          hardDeadlineMs: job.request.timeoutMs + HOST_GRACE_MS,
-          alreadyReady: pooled !== null,
-          ...(options.onEvent ? { onEvent: options.onEvent } : {}),
+    return runCall(
+      {
+        input: jail.child.stdout!,
+        output: jail.child.stdin!,
+        alreadyReady: pooled !== null,
+        useAllowlist: async (list) => jail.net?.useAllowlist(list),
+        observe: async () => {
+          // After DONE the agent exits by itself and takes the sandbox with it: give it a moment
+          // so the kill finds an empty cgroup instead of polling for exiting processes. The
+          // cgroup's OOM count and the network's refusals are final once it is stopped.
+          await Promise.race([jail.exited, new Promise((r) => setTimeout(r, 100).unref())]);
+          await jail.kill();
+          const stats = await jail.cgroup.stats();
+          const network = jail.net ? await jail.net.report().catch(() => undefined) : undefined;
+          return { oomKills: stats.oomKills, network };
         },
-      );
-      // After DONE the agent exits by itself and takes the sandbox with it: give it a moment so
-      // the kill finds an empty cgroup instead of polling for exiting processes.
-      await Promise.race([jail.exited, new Promise((r) => setTimeout(r, 100).unref())]);
-      await jail.kill();
-      const stats = await jail.cgroup.stats();
-      const network = jail.net ? await jail.net.report().catch(() => undefined) : undefined;
-      return {
-        agent,
-        isolation: this.isolation,
-        oomKilled: stats.oomKills > 0 || (agent.exit?.oomKills ?? 0) > 0,
-        sandboxReadyMs,
-        ...(network ? { network } : {}),
-      };
-    } finally {
-      await jail.kill().catch(() => {});
-      const gone = jail.destroy();
-      this.teardowns.add(gone);
-      void gone.then(() => this.teardowns.delete(gone));
-    }
+        kill: () => jail.kill(),
+        destroy: () => jail.destroy(),
+      },
+      job,
+      options,
+      { isolation: this.isolation, startedAt: started, teardowns: this.teardowns },
+    );
   }
 
   /**
@@ -358,6 +348,6 @@ export class NamespaceBackend implements Backend {
     for (const child of this.live) child.kill("SIGKILL");
     await Promise.allSettled([...this.inflight]);
     await this.pool.close();
-    await Promise.all(this.teardowns);
+    await this.teardowns.drain();
   }
 }
