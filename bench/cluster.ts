@@ -11,19 +11,31 @@ import { cpus, loadavg } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { Cluster, API_ADDRESS } from "../test/cluster/harness.js";
-import { summarize, type Summary } from "./stats.js";
+import { quantile, summarize, type Summary } from "./stats.js";
 import { REPO_ROOT } from "./peers.js";
 
 const log = (m: string) =>
   process.stderr.write(`[bench:cluster ${new Date().toISOString().slice(11, 19)}] ${m}\n`);
 
 const { values } = parseArgs({
-  options: { quick: { type: "boolean" }, out: { type: "string" } },
+  options: {
+    quick: { type: "boolean" },
+    out: { type: "string" },
+    // Only the dispatch overhead phase (no results file is written), e.g. with a profile:
+    "overhead-only": { type: "boolean" },
+    // Each API replica writes a V8 CPU profile into this directory when it exits.
+    "cpu-prof": { type: "string" },
+    // Replicas reach Postgres through the test harness's TCP proxy (in this process), as the
+    // failover test needs, instead of directly.
+    "db-proxy": { type: "boolean" },
+    rounds: { type: "string" },
+  },
 });
 const QUICK = values.quick ?? false;
+const OVERHEAD_ONLY = values["overhead-only"] ?? false;
 const OUT = values.out ?? join(REPO_ROOT, "bench", "results");
 const WINDOW_MS = QUICK ? 3000 : 15_000;
-const OVERHEAD_SAMPLES = QUICK ? 20 : 200;
+const OVERHEAD_ROUNDS = Number(values.rounds ?? (QUICK ? 30 : 600));
 
 const WORKLOADS = {
   echo: { runtime: "bash", code: "echo hi" },
@@ -129,7 +141,25 @@ function postgresPids(postmaster: number): number[] {
   return out;
 }
 
-/** Sequential calls, the three paths interleaved so drift hits each alike. */
+/** The median of `d` with a distribution-free 95% interval (order statistics, binomial ranks). */
+export function medianWithInterval(d: readonly number[]): { p50: number; lo: number; hi: number } {
+  const s = [...d].sort((a, b) => a - b);
+  const n = s.length;
+  const half = 1.96 * Math.sqrt(n) * 0.5;
+  const r = (x: number | undefined) => Math.round((x ?? Number.NaN) * 100) / 100;
+  return {
+    p50: r(quantile(s, 0.5)),
+    lo: r(s[Math.max(0, Math.floor(n / 2 - half))]),
+    hi: r(s[Math.min(n - 1, Math.ceil(n / 2 + half))]),
+  };
+}
+
+/**
+ * Sequential calls in rounds: each round calls the three paths once, in an order rotated from
+ * round to round, so drift and position hit each path alike. The overhead is the median of the
+ * per-round differences (API path − worker directly): a busy moment inflates both calls of a
+ * round, not one path's median.
+ */
 async function overhead(c: Cluster) {
   const worker = c.workers[0]!;
   const replica = c.replicas[0]!;
@@ -145,22 +175,35 @@ async function overhead(c: Cluster) {
     replica: () => post(`http://${API_ADDRESS}:${replica.port}/v1/exec`, WORKLOADS.echo, c.key),
     front: () => post(`${c.url}/v1/exec`, WORKLOADS.echo, c.key),
   };
-  const samples: Record<keyof typeof paths, number[]> = { direct: [], replica: [], front: [] };
-  for (const p of Object.values(paths)) for (let i = 0; i < 5; i++) await p(); // warm up
+  type Path = keyof typeof paths;
+  const names = Object.keys(paths) as Path[];
+  const samples: Record<Path, number[]> = { direct: [], replica: [], front: [] };
+  const diffs = { replica: [] as number[], front: [] as number[] };
+  for (const p of Object.values(paths)) for (let i = 0; i < 20; i++) await p(); // warm up
   // CPU the replicas and Postgres spend on the calls that go through them (2 of every 3), which
   // a busy host does not inflate the way it inflates wall-clock differences.
   const replicaPids = c.replicas.map((r) => r.proc!.child.pid!);
   const cpu0 = { replicas: cpuByPid(replicaPids), pg: cpuByPid(postgresPids(c.pgServer.pid)) };
-  for (let i = 0; i < OVERHEAD_SAMPLES; i++)
-    for (const [name, p] of Object.entries(paths) as [
-      keyof typeof paths,
-      () => Promise<number>,
-    ][]) {
+  const load = { start: loadavg()[0]!, end: 0 };
+  let failed = 0;
+  for (let i = 0; i < OVERHEAD_ROUNDS; i++) {
+    const round: Partial<Record<Path, number>> = {};
+    for (let j = 0; j < names.length; j++) {
+      const name = names[(i + j) % names.length]!;
       const s = performance.now();
-      const status = await p();
-      if (status === 200) samples[name].push(performance.now() - s);
-      else log(`${name}: HTTP ${status}`);
+      const status = await paths[name]();
+      if (status === 200) round[name] = performance.now() - s;
+      else {
+        failed++;
+        log(`${name}: HTTP ${status}`);
+      }
     }
+    for (const name of names) if (round[name] !== undefined) samples[name].push(round[name]);
+    if (round.direct === undefined) continue;
+    if (round.replica !== undefined) diffs.replica.push(round.replica - round.direct);
+    if (round.front !== undefined) diffs.front.push(round.front - round.direct);
+  }
+  load.end = loadavg()[0]!;
   const apiCalls = samples.replica.length + samples.front.length;
   const cpuPerCallMs = {
     replicas: Math.round((cpuSince(cpu0.replicas, cpuByPid(replicaPids)) / apiCalls) * 10000) / 10,
@@ -170,12 +213,19 @@ async function overhead(c: Cluster) {
   };
   const summary = Object.fromEntries(
     Object.entries(samples).map(([k, v]) => [k, summarize(v)]),
-  ) as Record<keyof typeof paths, Summary | null>;
-  const p50 = (k: keyof typeof paths) => summary[k]?.p50 ?? Number.NaN;
+  ) as Record<Path, Summary | null>;
+  const p50 = (k: Path) => summary[k]?.p50 ?? Number.NaN;
   return {
+    rounds: OVERHEAD_ROUNDS,
+    failed,
+    load,
     summary,
-    dispatchMs: Math.round((p50("replica") - p50("direct")) * 10) / 10,
-    frontDoorMs: Math.round((p50("front") - p50("direct")) * 10) / 10,
+    /** Median of the paired per-round differences, with its 95% interval. */
+    dispatch: medianWithInterval(diffs.replica),
+    frontDoor: medianWithInterval(diffs.front),
+    /** The old measure, kept for comparison: difference of the two paths' medians. */
+    dispatchMedianDiffMs: Math.round((p50("replica") - p50("direct")) * 10) / 10,
+    frontDoorMedianDiffMs: Math.round((p50("front") - p50("direct")) * 10) / 10,
     cpuPerCallMs,
   };
 }
@@ -188,11 +238,15 @@ async function main() {
     workers: 3,
     replicas: 2,
     worker: { maxConcurrent: 2, maxQueued: 2, poolSize: 2 },
+    databaseDirect: !values["db-proxy"],
+    ...(values["cpu-prof"]
+      ? { replicaEnv: { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${values["cpu-prof"]}` } }
+      : {}),
   });
   const results: LoadResult[] = [];
   let over: Awaited<ReturnType<typeof overhead>>;
   try {
-    for (const n of [1, 2, 3]) {
+    for (const n of OVERHEAD_ONLY ? [] : [1, 2, 3]) {
       c.publishWorkers(c.workers.slice(0, n));
       await c.waitWorkersUp(n);
       for (const w of Object.keys(WORKLOADS) as (keyof typeof WORKLOADS)[]) {
@@ -206,11 +260,12 @@ async function main() {
     log("dispatch overhead");
     over = await overhead(c);
     log(
-      `p50 direct ${over.summary.direct?.p50} ms, replica ${over.summary.replica?.p50} ms, front door ${over.summary.front?.p50} ms`,
+      `p50 direct ${over.summary.direct?.p50} ms, replica ${over.summary.replica?.p50} ms, front door ${over.summary.front?.p50} ms; paired overhead ${over.dispatch.p50} ms [${over.dispatch.lo}, ${over.dispatch.hi}], front door ${over.frontDoor.p50} ms; CPU/call replicas ${over.cpuPerCallMs.replicas} ms, Postgres ${over.cpuPerCallMs.postgres} ms`,
     );
   } finally {
     await c.close();
   }
+  if (OVERHEAD_ONLY) return;
   const base = (w: string) => results.find((r) => r.workers === 1 && r.workload === w)!.callsPerS;
   const rows = results.map(
     (r) =>
@@ -221,7 +276,7 @@ async function main() {
 
 ${startedAt.toISOString().slice(0, 16).replace("T", " ")} UTC, ${cpus().length} × ${cpus()[0]?.model ?? "?"}, Node ${process.version}; 1-min load ${load1.toFixed(1)} at start, ${loadavg()[0]!.toFixed(1)} at end.
 Namespace backend; every worker (2 slots, 2 queue places, a pool of 2 jails) in its own network
-namespace behind a veth link; 2 API replicas with Postgres; calls through a TCP front door. All of
+namespace behind a veth link; 2 API replicas with Postgres (${values["db-proxy"] ? "through the harness's TCP proxy in the benchmark's own process (`--db-proxy`)" : "reached directly, as a Service forwards in the kernel; `--db-proxy` puts the failover test's TCP proxy between them"}); calls through a TCP front door. All of
 it shares this machine's ${cpus().length} cores, so more workers add slots, not CPUs.
 
 ## Throughput through the front door (closed loop, ${WINDOW_MS / 1000} s per row, 4 clients per worker)
@@ -233,7 +288,11 @@ ${rows.join("\n")}
 \`echo\` is bash \`echo hi\` (CPU-bound on this host: the jail, the agent and three node processes
 per call); \`sleep200\` is \`sleep 0.2; echo hi\` (bound by slots: what a cluster adds).
 
-## Dispatch overhead (sequential, ${OVERHEAD_SAMPLES} calls per path, interleaved; bash \`echo hi\`)
+## Dispatch overhead (sequential, ${over.rounds} rounds; bash \`echo hi\`)
+
+Each round calls the three paths once, one after another, in an order rotated from round to
+round (${over.failed} calls failed); 1-min load ${over.load.start.toFixed(1)} at the start of this phase,
+${over.load.end.toFixed(1)} at its end.
 
 | path | p50 ms | ±½IQR | p90 ms |
 | --- | ---: | ---: | ---: |
@@ -241,10 +300,12 @@ per call); \`sleep200\` is \`sleep 0.2; echo hi\` (bound by slots: what a cluste
 | API replica (key, quota, records in Postgres, dispatch) | ${o.replica?.p50} | ${((o.replica?.iqr ?? 0) / 2).toFixed(1)} | ${o.replica?.p90} |
 | front door → API replica | ${o.front?.p50} | ${((o.front?.iqr ?? 0) / 2).toFixed(1)} | ${o.front?.p90} |
 
-Dispatch overhead per call (p50, API replica − worker directly): **${over.dispatchMs} ms** (target ≤ 3 ms);
-through the front door: ${over.frontDoorMs} ms. CPU per call on the API side (measured from
-/proc over the ${OVERHEAD_SAMPLES * 2} calls that went through a replica, including the replicas'
-status polls meanwhile): replicas ${over.cpuPerCallMs.replicas} ms, Postgres ${over.cpuPerCallMs.postgres} ms.
+Dispatch overhead per call, the median of the per-round differences (API replica − worker
+directly), with its 95% interval: **${over.dispatch.p50} ms** [${over.dispatch.lo}, ${over.dispatch.hi}] (target ≤ 3 ms);
+through the front door: ${over.frontDoor.p50} ms [${over.frontDoor.lo}, ${over.frontDoor.hi}]. (The difference of the two
+medians, the measure before paired rounds: ${over.dispatchMedianDiffMs} ms; front door ${over.frontDoorMedianDiffMs} ms.) CPU per call on
+the API side (from /proc over the ${over.rounds * 2} calls that went through a replica, including the
+replicas' status polls meanwhile): replicas ${over.cpuPerCallMs.replicas} ms, Postgres ${over.cpuPerCallMs.postgres} ms.
 `;
   mkdirSync(OUT, { recursive: true });
   const name = QUICK ? "cluster-quick" : "cluster-latest";

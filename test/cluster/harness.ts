@@ -222,6 +222,12 @@ export interface ClusterOptions {
   leaseTtlMs?: number;
   /** Extra environment of the API replicas (e.g. NODE_OPTIONS for a profile). */
   replicaEnv?: Record<string, string>;
+  /**
+   * Replicas reach Postgres directly, not through the harness's TCP proxy (which the failover
+   * test switches to the standby). For the benchmark: a Kubernetes Service forwards in the kernel,
+   * whereas this proxy copies every byte through the event loop of the process that runs it.
+   */
+  databaseDirect?: boolean;
 }
 
 export interface CallResult {
@@ -271,7 +277,9 @@ export class Cluster {
     c.apiLink = apiLink;
     try {
       await pgServer.createDatabase("scratchrun");
-      c.dbUrl = `postgres://scratchrun@127.0.0.1:${dbProxy.port}/scratchrun`;
+      c.dbUrl = options.databaseDirect
+        ? pgServer.url("scratchrun")
+        : `postgres://scratchrun@127.0.0.1:${dbProxy.port}/scratchrun`;
       const sql = new PostgresDriver({ url: c.dbUrl });
       await migratePostgres(sql);
       c.key = (await new KeyStore(sql).create("cluster")).key;
