@@ -175,6 +175,17 @@ async function overhead(c: Cluster) {
     replica: () => post(`http://${API_ADDRESS}:${replica.port}/v1/exec`, WORKLOADS.echo, c.key),
     front: () => post(`${c.url}/v1/exec`, WORKLOADS.echo, c.key),
   };
+  // A worker fresh from its start is still filling its pools (pre-imported Python jails take
+  // seconds of CPU each): measure once they are full, not against that.
+  const warm = async () => {
+    const res = await fetch(`http://${worker.addr}/v1/worker/status`, {
+      headers: { Authorization: `Bearer ${c.token}` },
+    });
+    const s = (await res.json()) as { warm: Record<string, { ready: number; target: number }> };
+    return Object.values(s.warm).every((w) => w.ready >= w.target);
+  };
+  for (const end = Date.now() + 120_000; !(await warm()) && Date.now() < end; )
+    await new Promise((r) => setTimeout(r, 500));
   type Path = keyof typeof paths;
   const names = Object.keys(paths) as Path[];
   const samples: Record<Path, number[]> = { direct: [], replica: [], front: [] };
@@ -240,7 +251,7 @@ async function main() {
     worker: { maxConcurrent: 2, maxQueued: 2, poolSize: 2 },
     databaseDirect: !values["db-proxy"],
     ...(values["cpu-prof"]
-      ? { replicaEnv: { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${values["cpu-prof"]}` } }
+      ? { replicaNodeArgs: ["--cpu-prof", `--cpu-prof-dir=${values["cpu-prof"]}`] }
       : {}),
   });
   const results: LoadResult[] = [];

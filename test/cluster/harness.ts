@@ -165,11 +165,12 @@ export class ApiReplica {
     private readonly cluster: Cluster,
   ) {}
 
-  async start(extraEnv: Record<string, string> = {}): Promise<void> {
+  async start(extraEnv: Record<string, string> = {}, nodeArgs: string[] = []): Promise<void> {
     const c = this.cluster;
     const child = spawn(
       process.execPath,
       [
+        ...nodeArgs,
         CLI,
         "serve",
         "--role",
@@ -222,6 +223,8 @@ export interface ClusterOptions {
   leaseTtlMs?: number;
   /** Extra environment of the API replicas (e.g. NODE_OPTIONS for a profile). */
   replicaEnv?: Record<string, string>;
+  /** Node options of the API replicas (e.g. --cpu-prof, which NODE_OPTIONS does not take). */
+  replicaNodeArgs?: string[];
   /**
    * Replicas reach Postgres directly, not through the harness's TCP proxy (which the failover
    * test switches to the standby). For the benchmark: a Kubernetes Service forwards in the kernel,
@@ -291,7 +294,7 @@ export class Cluster {
       await Promise.all(c.workers.map((w) => w.start()));
       c.publishWorkers();
       for (let i = 0; i < options.replicas; i++) c.replicas.push(new ApiReplica(i + 1, c));
-      await Promise.all(c.replicas.map((r) => r.start(options.replicaEnv)));
+      await Promise.all(c.replicas.map((r) => r.start(options.replicaEnv, options.replicaNodeArgs)));
       c.publishReplicas();
       return c;
     } catch (e) {
