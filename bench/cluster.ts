@@ -184,7 +184,7 @@ async function overhead(c: Cluster) {
     const s = (await res.json()) as { warm: Record<string, { ready: number; target: number }> };
     return Object.values(s.warm).every((w) => w.ready >= w.target);
   };
-  for (const end = Date.now() + 120_000; !(await warm()) && Date.now() < end; )
+  for (const end = Date.now() + 120_000; !(await warm()) && Date.now() < end;)
     await new Promise((r) => setTimeout(r, 500));
   type Path = keyof typeof paths;
   const names = Object.keys(paths) as Path[];

@@ -294,7 +294,9 @@ export class Cluster {
       await Promise.all(c.workers.map((w) => w.start()));
       c.publishWorkers();
       for (let i = 0; i < options.replicas; i++) c.replicas.push(new ApiReplica(i + 1, c));
-      await Promise.all(c.replicas.map((r) => r.start(options.replicaEnv, options.replicaNodeArgs)));
+      await Promise.all(
+        c.replicas.map((r) => r.start(options.replicaEnv, options.replicaNodeArgs)),
+      );
       c.publishReplicas();
       return c;
     } catch (e) {
