@@ -10,7 +10,7 @@ import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { cpus, loadavg } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { Cluster, API_ADDRESS } from "../test/cluster/harness.js";
+import { Cluster, API_ADDRESS, CLI } from "../test/cluster/harness.js";
 import { quantile, summarize, type Summary } from "./stats.js";
 import { REPO_ROOT } from "./peers.js";
 
@@ -29,6 +29,9 @@ const { values } = parseArgs({
     // failover test needs, instead of directly.
     "db-proxy": { type: "boolean" },
     rounds: { type: "string" },
+    // A/B: the second replica runs another build (DIR/dist/src/bin/scratchrun.js), called
+    // directly as a fourth path of every round; with --overhead-only.
+    ab: { type: "string" },
   },
 });
 const QUICK = values.quick ?? false;
@@ -174,6 +177,12 @@ async function overhead(c: Cluster) {
       ),
     replica: () => post(`http://${API_ADDRESS}:${replica.port}/v1/exec`, WORKLOADS.echo, c.key),
     front: () => post(`${c.url}/v1/exec`, WORKLOADS.echo, c.key),
+    ...(values.ab
+      ? {
+          other: () =>
+            post(`http://${API_ADDRESS}:${c.replicas[1]!.port}/v1/exec`, WORKLOADS.echo, c.key),
+        }
+      : {}),
   };
   // A worker fresh from its start is still filling its pools (pre-imported Python jails take
   // seconds of CPU each): measure once they are full, not against that.
@@ -186,10 +195,10 @@ async function overhead(c: Cluster) {
   };
   for (const end = Date.now() + 120_000; !(await warm()) && Date.now() < end;)
     await new Promise((r) => setTimeout(r, 500));
-  type Path = keyof typeof paths;
+  type Path = "direct" | "replica" | "front" | "other";
   const names = Object.keys(paths) as Path[];
-  const samples: Record<Path, number[]> = { direct: [], replica: [], front: [] };
-  const diffs = { replica: [] as number[], front: [] as number[] };
+  const samples: Record<Path, number[]> = { direct: [], replica: [], front: [], other: [] };
+  const diffs = { replica: [] as number[], front: [] as number[], other: [] as number[] };
   for (const p of Object.values(paths)) for (let i = 0; i < 20; i++) await p(); // warm up
   // CPU the replicas and Postgres spend on the calls that go through them (2 of every 3), which
   // a busy host does not inflate the way it inflates wall-clock differences.
@@ -202,7 +211,7 @@ async function overhead(c: Cluster) {
     for (let j = 0; j < names.length; j++) {
       const name = names[(i + j) % names.length]!;
       const s = performance.now();
-      const status = await paths[name]();
+      const status = await (paths as Record<Path, () => Promise<number>>)[name]();
       if (status === 200) round[name] = performance.now() - s;
       else {
         failed++;
@@ -213,6 +222,7 @@ async function overhead(c: Cluster) {
     if (round.direct === undefined) continue;
     if (round.replica !== undefined) diffs.replica.push(round.replica - round.direct);
     if (round.front !== undefined) diffs.front.push(round.front - round.direct);
+    if (round.other !== undefined) diffs.other.push(round.other - round.direct);
   }
   load.end = loadavg()[0]!;
   const apiCalls = samples.replica.length + samples.front.length;
@@ -234,6 +244,7 @@ async function overhead(c: Cluster) {
     /** Median of the paired per-round differences, with its 95% interval. */
     dispatch: medianWithInterval(diffs.replica),
     frontDoor: medianWithInterval(diffs.front),
+    other: diffs.other.length ? medianWithInterval(diffs.other) : null,
     /** The old measure, kept for comparison: difference of the two paths' medians. */
     dispatchMedianDiffMs: Math.round((p50("replica") - p50("direct")) * 10) / 10,
     frontDoorMedianDiffMs: Math.round((p50("front") - p50("direct")) * 10) / 10,
@@ -250,6 +261,9 @@ async function main() {
     replicas: 2,
     worker: { maxConcurrent: 2, maxQueued: 2, poolSize: 2 },
     databaseDirect: !values["db-proxy"],
+    ...(values.ab
+      ? { replicaClis: ["", join(values.ab, "dist/src/bin/scratchrun.js")].map((x) => x || CLI) }
+      : {}),
     ...(values["cpu-prof"]
       ? { replicaNodeArgs: ["--cpu-prof", `--cpu-prof-dir=${values["cpu-prof"]}`] }
       : {}),
@@ -271,7 +285,7 @@ async function main() {
     log("dispatch overhead");
     over = await overhead(c);
     log(
-      `p50 direct ${over.summary.direct?.p50} ms, replica ${over.summary.replica?.p50} ms, front door ${over.summary.front?.p50} ms; paired overhead ${over.dispatch.p50} ms [${over.dispatch.lo}, ${over.dispatch.hi}], front door ${over.frontDoor.p50} ms; CPU/call replicas ${over.cpuPerCallMs.replicas} ms, Postgres ${over.cpuPerCallMs.postgres} ms`,
+      `p50 direct ${over.summary.direct?.p50} ms, replica ${over.summary.replica?.p50} ms, front door ${over.summary.front?.p50} ms; paired overhead ${over.dispatch.p50} ms [${over.dispatch.lo}, ${over.dispatch.hi}], front door ${over.frontDoor.p50} ms; CPU/call replicas ${over.cpuPerCallMs.replicas} ms, Postgres ${over.cpuPerCallMs.postgres} ms${over.other ? `; the other build's replica: ${over.other.p50} ms [${over.other.lo}, ${over.other.hi}]` : ""}`,
     );
   } finally {
     await c.close();

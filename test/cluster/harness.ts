@@ -23,7 +23,7 @@ import { waitFor } from "../api/harness.js";
 import { TestDns } from "./dns-server.js";
 import { TcpProxy } from "./tcp-proxy.js";
 
-const CLI = join(REPO_ROOT, "dist/src/bin/scratchrun.js");
+export const CLI = join(REPO_ROOT, "dist/src/bin/scratchrun.js");
 export const WORKERS_NAME = "workers.scratchrun.test";
 export const WORKER_PORT = 8788;
 /**
@@ -175,13 +175,17 @@ export class ApiReplica {
     private readonly cluster: Cluster,
   ) {}
 
-  async start(extraEnv: Record<string, string> = {}, nodeArgs: string[] = []): Promise<void> {
+  async start(
+    extraEnv: Record<string, string> = {},
+    nodeArgs: string[] = [],
+    cli = CLI,
+  ): Promise<void> {
     const c = this.cluster;
     const child = spawn(
       process.execPath,
       [
         ...nodeArgs,
-        CLI,
+        cli,
         "serve",
         "--role",
         "api",
@@ -235,6 +239,8 @@ export interface ClusterOptions {
   replicaEnv?: Record<string, string>;
   /** Node options of the API replicas (e.g. --cpu-prof, which NODE_OPTIONS does not take). */
   replicaNodeArgs?: string[];
+  /** The CLI each replica runs, by index (default: this build's): an A/B of two builds. */
+  replicaClis?: string[];
   /**
    * Replicas reach Postgres directly, not through the harness's TCP proxy (which the failover
    * test switches to the standby). For the benchmark: a Kubernetes Service forwards in the kernel,
@@ -305,7 +311,9 @@ export class Cluster {
       c.publishWorkers();
       for (let i = 0; i < options.replicas; i++) c.replicas.push(new ApiReplica(i + 1, c));
       await Promise.all(
-        c.replicas.map((r) => r.start(options.replicaEnv, options.replicaNodeArgs)),
+        c.replicas.map((r) =>
+          r.start(options.replicaEnv, options.replicaNodeArgs, options.replicaClis?.[r.index - 1]),
+        ),
       );
       c.publishReplicas();
       return c;
