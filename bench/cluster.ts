@@ -158,7 +158,7 @@ export function medianWithInterval(d: readonly number[]): { p50: number; lo: num
 }
 
 /**
- * Sequential calls in rounds: each round calls the three paths once, in an order rotated from
+ * Sequential calls in rounds: each round calls every path once, in an order rotated from
  * round to round, so drift and position hit each path alike. The overhead is the median of the
  * per-round differences (API path − worker directly): a busy moment inflates both calls of a
  * round, not one path's median.
@@ -200,7 +200,7 @@ async function overhead(c: Cluster) {
   const samples: Record<Path, number[]> = { direct: [], replica: [], front: [], other: [] };
   const diffs = { replica: [] as number[], front: [] as number[], other: [] as number[] };
   for (const p of Object.values(paths)) for (let i = 0; i < 20; i++) await p(); // warm up
-  // CPU the replicas and Postgres spend on the calls that go through them (2 of every 3), which
+  // CPU the replicas and Postgres spend on the calls that go through them (all but direct), which
   // a busy host does not inflate the way it inflates wall-clock differences.
   const replicaPids = c.replicas.map((r) => r.proc!.child.pid!);
   const cpu0 = { replicas: cpuByPid(replicaPids), pg: cpuByPid(postgresPids(c.pgServer.pid)) };
@@ -225,7 +225,7 @@ async function overhead(c: Cluster) {
     if (round.other !== undefined) diffs.other.push(round.other - round.direct);
   }
   load.end = loadavg()[0]!;
-  const apiCalls = samples.replica.length + samples.front.length;
+  const apiCalls = samples.replica.length + samples.front.length + samples.other.length;
   const cpuPerCallMs = {
     replicas: Math.round((cpuSince(cpu0.replicas, cpuByPid(replicaPids)) / apiCalls) * 10000) / 10,
     postgres:
