@@ -1,5 +1,4 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
+import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import type { Engine } from "../engine/engine.js";
 import { isScratchRunError } from "../errors.js";
 import { RUNTIMES, type RuntimeName } from "../schema/exec.js";
@@ -12,6 +11,7 @@ import { SandboxTracker } from "./tracker.js";
 import { VERSION } from "../version.js";
 import { FailureLimiter, parseBearer } from "./auth.js";
 import { readJsonBody } from "./body.js";
+import { listen, routedServer, sendError, sendJson } from "./http.js";
 import type { Logger } from "./log.js";
 import { McpSessions, type McpSessionLimits } from "./mcp-http.js";
 import { Metrics, type GaugeSource } from "./metrics.js";
@@ -26,7 +26,7 @@ import {
   type Caller,
   type ServiceEngine,
 } from "./service.js";
-import { limitsToWire, outcomeToWire, type WireError } from "./wire.js";
+import { limitsToWire, outcomeToWire } from "./wire.js";
 
 /**
  * What an API replica (`serve --role api`) serves from instead of a local engine and SQLite: the
@@ -70,34 +70,6 @@ export interface ApiServer {
 /** Code (1 MiB) plus files (10 MiB) as JSON, with room for escaping and the other fields. */
 export const DEFAULT_BODY_CAP_BYTES = 16 * 1024 * 1024;
 export const DEFAULT_KEY_LIMITS: KeyLimits = { maxConcurrent: 4, ratePerMinute: 120, burst: 30 };
-
-type Json = Record<string, unknown> | unknown[];
-
-function send(
-  res: ServerResponse,
-  status: number,
-  body: Json,
-  headers: Record<string, string> = {},
-) {
-  const text = JSON.stringify(body);
-  res.writeHead(status, {
-    "Content-Type": "application/json",
-    "Content-Length": String(Buffer.byteLength(text)),
-    "Cache-Control": "no-store",
-    ...headers,
-  });
-  res.end(text);
-}
-
-function sendError(
-  res: ServerResponse,
-  status: number,
-  code: WireError["error"]["code"],
-  message: string,
-  headers: Record<string, string> = {},
-) {
-  send(res, status, { error: { code, message } }, headers);
-}
 
 /** How long shutdown waits for calls in flight: 90 s, or the latest call's deadline and 15 s. */
 export function drainBoundMs(latestDeadline: number, now = Date.now()): number {
@@ -230,7 +202,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
       const outcome = await service.run(caller, request, {
         signal: controller.signal,
       });
-      if (!res.destroyed) send(res, 200, outcomeToWire(outcome));
+      if (!res.destroyed) sendJson(res, 200, outcomeToWire(outcome));
     } catch (e) {
       if (res.destroyed) return;
       if (e instanceof RetryLater)
@@ -264,7 +236,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
     }
     const method = req.method ?? "GET";
     if (path === "/healthz" && method === "GET") {
-      send(res, 200, { status: "ok" });
+      sendJson(res, 200, { status: "ok" });
       return path;
     }
     if (path === "/readyz" && method === "GET") {
@@ -278,7 +250,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
         status = warming ? "warming" : "ready";
       } else status = replica!.readiness().status;
       const ready = status === "ready";
-      send(res, ready ? 200 : 503, { status, isolation: engine.backend.isolation });
+      sendJson(res, ready ? 200 : 503, { status, isolation: engine.backend.isolation });
       return path;
     }
     if (path === "/metrics" && method === "GET") {
@@ -288,7 +260,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
       return path;
     }
     if (path === "/openapi.json" && method === "GET") {
-      send(res, 200, buildOpenApiDocument());
+      sendJson(res, 200, buildOpenApiDocument());
       return path;
     }
     const known = path === "/v1/exec" || path === "/v1/info" || path === "/mcp";
@@ -304,7 +276,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
     if (!key) return path;
     const policy = service.policyFor(key.policy);
     if (path === "/v1/info" && method === "GET") {
-      send(res, 200, {
+      sendJson(res, 200, {
         version: VERSION,
         isolation: engine.backend.isolation,
         network_note: policy.networkNote ?? engine.networkNote,
@@ -340,35 +312,21 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
   // the last results are flushed before connections close.
   let openPosts = 0;
   let postsIdle: (() => void) | undefined;
-  const server: Server = createServer((req, res) => {
+  const server: Server = routedServer(route, metrics, logger, (req, res) => {
     if (req.method === "POST") {
       openPosts++;
       res.once("close", () => {
         if (--openPosts === 0) postsIdle?.();
       });
     }
-    route(req, res).then(
-      (label) => metrics.http.inc({ route: label, status: String(res.statusCode) }),
-      (e: unknown) => {
-        logger.error({ err: e instanceof Error ? e.message : String(e) }, "request failed");
-        if (!res.headersSent) sendError(res, 500, "INTERNAL", "Internal error");
-        else res.destroy();
-      },
-    );
   });
-  server.requestTimeout = 0;
-  server.headersTimeout = 30_000;
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(options.port, options.host, () => resolve());
-  });
-  port = (server.address() as AddressInfo).port;
-  const hostPart = options.host.includes(":") ? `[${options.host}]` : options.host;
+  const listening = await listen(server, options.host, options.port);
+  port = listening.port;
   logger.info({ host: options.host, port, isolation: engine.backend.isolation }, "listening");
 
   let closing: Promise<void> | undefined;
   return {
-    url: `http://${hostPart}:${port}`,
+    url: listening.url,
     port,
     metrics,
     service,

@@ -1,8 +1,8 @@
 import { randomBytes } from "node:crypto";
-import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import { parseBearer } from "../api/auth.js";
 import { readJsonBody } from "../api/body.js";
+import { listen, routedServer, sendError, sendJson } from "../api/http.js";
 import type { Logger } from "../api/log.js";
 import { Metrics } from "../api/metrics.js";
 import type { SandboxTracker } from "../api/tracker.js";
@@ -45,25 +45,6 @@ export interface WorkerServer {
   /** Closes the listener and every connection (after drain() for a graceful stop). */
   close(): Promise<void>;
 }
-
-function sendJson(res: ServerResponse, status: number, body: unknown, headers = {}) {
-  const text = JSON.stringify(body);
-  res.writeHead(status, {
-    "Content-Type": "application/json",
-    "Content-Length": String(Buffer.byteLength(text)),
-    "Cache-Control": "no-store",
-    ...headers,
-  });
-  res.end(text);
-}
-
-const sendError = (
-  res: ServerResponse,
-  status: number,
-  code: string,
-  message: string,
-  headers: Record<string, string> = {},
-) => sendJson(res, status, { error: { code, message } }, headers);
 
 /**
  * `scratchrun serve --role worker`: the engine behind an internal endpoint that only API replicas
@@ -236,29 +217,14 @@ export async function startWorkerServer(options: WorkerServerOptions): Promise<W
     return path;
   };
 
-  const server = createServer((req, res) => {
-    route(req, res).then(
-      (label) => metrics.http.inc({ route: label, status: String(res.statusCode) }),
-      (e: unknown) => {
-        logger.error({ err: e instanceof Error ? e.message : String(e) }, "request failed");
-        if (!res.headersSent) sendError(res, 500, "INTERNAL", "Internal error");
-        else res.destroy();
-      },
-    );
-  });
-  server.requestTimeout = 0;
-  server.headersTimeout = 30_000;
+  const server = routedServer(route, metrics, logger);
+  // Replicas poll the status about once a second with fetch, which keeps its connection alive.
   server.keepAliveTimeout = 65_000;
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(options.port, options.host, () => resolve());
-  });
-  const port = (server.address() as AddressInfo).port;
-  const hostPart = options.host.includes(":") ? `[${options.host}]` : options.host;
+  const { port, url } = await listen(server, options.host, options.port);
   logger.info({ host: options.host, port, worker_id: workerId }, "worker listening");
 
   return {
-    url: `http://${hostPart}:${port}`,
+    url,
     port,
     workerId,
     get active() {
