@@ -10,7 +10,7 @@ import { performance } from "node:perf_hooks";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { CallToolResultSchema } from "@modelcontextprotocol/sdk/types.js";
-import { quantile } from "./stats.js";
+import { alternate } from "./stats.js";
 
 const other = process.argv[2];
 if (!other)
@@ -60,28 +60,13 @@ async function call(b: Build, runtime: keyof typeof work): Promise<number> {
   return ms;
 }
 
-const report: Record<string, Record<Build, { p25: number; p50: number; p75: number }>> = {};
-for (const runtime of Object.keys(work) as (keyof typeof work)[]) {
-  for (let i = 0; i < 5; i++) for (const b of ["this", "other"] as const) await call(b, runtime);
-  const samples: Record<Build, number[]> = { this: [], other: [] };
-  for (let i = 0; i < rounds; i++) {
-    for (const b of i % 2 ? (["other", "this"] as const) : (["this", "other"] as const)) {
-      samples[b].push(await call(b, runtime));
-      await new Promise((r) => setTimeout(r, pauseMs));
-    }
-  }
-  const q = (v: number[], p: number) =>
-    Math.round(
-      quantile(
-        [...v].sort((a, b) => a - b),
-        p,
-      ) * 10,
-    ) / 10;
-  report[runtime] = {
-    this: { p25: q(samples.this, 0.25), p50: q(samples.this, 0.5), p75: q(samples.this, 0.75) },
-    other: { p25: q(samples.other, 0.25), p50: q(samples.other, 0.5), p75: q(samples.other, 0.75) },
-  };
-}
+const report = await alternate(
+  ["this", "other"] as const,
+  Object.keys(work) as (keyof typeof work)[],
+  call,
+  rounds,
+  pauseMs,
+);
 process.stdout.write(`${JSON.stringify({ isolation, rounds, bins, ms: report }, null, 2)}\n`);
 await clients.this.close();
 await clients.other.close();

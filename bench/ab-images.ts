@@ -19,7 +19,7 @@ import {
   writeCustomFixture,
 } from "../test/helpers/custom-image.js";
 import { MCP_BIN } from "../test/helpers/mcp-client.js";
-import { quantile } from "./stats.js";
+import { alternate } from "./stats.js";
 
 const args = process.argv.slice(2);
 const flag = (name: string) => {
@@ -105,27 +105,13 @@ async function call(image: Image, runtime: keyof typeof work): Promise<number> {
 // The pool refills between calls: a microVM clone is restored and warmed up off the call path,
 // which under TCG with two servers on two cores takes more than a second.
 const pause = backend === "microvm" ? 2000 : 30;
-const report: Record<string, Record<Image, { p25: number; p50: number; p75: number }>> = {};
-for (const runtime of Object.keys(work) as (keyof typeof work)[]) {
-  for (let i = 0; i < 5; i++)
-    for (const b of ["default", "custom"] as const) await call(b, runtime);
-  const samples: Record<Image, number[]> = { default: [], custom: [] };
-  for (let i = 0; i < rounds; i++) {
-    for (const b of i % 2 ? (["custom", "default"] as const) : (["default", "custom"] as const)) {
-      samples[b].push(await call(b, runtime));
-      await new Promise((r) => setTimeout(r, pause));
-    }
-  }
-  const q = (v: number[], p: number) =>
-    Math.round(
-      quantile(
-        [...v].sort((a, b) => a - b),
-        p,
-      ) * 10,
-    ) / 10;
-  const of = (v: number[]) => ({ p25: q(v, 0.25), p50: q(v, 0.5), p75: q(v, 0.75) });
-  report[runtime] = { default: of(samples.default), custom: of(samples.custom) };
-}
+const report = await alternate(
+  ["default", "custom"] as const,
+  Object.keys(work) as (keyof typeof work)[],
+  call,
+  rounds,
+  pause,
+);
 process.stdout.write(
   `${JSON.stringify({ backend, rounds, buildSeconds: builds, ms: report }, null, 2)}\n`,
 );
