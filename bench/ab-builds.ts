@@ -2,7 +2,9 @@
 // side in one run: this checkout's scratchrun-mcp and another build's (OTHER_BIN, e.g. a commit
 // exported with `git archive` and compiled), both started as stdio servers at once, their calls
 // alternating one by one (the order flipping each round) so both see the same machine. Prints
-// p25/p50/p75 per runtime of bash `true` and python3.11 `print(1)`, through the MCP SDK's client.
+// p25/p50/p75 per runtime of bash `true` and python3.11 `print(1)`, through the MCP SDK's client;
+// AB_WORKLOAD=product (or realistic, pandas) alternates that python3.11 workload of the benchmark
+// instead, its files sent and returned as `npm run bench` does.
 // Network "none"; the namespace backend unless SCRATCHRUN_ISOLATION says microvm. Run it under
 // sr-locked: it starts jails.
 import { fileURLToPath } from "node:url";
@@ -11,6 +13,7 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { CallToolResultSchema } from "@modelcontextprotocol/sdk/types.js";
 import { alternate } from "./stats.js";
+import { workloadFor, type WorkloadId } from "./workloads.js";
 
 const other = process.argv[2];
 if (!other)
@@ -46,23 +49,40 @@ const clients: Record<Build, Client> = {
   this: await start(bins.this),
   other: await start(bins.other),
 };
-const work = { bash: "true", "python3.11": "print(1)" } as const;
+const chosen = (process.env.AB_WORKLOAD ?? "print") as WorkloadId;
+const python = workloadFor(chosen, "python3.11");
+if (!python) throw new Error(`AB_WORKLOAD=${chosen}: no such python3.11 workload`);
+const work: Record<string, Record<string, unknown>> = chosen === "print"
+  ? {
+      bash: { runtime: "bash", code: "true" },
+      "python3.11": { runtime: "python3.11", code: "print(1)" },
+    }
+  : {
+      [`python3.11 ${chosen}`]: {
+        runtime: "python3.11",
+        code: python.code,
+        timeout_ms: 30_000,
+        return_files: python.returnFiles,
+        ...(python.files ? { files: python.files } : {}),
+      },
+    };
 
-async function call(b: Build, runtime: keyof typeof work): Promise<number> {
+async function call(b: Build, row: string): Promise<number> {
   const t = performance.now();
   const r = await clients[b].callTool(
-    { name: "scratchrun_exec", arguments: { runtime, code: work[runtime] } },
+    { name: "scratchrun_exec", arguments: work[row]! },
     CallToolResultSchema,
+    { timeout: 300_000 },
   );
   const ms = performance.now() - t;
   if (r.isError || (r.structuredContent as { exit_code?: number }).exit_code !== 0)
-    throw new Error(`${b} ${runtime}: ${JSON.stringify(r).slice(0, 300)}`);
+    throw new Error(`${b} ${row}: ${JSON.stringify(r).slice(0, 300)}`);
   return ms;
 }
 
 const report = await alternate(
   ["this", "other"] as const,
-  Object.keys(work) as (keyof typeof work)[],
+  Object.keys(work),
   call,
   rounds,
   pauseMs,
