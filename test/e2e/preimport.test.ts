@@ -160,6 +160,63 @@ for (const backend of TEST_BACKENDS) {
       assert.notEqual(Number(after.s.stdout.split(" ")[1]), seeded);
     });
 
+    test("it ends as a plain run ends: threads, atexit, finalizers, unflushed files, C stdio, the status", async () => {
+      // decision 0011: a pre-imported interpreter leaves without tearing down the pre-imported
+      // modules; what the code can see of its exit must be what a plain exit shows, in order.
+      const body = (ending: string) =>
+        [
+          WHO,
+          "import atexit, ctypes, sys, threading, time",
+          "sys.path.insert(0, '.')",
+          "import helper",
+          "print(_who(), flush=True)",
+          "class D:",
+          "    def __init__(self, n): self.n = n",
+          "    def __del__(self): print('del', self.n)",
+          "def leave(code):",
+          "    held = D('frame')",
+          "    sys.exit(code)",
+          "a = D('main')",
+          "b = D('cycle'); b.me = b",
+          "f = open('out.txt', 'w'); f.write('written at exit')",
+          "atexit.register(print, 'atexit')",
+          "threading.Thread(target=lambda: (time.sleep(0.3), print('thread'))).start()",
+          "sys.stdout.write('buffered ')",
+          "ctypes.CDLL(None).printf(b'c-level\\n')",
+          ending,
+        ].join("\n");
+      const helper = "class H:\n    def __del__(self): print('del helper')\nh = H()\n";
+      const run = async (head: string, ending: string) => {
+        for (let i = 0; ; i++) {
+          const { s, result } = await h.exec({
+            runtime: "python3.11",
+            code: `${head}\n${body(ending)}`,
+            files: { "helper.py": helper },
+            return_files: ["out.txt"],
+            timeout_ms: 30_000,
+          });
+          const [who, ...rest] = s.stdout.split("\n");
+          const seen = {
+            stdout: rest.join("\n"),
+            stderr: s.stderr,
+            exit_code: s.exit_code,
+            file: JSON.stringify(result.content).includes("written at exit"),
+          };
+          if (head === "pass" || who?.startsWith("preimported")) return { who, seen };
+          assert.ok(i < 60, `no pre-imported interpreter served: ${s.stdout.slice(0, 200)}`);
+          await sleep(1000);
+        }
+      };
+      for (const ending of ["leave(3)", "raise ValueError('boom')", "sys.exit('bye')", "pass"]) {
+        const plain = await run("pass", ending);
+        const pre = await run("import numpy", ending);
+        assert.notEqual(plain.who, "preimported");
+        assert.equal(pre.who, "preimported");
+        assert.deepEqual(pre.seen, plain.seen, ending);
+        assert.ok(plain.seen.stdout.includes("del main") && plain.seen.file, ending);
+      }
+    });
+
     test("every call draws its own randomness: random, numpy's legacy and new generators, urandom, uuid, tempfile, OpenSSL", async () => {
       const code = [
         "import numpy as np",
