@@ -6,6 +6,7 @@
 // call: through the front door and straight to an API replica, against calling a worker directly,
 // interleaved in one run. Node's fetch keeps connections alive, as real clients and the
 // replicas' own dispatch do.
+import { spawnSync } from "node:child_process";
 import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { cpus, loadavg } from "node:os";
 import { join } from "node:path";
@@ -129,6 +130,51 @@ function cpuSince(before: Map<number, number>, now: Map<number, number>): number
 }
 
 /** The postmaster and its children (backends serving the replicas). */
+/** Every process below `root` (and root), from /proc's parent links. */
+function descendants(root: number): number[] {
+  const children = new Map<number, number[]>();
+  for (const e of readdirSync("/proc")) {
+    if (!/^\d+$/.test(e)) continue;
+    try {
+      const stat = readFileSync(`/proc/${e}/stat`, "utf8");
+      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+      children.set(ppid, [...(children.get(ppid) ?? []), Number(e)]);
+    } catch {
+      // gone
+    }
+  }
+  const out: number[] = [];
+  const walk = (p: number) => {
+    out.push(p);
+    for (const c of children.get(p) ?? []) walk(c);
+  };
+  walk(root);
+  return out;
+}
+
+/**
+ * The API side (replicas, Postgres, this process and its front door) on the last CPU, the workers
+ * and their sandboxes on the others, as in a cluster where API replicas and workers run on
+ * different nodes. New processes inherit their parent's CPUs.
+ */
+function pinSides(c: Cluster): void {
+  const last = cpus().length - 1;
+  const set = (cpuList: string, pids: number[]) => {
+    for (const pid of pids)
+      spawnSync("taskset", ["-a", "-p", "-c", cpuList, String(pid)], { stdio: "ignore" });
+  };
+  set(String(last), [
+    process.pid,
+    ...c.replicas.flatMap((r) => descendants(r.proc!.child.pid!)),
+    ...descendants(c.pgServer.pid),
+  ]);
+  set(
+    `0-${Math.max(0, last - 1)}`,
+    c.workers.flatMap((w) => descendants(w.proc!.child.pid!)),
+  );
+  log(`pinned: API side on CPU ${last}, workers on 0-${Math.max(0, last - 1)}`);
+}
+
 function postgresPids(postmaster: number): number[] {
   const out = [postmaster];
   for (const e of readdirSync("/proc")) {
@@ -163,7 +209,7 @@ export function medianWithInterval(d: readonly number[]): { p50: number; lo: num
  * per-round differences (API path − worker directly): a busy moment inflates both calls of a
  * round, not one path's median.
  */
-async function overhead(c: Cluster) {
+async function overhead(c: Cluster, pinned: boolean) {
   const worker = c.workers[0]!;
   const replica = c.replicas[0]!;
   c.publishWorkers([worker]);
@@ -200,6 +246,7 @@ async function overhead(c: Cluster) {
   const samples: Record<Path, number[]> = { direct: [], replica: [], front: [], other: [] };
   const diffs = { replica: [] as number[], front: [] as number[], other: [] as number[] };
   for (const p of Object.values(paths)) for (let i = 0; i < 20; i++) await p(); // warm up
+  if (pinned) pinSides(c);
   // CPU the replicas and Postgres spend on the calls that go through them (all but direct), which
   // a busy host does not inflate the way it inflates wall-clock differences.
   const replicaPids = c.replicas.map((r) => r.proc!.child.pid!);
@@ -238,6 +285,7 @@ async function overhead(c: Cluster) {
   const p50 = (k: Path) => summary[k]?.p50 ?? Number.NaN;
   return {
     rounds: OVERHEAD_ROUNDS,
+    pinned,
     failed,
     load,
     summary,
@@ -270,6 +318,11 @@ async function main() {
   });
   const results: LoadResult[] = [];
   let over: Awaited<ReturnType<typeof overhead>>;
+  let pinned: Awaited<ReturnType<typeof overhead>>;
+  const say = (o: typeof over) =>
+    log(
+      `p50 direct ${o.summary.direct?.p50} ms, replica ${o.summary.replica?.p50} ms, front door ${o.summary.front?.p50} ms; paired overhead ${o.dispatch.p50} ms [${o.dispatch.lo}, ${o.dispatch.hi}], front door ${o.frontDoor.p50} ms; CPU/call replicas ${o.cpuPerCallMs.replicas} ms, Postgres ${o.cpuPerCallMs.postgres} ms${o.other ? `; the other build's replica: ${o.other.p50} ms [${o.other.lo}, ${o.other.hi}]` : ""}`,
+    );
   try {
     for (const n of OVERHEAD_ONLY ? [] : [1, 2, 3]) {
       c.publishWorkers(c.workers.slice(0, n));
@@ -282,11 +335,12 @@ async function main() {
         results.push(r);
       }
     }
-    log("dispatch overhead");
-    over = await overhead(c);
-    log(
-      `p50 direct ${over.summary.direct?.p50} ms, replica ${over.summary.replica?.p50} ms, front door ${over.summary.front?.p50} ms; paired overhead ${over.dispatch.p50} ms [${over.dispatch.lo}, ${over.dispatch.hi}], front door ${over.frontDoor.p50} ms; CPU/call replicas ${over.cpuPerCallMs.replicas} ms, Postgres ${over.cpuPerCallMs.postgres} ms${over.other ? `; the other build's replica: ${over.other.p50} ms [${over.other.lo}, ${over.other.hi}]` : ""}`,
-    );
+    log("dispatch overhead, every process on every CPU");
+    over = await overhead(c, false);
+    say(over);
+    log("dispatch overhead, the API side and the workers on separate CPUs");
+    pinned = await overhead(c, true);
+    say(pinned);
   } finally {
     await c.close();
   }
@@ -296,7 +350,6 @@ async function main() {
     (r) =>
       `| ${r.workload} | ${r.workers} | ${r.concurrency} | ${r.callsPerS} | ${(r.callsPerS / base(r.workload)).toFixed(2)}× | ${r.latency?.p50} ±${((r.latency?.iqr ?? 0) / 2).toFixed(1)} | ${r.refused} |`,
   );
-  const o = over.summary;
   const md = `# Cluster benchmark (\`npm run bench:cluster${QUICK ? " -- --quick" : ""}\`)
 
 ${startedAt.toISOString().slice(0, 16).replace("T", " ")} UTC, ${cpus().length} × ${cpus()[0]?.model ?? "?"}, Node ${process.version}; 1-min load ${load1.toFixed(1)} at start, ${loadavg()[0]!.toFixed(1)} at end.
@@ -313,31 +366,55 @@ ${rows.join("\n")}
 \`echo\` is bash \`echo hi\` (CPU-bound on this host: the jail, the agent and three node processes
 per call); \`sleep200\` is \`sleep 0.2; echo hi\` (bound by slots: what a cluster adds).
 
-## Dispatch overhead (sequential, ${over.rounds} rounds; bash \`echo hi\`)
+## Dispatch overhead (sequential, ${over.rounds} rounds per configuration; bash \`echo hi\`)
 
 Each round calls the three paths once, one after another, in an order rotated from round to
-round (${over.failed} calls failed); 1-min load ${over.load.start.toFixed(1)} at the start of this phase,
-${over.load.end.toFixed(1)} at its end.
+round. Two configurations, one after the other: every process free to run on every CPU (the
+API side competes with the worker's sandboxes, as it would if both ran on one node), then the API
+side (replicas, Postgres, this benchmark and its front door) pinned to one CPU and the workers
+with their sandboxes to the other, as in a cluster where they run on different nodes.
 
-| path | p50 ms | ±½IQR | p90 ms |
-| --- | ---: | ---: | ---: |
-| worker directly (\`POST /v1/worker/exec\`) | ${o.direct?.p50} | ${((o.direct?.iqr ?? 0) / 2).toFixed(1)} | ${o.direct?.p90} |
-| API replica (key, quota, records in Postgres, dispatch) | ${o.replica?.p50} | ${((o.replica?.iqr ?? 0) / 2).toFixed(1)} | ${o.replica?.p90} |
-| front door → API replica | ${o.front?.p50} | ${((o.front?.iqr ?? 0) / 2).toFixed(1)} | ${o.front?.p90} |
+| configuration | path | p50 ms | ±½IQR | p90 ms |
+| --- | --- | ---: | ---: | ---: |
+${[over, pinned]
+  .flatMap((x) => {
+    const o = x.summary;
+    const where = x.pinned ? "separate CPUs" : "shared CPUs";
+    const row = (name: string, v: Summary | null) =>
+      `| ${where} | ${name} | ${v?.p50} | ${((v?.iqr ?? 0) / 2).toFixed(1)} | ${v?.p90} |`;
+    return [
+      row("worker directly (`POST /v1/worker/exec`)", o.direct),
+      row("API replica (key, quota, records in Postgres, dispatch)", o.replica),
+      row("front door → API replica", o.front),
+    ];
+  })
+  .join("\n")}
 
 Dispatch overhead per call, the median of the per-round differences (API replica − worker
-directly), with its 95% interval: **${over.dispatch.p50} ms** [${over.dispatch.lo}, ${over.dispatch.hi}] (target ≤ 3 ms);
-through the front door: ${over.frontDoor.p50} ms [${over.frontDoor.lo}, ${over.frontDoor.hi}]. (The difference of the two
-medians, the measure before paired rounds: ${over.dispatchMedianDiffMs} ms; front door ${over.frontDoorMedianDiffMs} ms.) CPU per call on
-the API side (from /proc over the ${over.rounds * 2} calls that went through a replica, including the
-replicas' status polls meanwhile): replicas ${over.cpuPerCallMs.replicas} ms, Postgres ${over.cpuPerCallMs.postgres} ms.
+directly), with its 95% interval (target ≤ 3 ms p50):
+
+| configuration | API replica | front door | difference of medians | CPU per call: replicas, Postgres | failed calls | 1-min load |
+| --- | ---: | ---: | ---: | ---: | ---: | ---: |
+${[over, pinned]
+  .map(
+    (x) =>
+      `| ${x.pinned ? "separate CPUs" : "shared CPUs"} | **${x.dispatch.p50} ms** [${x.dispatch.lo}, ${x.dispatch.hi}] | ${x.frontDoor.p50} ms [${x.frontDoor.lo}, ${x.frontDoor.hi}] | ${x.dispatchMedianDiffMs} ms | ${x.cpuPerCallMs.replicas} ms, ${x.cpuPerCallMs.postgres} ms | ${x.failed} | ${x.load.start.toFixed(1)} → ${x.load.end.toFixed(1)} |`,
+  )
+  .join("\n")}
+
+CPU per call is from /proc over the ${over.rounds * 2} calls of each configuration that went through a
+replica, including the replicas' status polls meanwhile.
 `;
   mkdirSync(OUT, { recursive: true });
   const name = QUICK ? "cluster-quick" : "cluster-latest";
   writeFileSync(join(OUT, `${name}.md`), md);
   writeFileSync(
     join(OUT, `${name}.json`),
-    JSON.stringify({ startedAt, quick: QUICK, results, overhead: over }, null, 2) + "\n",
+    JSON.stringify(
+      { startedAt, quick: QUICK, results, overhead: over, overheadPinned: pinned },
+      null,
+      2,
+    ) + "\n",
   );
   process.stdout.write(md);
 }
