@@ -7,7 +7,7 @@ import type { KeyPolicy } from "../policy/key-policy.js";
 import { resolveCallerPolicy, type CallerPolicy } from "../policy/resolve.js";
 import type { ExecRequest } from "../schema/exec.js";
 import { policyViolations } from "../schema/policy.js";
-import type { RunStore } from "../store/runs.js";
+import type { RunStart, RunStore } from "../store/runs.js";
 import type { Logger } from "./log.js";
 import type { Metrics } from "./metrics.js";
 import type { KeyLimits, KeyQuota } from "./quota.js";
@@ -25,6 +25,13 @@ export class RetryLater extends ScratchRunError {
 
 /** Seconds a client is told to wait when the engine's own queue is full or its deadline passed. */
 const ENGINE_BUSY_RETRY_S = 2;
+
+/**
+ * How long after a call leaves the queue its run is marked running. A shorter call gets its
+ * start written with its end: on an API replica each statement is a round trip to Postgres on
+ * the call's path (decision 0008, "third pass").
+ */
+export const STARTED_RECORD_DELAY_MS = 250;
 
 export interface Caller {
   keyId: string;
@@ -201,19 +208,37 @@ export class ExecService {
           "run record write failed",
         );
       }));
+    // "running" is written STARTED_RECORD_DELAY_MS after the call left the queue; a call that
+    // ends sooner has its start written with its end (one statement on its path, not two).
+    let start: RunStart | null = null;
+    let startLater: NodeJS.Timeout | undefined;
+    /** The start when it is not written yet; it will not be written on its own any more. */
+    const unwrittenStart = (): RunStart | null => {
+      if (startLater === undefined) return null;
+      clearTimeout(startLater);
+      startLater = undefined;
+      return start;
+    };
     try {
       const outcome = await this.engine.execute(req, {
         ...options,
         runId,
         ...(caller.policy.egressAllow ? { egressAllow: caller.policy.egressAllow } : {}),
         onProgress: (p) => {
-          if (p.stage === "starting")
-            void record(() => this.runs.started(runId, Date.now(), p.worker));
+          if (p.stage === "starting" && !start) {
+            const s: RunStart = { at: Date.now(), worker: p.worker };
+            start = s;
+            startLater = setTimeout(() => {
+              startLater = undefined;
+              void record(() => this.runs.started(runId, s.at, s.worker ?? null));
+            }, STARTED_RECORD_DELAY_MS);
+          }
           if (p.stage === "running") void this.tracker?.sandboxRunning();
           options.onProgress?.(p);
         },
       });
-      await record(() => this.runs.finished(runId, outcome));
+      const unwritten = unwrittenStart();
+      await record(() => this.runs.finished(runId, outcome, Date.now(), unwritten));
       const seconds = (Date.now() - arrived) / 1000;
       this.metrics.calls.inc({ runtime: req.runtime, exit_reason: outcome.result.exit_reason });
       this.metrics.latency.observe({ runtime: req.runtime }, seconds);
@@ -231,7 +256,8 @@ export class ExecService {
       return outcome;
     } catch (e) {
       const code = isScratchRunError(e) ? e.code : "INTERNAL";
-      await record(() => this.runs.failed(runId, code));
+      const unwritten = unwrittenStart();
+      await record(() => this.runs.failed(runId, code, Date.now(), unwritten));
       this.metrics.refused.inc({ reason: code });
       this.log.warn({ run: runId, key_id: caller.keyId, code }, "run failed");
       if (isScratchRunError(e) && e.code === "BUSY" && !(e instanceof RetryLater))

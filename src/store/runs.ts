@@ -34,6 +34,12 @@ export interface RunOwner {
   replicaId?: string | null;
 }
 
+/** When a call left the queue, and the worker it was placed on (API replicas). */
+export interface RunStart {
+  at: number;
+  worker?: string | undefined;
+}
+
 /** How long a record write keeps retrying across a lost database before it gives up. */
 export const RECORD_RETRY_MS = 60_000;
 
@@ -121,7 +127,16 @@ export class RunStore {
     );
   }
 
-  async finished(id: string, outcome: ExecOutcome, now = Date.now()): Promise<void> {
+  /**
+   * The call's end, with its start when `started` was never written for it (a call shorter than
+   * the service's STARTED_RECORD_DELAY_MS): one statement instead of two.
+   */
+  async finished(
+    id: string,
+    outcome: ExecOutcome,
+    now = Date.now(),
+    start: RunStart | null = null,
+  ): Promise<void> {
     const r = outcome.result;
     const filesDigest = createHash("sha256");
     let filesBytes = 0;
@@ -133,7 +148,8 @@ export class RunStore {
       `UPDATE runs SET status = 'finished', finished_at = ?, duration_ms = ?, isolation = ?,
            exit_reason = ?, exit_code = ?, signal = ?, stdout_bytes = ?, stdout_sha256 = ?,
            stderr_bytes = ?, stderr_sha256 = ?, files_out_count = ?, files_out_bytes = ?,
-           files_out_sha256 = ?, error_code = NULL
+           files_out_sha256 = ?, error_code = NULL,
+           started_at = COALESCE(started_at, ?), worker = COALESCE(worker, ?)
          WHERE id = ?`,
       [
         now,
@@ -149,6 +165,8 @@ export class RunStore {
         outcome.files.length,
         filesBytes,
         filesDigest.digest("hex"),
+        start?.at ?? null,
+        start?.worker ?? null,
         id,
       ],
       { retryMs: this.retryMs },
@@ -159,10 +177,17 @@ export class RunStore {
    * The engine refused or failed the call (BUSY, NOT_READY, SANDBOX_FAILED, WORKER_LOST,
    * INTERNAL).
    */
-  async failed(id: string, errorCode: string, now = Date.now()): Promise<void> {
+  async failed(
+    id: string,
+    errorCode: string,
+    now = Date.now(),
+    start: RunStart | null = null,
+  ): Promise<void> {
     await this.sql.run(
-      "UPDATE runs SET status = 'failed', finished_at = ?, error_code = ? WHERE id = ? AND status IN ('queued', 'running')",
-      [now, errorCode, id],
+      `UPDATE runs SET status = 'failed', finished_at = ?, error_code = ?,
+           started_at = COALESCE(started_at, ?), worker = COALESCE(worker, ?)
+         WHERE id = ? AND status IN ('queued', 'running')`,
+      [now, errorCode, start?.at ?? null, start?.worker ?? null, id],
       { retryMs: this.retryMs },
     );
   }

@@ -316,6 +316,29 @@ for (const [kind, open] of Object.entries(KINDS)) {
         assert.deepEqual(await store.runs.get(id), row);
       });
 
+      test("a short call's start is written with its end, never over a start already written", async () => {
+        // The service writes `started` only for calls still running after STARTED_RECORD_DELAY_MS.
+        const short = await store.runs.begin("k1", "rest", REQ, 2000, { replicaId: "r1" });
+        await store.runs.finished(short, OUTCOME, 2040, { at: 2001, worker: "10.0.0.7:8788" });
+        const s = (await store.runs.get(short))!;
+        assert.deepEqual(
+          [s.status, s.started_at, s.worker, s.finished_at],
+          ["finished", 2001, "10.0.0.7:8788", 2040],
+        );
+        const lost = await store.runs.begin("k1", "rest", REQ, 3000, { replicaId: "r1" });
+        await store.runs.failed(lost, "WORKER_LOST", 3100, { at: 3002, worker: "10.0.0.8:8788" });
+        const l = (await store.runs.get(lost))!;
+        assert.deepEqual(
+          [l.status, l.error_code, l.started_at, l.worker],
+          ["failed", "WORKER_LOST", 3002, "10.0.0.8:8788"],
+        );
+        const long = await store.runs.begin("k1", "rest", REQ, 4000, { replicaId: "r1" });
+        await store.runs.started(long, 4001, "10.0.0.7:8788");
+        await store.runs.finished(long, OUTCOME, 4900, { at: 4500, worker: "other" });
+        const g = (await store.runs.get(long))!;
+        assert.deepEqual([g.started_at, g.worker], [4001, "10.0.0.7:8788"]);
+      });
+
       test("leases: runs of a replica whose lease expired become INTERRUPTED, a live one's stay", async () => {
         await store.leases.renew("live", 10_000, 5_000);
         await store.leases.renew("dead", 1_000, 5_000);
