@@ -145,74 +145,8 @@ def _scratchrun_preimport(spec, os=os, sys=sys, time=time):
             if top in names:
                 for d in dirs:
                     os.makedirs(d, exist_ok=True)
-        kept.update(sys.modules)
 
-    # What leave() needs, taken before the call can change any of it.
-    kept = set()
-    ctypes = sys.modules.get("ctypes")
-    fflush = ctypes.CDLL(None).fflush if ctypes is not None else None
-    atexit, builtins, modules = __import__("atexit"), __import__("builtins"), sys.modules
-
-    def flushed():
-        for f in (sys.stdout, sys.stderr):
-            if f is not None and not getattr(f, "closed", False):
-                f.flush()
-
-    def clear(d):
-        # As the interpreter clears a module's globals at exit: "_x" names first, then the rest.
-        for first in (True, False):
-            for name in list(d):
-                if name != "__builtins__" and (name[:1] == "_" and name[1:2] != "_") == first:
-                    d[name] = None
-
-    def leave(status, main):
-        """Ends the call as a plain run ends, as far as its code can observe, but without tearing
-        down the pre-imported modules, which is most of a plain exit's time (~20 ms here,
-        hundreds under TCG): non-daemon threads joined, atexit, stdio flushed, sys's special
-        names dropped, the call's own modules (those imported since the hand-over, then
-        __main__) cleared in reverse import order with collections before and after, stdio and
-        the C library's buffers flushed, then _exit with the status. Returns (the interpreter
-        then exits as usual) if a step before the first clearing fails."""
-        if fflush is None:
-            return
-        try:
-            threading = modules.get("threading")
-            if threading is not None:
-                threading._shutdown()
-            atexit._run_exitfuncs()
-            flushed()
-        except BaseException:
-            return
-        builtins._ = None
-        for name in ("path", "argv", "ps1", "ps2", "last_type", "last_value", "last_traceback"):
-            setattr(sys, name, None)
-        if sys.version_info >= (3, 12):
-            sys.last_exc = None
-        for name in ("path_hooks", "path_importer_cache", "meta_path", "__interactivehook__"):
-            setattr(sys, name, None)
-        sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__
-        own = [main] + [m for name, m in modules.items() if name not in kept and m is not None]
-        for name in [name for name in modules if name not in kept or name == "__main__"]:
-            del modules[name]
-        gc.collect()
-        for m in reversed(own):
-            d = getattr(m, "__dict__", None)
-            if isinstance(d, dict):
-                clear(d)
-        del own
-        gc.collect()
-        try:
-            sys.audit("cpython._PySys_ClearAuditHooks")
-        except BaseException:
-            pass
-        try:
-            flushed()
-        except BaseException:
-            status = 120
-        fflush(None)
-        os._exit(status)
-
-    return warm, reset, remake, leave
+    return warm, reset, remake
 
 
 def _scratchrun_rehearse(os=os, time=time):
@@ -242,8 +176,8 @@ def _scratchrun_rehearse(os=os, time=time):
 
 
 def _scratchrun_main(os=os, sys=sys, time=time, here=__file__, main=sys.modules["__main__"]):
-    warm, reset, remake, leave = (
-        _scratchrun_preimport(sys.argv[1]) if len(sys.argv) > 1 else (None, None, None, None)
+    warm, reset, remake = (
+        _scratchrun_preimport(sys.argv[1]) if len(sys.argv) > 1 else (None, None, None)
     )
     os.write(4, b"w")
     chunks = []
@@ -298,21 +232,22 @@ def _scratchrun_main(os=os, sys=sys, time=time, here=__file__, main=sys.modules[
     sys.argv[:] = [path]
     sys.orig_argv[1:] = [path]
     sys.path[0] = os.path.dirname(path)
-    # How the code ended: None (ran to its end), or the status of a SystemExit or an error.
-    status = tb = None
     try:
         with open(path, "rb") as f:
             code = compile(f.read(), path, "exec", dont_inherit=True)
         if remake is not None:
             remake(code)
         exec(code, g)
-    except SystemExit as e:
-        status = e.code
-        # Any other code is printed and made a status by the interpreter's own exit.
-        if leave is None or not (status is None or type(status) is int and -(2**31) <= status < 2**31):
-            raise
-        status = status or 0
+    except SystemExit:
+        raise
     except BaseException as e:
+        # As the interpreter does when a script ends with an exception: its streams flushed
+        # first (errors ignored), then the traceback.
+        for stream in (sys.stderr, sys.stdout):
+            try:
+                stream.flush()
+            except BaseException:
+                pass
         tb = e.__traceback__
         while tb is not None and tb.tb_frame.f_code.co_filename == here:
             tb = tb.tb_next
@@ -331,13 +266,7 @@ def _scratchrun_main(os=os, sys=sys, time=time, here=__file__, main=sys.modules[
                     pass
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
-        status = 1
-    # Here, as in a plain run, the exception (and the frames its traceback holds) is gone.
-    del tb
-    if leave is not None:
-        leave(status or 0, main)
-    if status:
-        raise SystemExit(status)
+        raise SystemExit(1) from None
 
 
 _scratchrun_main()

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
@@ -65,9 +65,9 @@ interface Session {
   exited: Promise<number | null>;
 }
 
-function start(modules: string): Session {
+function start(modules: string, py = PY): Session {
   home = mkdtempSync(join(tmp, "home-"));
-  const child = spawn(PY, [SCRIPT, spec(modules)], {
+  const child = spawn(py, [SCRIPT, spec(modules)], {
     cwd: "/",
     env: env(),
     stdio: ["ignore", "pipe", "pipe", "pipe", "pipe"],
@@ -173,6 +173,72 @@ describe("prestart.py with a pre-import (host python3.12, fixture modules)", () 
     );
     assert.equal(got.rehearsal, false);
     assert.equal(got.greeting, "hi");
+  });
+
+  test("a pre-imported interpreter ends as a fresh one does, in every way a call can end", async () => {
+    // With ctypes among the imports, python3.11's exit is leave()'s (decision 0011, "The exit");
+    // python3.12's is the interpreter's own. Both against a fresh interpreter running the file.
+    const body = (ending: string) =>
+      [
+        "import fine",
+        "import atexit, builtins, ctypes, sys, threading, time",
+        "sys.path.insert(0, '.')",
+        "import helper",
+        "class D:",
+        "    def __init__(self, n): self.n = n",
+        "    def __del__(self): print('del', self.n)",
+        "def leave(code):",
+        "    held = D('frame')",
+        "    sys.exit(code)",
+        "a = D('main')",
+        "b = D('cycle'); b.me = b",
+        "f = open('out.txt', 'w'); f.write('written at exit')",
+        "atexit.register(print, 'atexit')",
+        "threading.Thread(target=lambda: (time.sleep(0.2), print('thread'))).start()",
+        "builtins.print = lambda *a, **k: sys.stdout.write('replaced print\\n')",
+        "sys.stdout.write('buffered ')",
+        "ctypes.CDLL(None).printf(b'c-level\\n')",
+        ending,
+      ].join("\n");
+    const helper = "class H:\n    def __del__(self): print('del helper')\nh = H()\n";
+    const endings = ["leave(3)", "raise ValueError('boom')", "sys.exit('bye')", "pass", "x = ("];
+    // Debian's python3.11, the image's (the host has it: the image is built from its packages).
+    for (const py of [PY, "/usr/bin/python3.11"])
+      for (const ending of endings) {
+        const file = join(tmp, "ending.py");
+        const run = async (pre: boolean) => {
+          let r: { stdout: string; stderr: string; status: number | null };
+          if (pre) {
+            const s = start("fine,ctypes", py);
+            assert.equal(await s.waiting(), true);
+            writeFileSync(join(home, "helper.py"), helper);
+            r = await s.call(body(ending));
+          } else {
+            home = mkdtempSync(join(tmp, "home-"));
+            writeFileSync(join(home, "helper.py"), helper);
+            writeFileSync(file, body(ending));
+            const child = spawn(py, [file], { cwd: home, env: env(), stdio: "pipe" });
+            let stdout = "";
+            let stderr = "";
+            child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
+            child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+            const status = await new Promise<number | null>((ok) => child.once("close", ok));
+            r = { stdout, stderr, status };
+          }
+          let written = "";
+          try {
+            written = readFileSync(join(home, "out.txt"), "utf8");
+          } catch {
+            // not written: the code did not get that far
+          }
+          // Tracebacks name the code file: the pre-start's is a fresh name per call.
+          const stderr = r.stderr.replace(/"[^"]*\.py"/g, '"FILE"');
+          return { stdout: r.stdout, stderr, status: r.status, written };
+        };
+        const plain = await run(false);
+        const pre = await run(true);
+        assert.deepEqual(pre, plain, `${py}: ${ending}`);
+      }
   });
 
   test("code that does not name the module finds no directory of its import", async () => {
