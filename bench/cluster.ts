@@ -7,11 +7,12 @@
 // interleaved in one run. Node's fetch keeps connections alive, as real clients and the
 // replicas' own dispatch do.
 import { spawnSync } from "node:child_process";
-import { mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { cpus, loadavg } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { Cluster, API_ADDRESS, CLI } from "../test/cluster/harness.js";
+import { descendants } from "../test/helpers/procs.js";
 import { quantile, summarize, type Summary } from "./stats.js";
 import { REPO_ROOT } from "./peers.js";
 
@@ -130,33 +131,14 @@ function cpuSince(before: Map<number, number>, now: Map<number, number>): number
 }
 
 /** The postmaster and its children (backends serving the replicas). */
-/** Every process below `root` (and root), from /proc's parent links. */
-function descendants(root: number): number[] {
-  const children = new Map<number, number[]>();
-  for (const e of readdirSync("/proc")) {
-    if (!/^\d+$/.test(e)) continue;
-    try {
-      const stat = readFileSync(`/proc/${e}/stat`, "utf8");
-      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-      children.set(ppid, [...(children.get(ppid) ?? []), Number(e)]);
-    } catch {
-      // gone
-    }
-  }
-  const out: number[] = [];
-  const walk = (p: number) => {
-    out.push(p);
-    for (const c of children.get(p) ?? []) walk(c);
-  };
-  walk(root);
-  return out;
-}
-
 /**
  * The API side (replicas, Postgres, this process and its front door) on the last CPU, the workers
  * and their sandboxes on the others, as in a cluster where API replicas and workers run on
  * different nodes. New processes inherit their parent's CPUs.
  */
+/** A process and every process below it (Postgres: the postmaster and its backends). */
+const tree = (pid: number) => [pid, ...descendants(pid)];
+
 function pinSides(c: Cluster): void {
   const last = cpus().length - 1;
   const set = (cpuList: string, pids: number[]) => {
@@ -165,29 +147,14 @@ function pinSides(c: Cluster): void {
   };
   set(String(last), [
     process.pid,
-    ...c.replicas.flatMap((r) => descendants(r.proc!.child.pid!)),
-    ...descendants(c.pgServer.pid),
+    ...c.replicas.flatMap((r) => tree(r.proc!.child.pid!)),
+    ...tree(c.pgServer.pid),
   ]);
   set(
     `0-${Math.max(0, last - 1)}`,
-    c.workers.flatMap((w) => descendants(w.proc!.child.pid!)),
+    c.workers.flatMap((w) => tree(w.proc!.child.pid!)),
   );
   log(`pinned: API side on CPU ${last}, workers on 0-${Math.max(0, last - 1)}`);
-}
-
-function postgresPids(postmaster: number): number[] {
-  const out = [postmaster];
-  for (const e of readdirSync("/proc")) {
-    if (!/^\d+$/.test(e)) continue;
-    try {
-      const stat = readFileSync(`/proc/${e}/stat`, "utf8");
-      if (Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]) === postmaster)
-        out.push(Number(e));
-    } catch {
-      // gone
-    }
-  }
-  return out;
 }
 
 /** The median of `d` with a distribution-free 95% interval (order statistics, binomial ranks). */
@@ -250,7 +217,7 @@ async function overhead(c: Cluster, pinned: boolean) {
   // CPU the replicas and Postgres spend on the calls that go through them (all but direct), which
   // a busy host does not inflate the way it inflates wall-clock differences.
   const replicaPids = c.replicas.map((r) => r.proc!.child.pid!);
-  const cpu0 = { replicas: cpuByPid(replicaPids), pg: cpuByPid(postgresPids(c.pgServer.pid)) };
+  const cpu0 = { replicas: cpuByPid(replicaPids), pg: cpuByPid(tree(c.pgServer.pid)) };
   const load = { start: loadavg()[0]!, end: 0 };
   let failed = 0;
   for (let i = 0; i < OVERHEAD_ROUNDS; i++) {
@@ -276,8 +243,7 @@ async function overhead(c: Cluster, pinned: boolean) {
   const cpuPerCallMs = {
     replicas: Math.round((cpuSince(cpu0.replicas, cpuByPid(replicaPids)) / apiCalls) * 10000) / 10,
     postgres:
-      Math.round((cpuSince(cpu0.pg, cpuByPid(postgresPids(c.pgServer.pid))) / apiCalls) * 10000) /
-      10,
+      Math.round((cpuSince(cpu0.pg, cpuByPid(tree(c.pgServer.pid))) / apiCalls) * 10000) / 10,
   };
   const summary = Object.fromEntries(
     Object.entries(samples).map(([k, v]) => [k, summarize(v)]),

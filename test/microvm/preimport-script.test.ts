@@ -5,6 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import { resolveHostSources } from "../../src/images/recipe.js";
+import { EXIT_ENDINGS, EXIT_HELPER, exitScript } from "../helpers/exit-script.js";
 import { REPO_ROOT } from "../helpers/mcp-client.js";
 
 /**
@@ -178,45 +179,21 @@ describe("prestart.py with a pre-import (host python3.12, fixture modules)", () 
   test("a pre-imported interpreter ends as a fresh one does, in every way a call can end", async () => {
     // With ctypes among the imports, python3.11's exit is leave()'s (decision 0011, "The exit");
     // python3.12's is the interpreter's own. Both against a fresh interpreter running the file.
-    const body = (ending: string) =>
-      [
-        "import fine",
-        "import atexit, builtins, ctypes, sys, threading, time",
-        "sys.path.insert(0, '.')",
-        "import helper",
-        "class D:",
-        "    def __init__(self, n): self.n = n",
-        "    def __del__(self): print('del', self.n)",
-        "def leave(code):",
-        "    held = D('frame')",
-        "    sys.exit(code)",
-        "a = D('main')",
-        "b = D('cycle'); b.me = b",
-        "f = open('out.txt', 'w'); f.write('written at exit')",
-        "atexit.register(print, 'atexit')",
-        "threading.Thread(target=lambda: (time.sleep(0.2), print('thread'))).start()",
-        "builtins.print = lambda *a, **k: sys.stdout.write('replaced print\\n')",
-        "sys.stdout.write('buffered ')",
-        "ctypes.CDLL(None).printf(b'c-level\\n')",
-        ending,
-      ].join("\n");
-    const helper = "class H:\n    def __del__(self): print('del helper')\nh = H()\n";
-    const endings = ["leave(3)", "raise ValueError('boom')", "sys.exit('bye')", "pass", "x = ("];
     // Debian's python3.11, the image's (the host has it: the image is built from its packages).
     for (const py of [PY, "/usr/bin/python3.11"])
-      for (const ending of endings) {
+      for (const ending of EXIT_ENDINGS) {
         const file = join(tmp, "ending.py");
         const run = async (pre: boolean) => {
           let r: { stdout: string; stderr: string; status: number | null };
           if (pre) {
             const s = start("fine,ctypes", py);
             assert.equal(await s.waiting(), true);
-            writeFileSync(join(home, "helper.py"), helper);
-            r = await s.call(body(ending));
+            writeFileSync(join(home, "helper.py"), EXIT_HELPER);
+            r = await s.call(exitScript(["import fine"], ending));
           } else {
             home = mkdtempSync(join(tmp, "home-"));
-            writeFileSync(join(home, "helper.py"), helper);
-            writeFileSync(file, body(ending));
+            writeFileSync(join(home, "helper.py"), EXIT_HELPER);
+            writeFileSync(file, exitScript(["import fine"], ending));
             const child = spawn(py, [file], { cwd: home, env: env(), stdio: "pipe" });
             let stdout = "";
             let stderr = "";

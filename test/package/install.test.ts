@@ -22,6 +22,7 @@ import { KeyStore } from "../../src/store/keys.js";
 import { waitFor } from "../api/harness.js";
 import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
 import { REPO_ROOT, textOf } from "../helpers/mcp-client.js";
+import { descendants } from "../helpers/procs.js";
 import { compileSchema, errorsOf } from "./json-schema.js";
 
 // The package as a user gets it: `npm pack`, the tarball installed into an empty project outside
@@ -105,30 +106,6 @@ async function connect(
         timeout: 180_000,
       })) as CallToolResult,
   };
-}
-
-/** Every process below `pid`. */
-function descendants(pid: number): number[] {
-  const children = new Map<number, number[]>();
-  for (const p of readdirSync("/proc")) {
-    if (!/^\d+$/.test(p)) continue;
-    try {
-      const stat = readFileSync(`/proc/${p}/stat`, "utf8");
-      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-      children.set(ppid, [...(children.get(ppid) ?? []), Number(p)]);
-    } catch {
-      // exited
-    }
-  }
-  const out: number[] = [];
-  const walk = (p: number) => {
-    for (const c of children.get(p) ?? []) {
-      out.push(c);
-      walk(c);
-    }
-  };
-  walk(pid);
-  return out;
 }
 
 /** The MCP server process npx started under `pid`: its uid and the native modules it mapped. */
