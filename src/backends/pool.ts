@@ -42,6 +42,8 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
   /** When sandboxes were last taken, per key (burst only; at most `burst.takes` kept). */
   private readonly takes = new Map<K, number[]>();
   private shrinkTimer: NodeJS.Timeout | null = null;
+  /** Destroys the pool started (dead, surplus or pooled at close); close() waits for them all. */
+  private readonly destroying = new Set<Promise<void>>();
 
   constructor(
     private readonly boot: (runtime: K, memoryMb: number) => Promise<V>,
@@ -64,7 +66,7 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
     let vm: V | undefined;
     while ((vm = list.shift())) {
       if (!vm.dead) break;
-      void vm.destroy();
+      this.discard(vm);
     }
     if (opts.refill !== false) this.refill();
     return vm ?? null;
@@ -140,7 +142,7 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
     let vm: V | undefined;
     while ((vm = list.shift())) {
       if (!vm.dead) break;
-      void vm.destroy();
+      this.discard(vm);
     }
     return vm ?? null;
   }
@@ -172,7 +174,7 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
       let pending = false;
       for (const [key, list] of this.ready) {
         const surplus = list.length - this.target(key);
-        for (const vm of list.splice(0, Math.max(0, surplus))) void vm.destroy();
+        for (const vm of list.splice(0, Math.max(0, surplus))) this.discard(vm);
         if (this.target(key) > Number(this.config.sizes[key] ?? 0)) pending = true;
       }
       if (pending) this.scheduleShrink();
@@ -244,7 +246,7 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
           const i = l?.indexOf(vm) ?? -1;
           if (l && i >= 0) {
             l.splice(i, 1);
-            void vm.destroy();
+            this.discard(vm);
             this.refill();
           }
         });
@@ -264,14 +266,29 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
     }
   }
 
-  /** Stops refilling and destroys every pooled VM. */
+  /**
+   * Destroys a sandbox that left the pool without a caller, tracked so close() waits for it: a
+   * pooled sandbox killed as the server closes leaves through `exited`, and the process must not
+   * exit before its cgroup and uid are gone.
+   */
+  private discard(vm: V): void {
+    const p = vm.destroy().catch(() => {});
+    this.destroying.add(p);
+    void p.then(() => this.destroying.delete(p));
+  }
+
+  /**
+   * Stops refilling, destroys every pooled VM and waits for the starts in flight (each destroys
+   * its sandbox once it sees the pool closed) and for every destroy the pool started.
+   */
   async close(): Promise<void> {
     this.closed = true;
     if (this.shrinkTimer) clearTimeout(this.shrinkTimer);
     const all = [...this.ready.values()].flat();
     this.ready.clear();
     this.notify();
-    await Promise.all(all.map((vm) => vm.destroy()));
+    for (const vm of all) this.discard(vm);
     while (this.booting > 0) await new Promise<void>((r) => this.waiters.push(r));
+    await Promise.all(this.destroying);
   }
 }

@@ -13,6 +13,9 @@ class Fake implements PooledVm {
   readonly id = Fake.next++;
   dead = false;
   destroyed = false;
+  /** Set when destroy() has finished, `destroyMs` after it began (a cgroup's removal takes time). */
+  removed = false;
+  destroyMs = 0;
   readonly memoryMb = 256;
   private exit!: () => void;
   readonly exited = new Promise<void>((r) => (this.exit = r));
@@ -20,9 +23,10 @@ class Fake implements PooledVm {
     this.dead = true;
     this.exit();
   }
-  destroy(): Promise<void> {
+  async destroy(): Promise<void> {
     this.destroyed = true;
-    return Promise.resolve();
+    await new Promise((r) => setTimeout(r, this.destroyMs));
+    this.removed = true;
   }
 }
 
@@ -80,6 +84,27 @@ describe("WarmPool", () => {
     await finish();
     assert.equal(pool.readyCount("k"), 1);
     await pool.close();
+  });
+
+  test("close waits for every destroy the pool started, a pooled sandbox's that died just before too", async () => {
+    const { pool, finish, tick, starts } = manual(2);
+    pool.start();
+    await finish();
+    await finish();
+    const [a, b] = (pool as unknown as { ready: Map<string, Fake[]> }).ready.get("k")!;
+    assert.ok(a && b);
+    a.destroyMs = 200;
+    b.destroyMs = 10;
+    // The server kills its jails as it closes: one leaves the pool through `exited` first.
+    a.die();
+    await tick();
+    assert.equal(a.destroyed, true, "the dead one is being destroyed");
+    assert.equal(starts.length, 1, "its replacement is starting");
+    const closing = pool.close();
+    await finish(); // the replacement arrives after close: destroyed, not pooled
+    await closing;
+    assert.equal(a.removed, true, "close waited for the dead sandbox's destroy");
+    assert.equal(b.removed, true, "close waited for the pooled sandbox's destroy");
   });
 
   test("takeOrAwait waits for the start in flight; a second caller does not claim it too", async () => {
