@@ -8,6 +8,7 @@
 import { randomBytes } from "node:crypto";
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { readProcStat } from "../jail/procfs.js";
 
 export const LEASE_DIR = "leases";
 
@@ -24,14 +25,7 @@ interface LeaseRecord {
 
 /** The start time of a process (field 22 of /proc/PID/stat, clock ticks since boot), or null. */
 export function processStartTime(pid: number): string | null {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    // The command name (field 2) may hold spaces and parentheses: count from its last ')'.
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return fields[19] ?? null;
-  } catch {
-    return null;
-  }
+  return readProcStat(pid)?.startTime || null;
 }
 
 /** True when the lease's process still runs (the same process: same pid and start time). */

@@ -1,9 +1,10 @@
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { CallToolResultSchema, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
-import { readdirSync, readFileSync } from "node:fs";
+import { readdirSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { childrenOf } from "./procs.js";
 
 /** The repository root (this file is dist/test/helpers/mcp-client.js once built). */
 export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
@@ -78,24 +79,9 @@ export async function startServer(env: Record<string, string> = {}): Promise<Mcp
     },
     stderr: () => stderr,
     serverFds: () => readdirSync(`/proc/${transport.pid}/fd`).length,
-    serverChildren: () => childrenOf(transport.pid ?? -1),
+    serverChildren: () => childrenOf(transport.pid ?? -1).length,
     close: () => client.close(),
   };
-}
-
-/** Live processes whose parent is `pid`. */
-export function childrenOf(pid: number): number {
-  let n = 0;
-  for (const name of readdirSync("/proc")) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
-      if (Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]) === pid) n++;
-    } catch {
-      // exited while we looked
-    }
-  }
-  return n;
 }
 
 export function textOf(result: CallToolResult): string {

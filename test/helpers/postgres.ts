@@ -6,12 +6,13 @@
  * (scripts/setup.sh installs it).
  */
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { chownSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import pg from "pg";
+import { childrenOf } from "./procs.js";
 
 const USER = "scratchrun";
 
@@ -157,22 +158,6 @@ function launch(bin: string, dir: string, port: number): Promise<PgServer> {
     },
   };
   return waitReady(port, child, () => log).then(() => server);
-}
-
-/** The postmaster's children (backends, walsender, checkpointer, ...), by parent pid. */
-function childrenOf(pid: number): number[] {
-  const out: number[] = [];
-  for (const e of readdirSync("/proc")) {
-    if (!/^\d+$/.test(e)) continue;
-    try {
-      const stat = readFileSync(`/proc/${e}/stat`, "utf8");
-      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-      if (ppid === pid) out.push(Number(e));
-    } catch {
-      // gone
-    }
-  }
-  return out;
 }
 
 const alive = (pid: number) => existsSync(`/proc/${pid}`);

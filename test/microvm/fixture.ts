@@ -22,6 +22,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { SandboxJob } from "../../src/backends/types.js";
 import { detectCgroups, listScratchrunCgroups } from "../../src/jail/cgroup.js";
+import { allProcStats } from "../../src/jail/procfs.js";
 
 export interface TinyRoot {
   dir: string;
@@ -108,16 +109,9 @@ export async function hostLeftovers(): Promise<{
   const cgroups = (await listScratchrunCgroups(detectCgroups())).filter((p) =>
     /\/vm-[0-9a-f]+$/.test(p),
   );
-  let helpers = 0;
-  for (const pid of readdirSync("/proc").filter((n) => /^\d+$/.test(n))) {
-    try {
-      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-      if (stat.includes("(sealed-ram)") && ppid === process.pid) helpers++;
-    } catch {
-      // exited while we looked
-    }
-  }
+  const helpers = allProcStats().filter(
+    (p) => p.comm === "sealed-ram" && p.ppid === process.pid,
+  ).length;
   let memfds = 0;
   for (const fd of readdirSync("/proc/self/fd")) {
     try {
@@ -131,16 +125,7 @@ export async function hostLeftovers(): Promise<{
 
 /** pid -> ppid of every process now. */
 function parents(): Map<number, number> {
-  const m = new Map<number, number>();
-  for (const pid of readdirSync("/proc").filter((n) => /^\d+$/.test(n))) {
-    try {
-      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-      m.set(Number(pid), Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]));
-    } catch {
-      // exited while we looked
-    }
-  }
-  return m;
+  return new Map(allProcStats().map((p) => [p.pid, p.ppid]));
 }
 
 function descendsFromUs(pid: number, ppids: Map<number, number>): boolean {

@@ -6,6 +6,8 @@ import { createMicrovmBackend, type MicrovmBackend } from "../../src/backends/mi
 import { listSandboxNetworkResources } from "../../src/net/resources.js";
 import { networkFromEnv, type NetworkPlan } from "../../src/setup/network.js";
 import { startServer, type McpHarness } from "../helpers/mcp-client.js";
+import { running } from "../helpers/procs.js";
+import { allProcStats } from "../../src/jail/procfs.js";
 import {
   BLOCKED_HOSTS,
   probeProgram,
@@ -29,17 +31,7 @@ const skip = skipOutsideCi(canRunMicrovm());
 
 /** pid -> [ppid, comm] of every process now. */
 function processTable(): Map<number, [number, string]> {
-  const m = new Map<number, [number, string]>();
-  for (const pid of readdirSync("/proc").filter((n) => /^\d+$/.test(n))) {
-    try {
-      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-      const comm = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
-      m.set(Number(pid), [Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]), comm]);
-    } catch {
-      // exited while we looked
-    }
-  }
-  return m;
+  return new Map(allProcStats().map((p) => [p.pid, [p.ppid, p.comm]]));
 }
 
 /**
@@ -79,15 +71,6 @@ function ourVms(): { pids: number[]; cgroups: string[] } {
     }
   }
   return { pids, cgroups: [...new Set(cgroups)] };
-}
-
-function alive(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z";
-  } catch {
-    return false;
-  }
 }
 
 function cgroupExists(rel: string): boolean {
@@ -144,9 +127,9 @@ describe(
         "no namespace of the topology or a sandbox left",
       );
       assert.ok(seen.pids.size > 0, "the test saw the server's QEMU processes");
-      for (let i = 0; i < 100 && [...seen.pids].some(alive); i++)
+      for (let i = 0; i < 100 && [...seen.pids].some(running); i++)
         await new Promise((r) => setTimeout(r, 100));
-      assert.deepEqual([...seen.pids].filter(alive), [], "a QEMU process outlived the server");
+      assert.deepEqual([...seen.pids].filter(running), [], "a QEMU process outlived the server");
       assert.deepEqual([...seen.cgroups].filter(cgroupExists), [], "a VM cgroup was left");
     });
 

@@ -1,8 +1,8 @@
 import { skipOutsideCi } from "../helpers/ci.js";
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
 import { createMicrovmBackend, type MicrovmBackend } from "../../src/backends/microvm/backend.js";
+import { running } from "../helpers/procs.js";
 
 import {
   canRunMicrovm,
@@ -16,14 +16,6 @@ import {
 
 const skip = skipOutsideCi(canRunMicrovm());
 
-function running(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z";
-  } catch {
-    return false;
-  }
-}
 const signal = () => new AbortController().signal;
 
 // One backend in restore mode for the whole file: its template is built once (~2-4 s under TCG)
