@@ -128,6 +128,13 @@ describe("the NIC and the jail around it", () => {
     assert.ok(renderQemuArgs(s).join(" ").includes(" norandmaps"));
   });
 
+  test("a TCG guest trusts its TSC (tsc=reliable); a KVM guest keeps the kernel's choice", () => {
+    const s = spec({ mac: "02:00:00:00:00:01", backend: { kind: "none" } });
+    const words = (accel: QemuSpec["accel"]) => kernelCommandLine({ ...s, accel }).split(" ");
+    assert.ok(words("tcg").includes("tsc=reliable"));
+    assert.ok(!words("kvm").some((w) => w.startsWith("tsc=")));
+  });
+
   test("only a tap VM keeps its network namespace and sees /dev/net/tun", () => {
     const t = jail("tap");
     const n = jail("none");

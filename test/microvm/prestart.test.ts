@@ -139,6 +139,25 @@ describe("microvm: pre-started interpreters", () => {
     assert.equal(s.stdout, `${NODE_PRESTARTED}1000 1000 [] 128 1\n`);
   });
 
+  // Without tsc=reliable a TCG guest's kernel marked its TSC unstable while the template booted
+  // and pre-imported on a busy host, and counted timer ticks instead: its clocks ran slow (a 32 s
+  // sleep measured 31.2 s), and the agent enforces timeouts and measures duration_ms by them.
+  const CLOCKSOURCE = "/sys/devices/system/clocksource/clocksource0/current_clocksource";
+  const readClocksource: Record<string, string> = {
+    "python3.12": `print(open("${CLOCKSOURCE}").read(), end="")`,
+    "python3.11": `print(open("${CLOCKSOURCE}").read(), end="")`,
+    node20: `process.stdout.write(require("fs").readFileSync("${CLOCKSOURCE}", "utf8"))`,
+    bash: `cat ${CLOCKSOURCE}`,
+  };
+  for (const [runtime, code] of Object.entries(readClocksource)) {
+    test(`${runtime}: the clone keeps time by the TSC (TCG) or kvm-clock (KVM), never the timer tick`, async () => {
+      const { s } = await h.exec({ runtime, code });
+      assert.equal(s.exit_reason, "ok", s.stderr);
+      const clock = s.isolation === "microvm-kvm" ? "kvm-clock" : "tsc";
+      assert.equal(s.stdout, `${clock}\n`, `isolation ${s.isolation}`);
+    });
+  }
+
   test("its time limit counts from the hand-over and kills it", async () => {
     const { s } = await h.exec({
       runtime: "python3.12",

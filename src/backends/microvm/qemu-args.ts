@@ -115,6 +115,12 @@ export function kernelCommandLine(spec: QemuSpec): string {
     // address, so randomised libraries are translated again on every exec (bash -c : 130 vs 45
     // ms in a warm guest). What that gives up: docs/SECURITY.md, "Guest ASLR under TCG".
     ...(spec.accel === "tcg" ? ["norandmaps"] : []),
+    // Under TCG the guest's TSC is the host's (QEMU reads the host counter), but its kernel only
+    // trusts it once a watchdog agrees; the only other clock is the timer tick, which a busy host
+    // delivers late while the guest boots and pre-imports, so the watchdog marked the TSC unstable
+    // and the guest fell back to counting ticks: its clocks ran ~3% slow (a 32 s sleep measured
+    // 31.2 s; call timeouts and duration_ms in guest time). KVM guests use kvm-clock instead.
+    ...(spec.accel === "tcg" ? ["tsc=reliable"] : []),
     `scratchrun.scratch_mb=${spec.scratchMb}`,
     ...(spec.warm ? [`scratchrun.warm=${checkInterpreterPath(spec.warm)}`] : []),
     ...(spec.prestart ? [`scratchrun.prestart=${checkInterpreterPath(spec.prestart)}`] : []),
