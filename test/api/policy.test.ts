@@ -280,7 +280,7 @@ for (const backend of TEST_BACKENDS) {
                 if (
                   !cancelledAt &&
                   /running, (\d+) s elapsed/.test(p.message ?? "") &&
-                  Number(/(\d+) s/.exec(p.message!)![1]) >= 32
+                  Number(/(\d+) s/.exec(p.message!)![1]) >= 33
                 ) {
                   cancelledAt = Date.now();
                   ac.abort();
@@ -330,8 +330,12 @@ for (const backend of TEST_BACKENDS) {
         const row = await waitFor("the cancelled run's record", () =>
           runsOf("wide").find((r) => r.status === "finished" && r.exit_reason === "cancelled"),
         );
+        // The cancel went out at the first progress that read "33 s elapsed" (32.5 s or more on
+        // the server's clock, from the tool call's start); the record counts the code's own run,
+        // which began once the sandbox was ready (a second or more for a TCG clone under load).
+        // What it must show: past the product's 30 s, and cut long before the sleep's 100 s.
         const ran = Number(row.duration_ms);
-        assert.ok(ran >= 32_000 && ran < 100_000, `${ran} ms`);
+        assert.ok(ran > 30_000 && ran < 100_000, `${ran} ms`);
         assert.equal(row.timeout_ms, 110_000);
       } finally {
         await Promise.all([mcp.close(), cancelling.close()]);
