@@ -1,4 +1,4 @@
-import { cannotRunHere, skipOutsideCi } from "../helpers/ci.js";
+import { skipOutsideCi } from "../helpers/ci.js";
 /**
  * The seccomp program installed by real bubblewrap: probes inside the jail try each refused call
  * and report errno; ordinary programs must still work under the same filter.
@@ -228,10 +228,6 @@ test(
       killAfterMs: 30_000,
     });
     assert.match(control.stdout, /^before\n/, control.stderr);
-    if (!/after \d+/.test(control.stdout)) {
-      cannotRunHere(t, `kernel lacks IA32 emulation: ${control.stdout}${control.stderr}`);
-      return;
-    }
     const r = await runJailed({
       argv: ["/tmp/probe/int80"],
       bwrapExtra: bind,
@@ -239,7 +235,17 @@ test(
       killAfterMs: 30_000,
     });
     assert.match(r.stdout, /^before\n$/);
-    assert.equal(r.code, 128 + 31, `SIGSYS via bwrap's exit status: ${r.code} ${r.stderr}`);
+    if (/after \d+/.test(control.stdout)) {
+      assert.equal(r.code, 128 + 31, `SIGSYS via bwrap's exit status: ${r.code} ${r.stderr}`);
+      return;
+    }
+    // A host kernel without IA32 emulation (this CI host's 6.18 kernel, 2026-12-02) has no 32-bit
+    // entry: int 0x80 faults (SIGSEGV) before any syscall, with the filter as without it, so
+    // there is no call for the filter to see. Its i386 rule is proven
+    // live in the microVM guest, whose kernel has the entry (test/microvm/guest-security.test.ts
+    // SEC-VM-IA32), and against the program in test/jail/seccomp-program.test.ts.
+    assert.equal(control.code, 128 + 11, `unfiltered: SIGSEGV, not a call: ${control.code}`);
+    assert.equal(r.code, 128 + 11, `filtered: the same fault: ${r.code} ${r.stderr}`);
   },
 );
 

@@ -44,7 +44,7 @@ export function canRunMicrovm(): string | null {
 }
 
 /** Test fixture programs (test/microvm/fixtures/<name>.c), built static into the tiny root's /bin. */
-export type FixtureProgram = "poke";
+export type FixtureProgram = "poke" | "int80";
 
 const FIXTURES = fileURLToPath(new URL("../../../test/microvm/fixtures/", import.meta.url));
 

@@ -1,6 +1,8 @@
 import { skipOutsideCi } from "../helpers/ci.js";
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
+import { findHostKernel } from "../../src/backends/microvm/build.js";
 import { createMicrovmBackend, type MicrovmBackend } from "../../src/backends/microvm/backend.js";
 import {
   canRunMicrovm,
@@ -35,7 +37,7 @@ describe("microvm guest security", { skip: skip ?? false, timeout: 300_000 }, ()
   let before0: Awaited<ReturnType<typeof hostLeftovers>>;
 
   before(async () => {
-    root = makeTinyRoot({ programs: ["poke"] });
+    root = makeTinyRoot({ programs: ["poke", "int80"] });
     before0 = await hostLeftovers();
     backend = await createMicrovmBackend({
       rootfsDir: root.rootfs,
@@ -163,5 +165,23 @@ describe("microvm guest security", { skip: skip ?? false, timeout: 300_000 }, ()
     const attempts = out.split("\n").filter((l) => /^(read|write) /.test(l));
     assert.equal(attempts.length, 6, out);
     for (const a of attempts) assert.match(a, / EACCES$/, out);
+  });
+
+  test("SEC-VM-IA32: a 32-bit syscall (int 0x80) kills the code, on a guest kernel that has the i386 entry", async () => {
+    // The control: the kernel the guest boots is built with IA32 emulation, on by default, so
+    // without the filter's arch rule int 0x80 would return getpid's result ("after N"). This is
+    // the live proof of that rule: a host kernel without the entry cannot give one
+    // (test/jail/seccomp-live.test.ts).
+    const kernel = findHostKernel();
+    assert.ok(kernel, "the guest kernel is found");
+    const config = readFileSync(`/boot/config-${kernel.release}`, "utf8");
+    assert.match(config, /^CONFIG_IA32_EMULATION=y$/m);
+    assert.doesNotMatch(config, /^CONFIG_IA32_EMULATION_DEFAULT_DISABLED=y$/m);
+    const r = await run('uname -r; /bin/int80; echo "status $?"');
+    assert.equal(r.agent.failure, null);
+    const lines = text(r.agent.stdout).trim().split("\n");
+    assert.equal(lines[0], kernel.release, "the guest runs that kernel");
+    // SIGSYS (31): the filter's kill, before the kernel ran the call.
+    assert.deepEqual(lines.slice(1), ["before", `status ${128 + 31}`]);
   });
 });
