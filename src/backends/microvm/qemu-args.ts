@@ -118,8 +118,9 @@ export function kernelCommandLine(spec: QemuSpec): string {
     // Under TCG the guest's TSC is the host's (QEMU reads the host counter), but its kernel only
     // trusts it once a watchdog agrees; the only other clock is the timer tick, which a busy host
     // delivers late while the guest boots and pre-imports, so the watchdog marked the TSC unstable
-    // and the guest fell back to counting ticks: its clocks ran ~3% slow (a 32 s sleep measured
-    // 31.2 s; call timeouts and duration_ms in guest time). KVM guests use kvm-clock instead.
+    // and every template fell back to counting ticks (refined-jiffies), which loses time whenever
+    // QEMU's thread waits for a CPU; the agent times calls and enforces timeouts by that clock.
+    // KVM guests use kvm-clock instead.
     ...(spec.accel === "tcg" ? ["tsc=reliable"] : []),
     `scratchrun.scratch_mb=${spec.scratchMb}`,
     ...(spec.warm ? [`scratchrun.warm=${checkInterpreterPath(spec.warm)}`] : []),
