@@ -25,6 +25,7 @@ const UNIT = [
   "engine/result",
   "engine/shape-output",
   "images/config",
+  "images/python-lock",
   "images/recipe",
   "jail/cgroup-plan",
   "jail/seccomp-program",

@@ -46,7 +46,15 @@ export interface RuntimeEntry {
    * How scratchrun_exec's description names it to models: runtimes of one family are named
    * together, each followed by what it has preinstalled, if the product promises anything.
    */
-  readonly description: { readonly family: string; readonly preinstalled?: string };
+  readonly description: {
+    readonly family: string;
+    readonly preinstalled?: string;
+    /**
+     * A distribution the image must hold for `preinstalled` to be true (an image built without a
+     * package index has python3.12's standard library only); absent, it always holds.
+     */
+    readonly onlyWith?: string;
+  };
 }
 
 /**
@@ -73,7 +81,8 @@ export const RUNTIME_TABLE = {
     argv: [IN_IMAGE.python311],
     codeFile: "main.py",
     prestartScript: "prestart.py",
-    // matplotlib's font cache, scanned once at image build time, so a first plot does not rescan.
+    // matplotlib's font cache, scanned once at image build time, so a first plot does not rescan
+    // (one file per matplotlib version: Debian's for python3.11, the lock's for python3.12).
     seeds: ["matplotlib-font-cache"],
     extras: {
       key: "python3.11",
@@ -88,7 +97,7 @@ export const RUNTIME_TABLE = {
     argv: [IN_IMAGE.python312],
     codeFile: "main.py",
     prestartScript: "prestart.py",
-    seeds: [],
+    seeds: ["matplotlib-font-cache"],
     extras: {
       key: "python3.12",
       inPackages: true,
@@ -96,7 +105,13 @@ export const RUNTIME_TABLE = {
       toolLabel: "python3.12",
       countLabel: "python3.12",
     },
-    description: { family: "python" },
+    // images/rootfs/python-requirements.in, named as an agent would look for them.
+    description: {
+      family: "python",
+      preinstalled:
+        "numpy, pandas, matplotlib, scipy, pillow, scikit-learn, sympy, seaborn, statsmodels, requests, beautifulsoup4, openpyxl",
+      onlyWith: "numpy",
+    },
   },
   node20: {
     argv: [IN_IMAGE.node20],

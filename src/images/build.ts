@@ -16,7 +16,15 @@ import {
   runNpmInstallScripts,
   type NpmPackageLock,
 } from "./npm.js";
-import { imagesDir, MANIFEST_FILE, RECIPE_DIR, ROOTFS_PREFIX } from "./paths.js";
+import {
+  imagesDir,
+  IN_IMAGE,
+  MANIFEST_FILE,
+  PYTHON_LOCK_FILE,
+  RECIPE_DIR,
+  ROOTFS_PREFIX,
+  wheelCacheDir,
+} from "./paths.js";
 import { displayIndexUrl, type PipIndex } from "./pip-index.js";
 import { activeImage, imageHolders, pruneImages, setActiveImage } from "./prune.js";
 import { baseRecipeHash, recipeHash, resolveHostSources, type HostSources } from "./recipe.js";
@@ -25,6 +33,7 @@ import {
   bakeMatplotlibCache,
   diskBytes,
   purgePackages,
+  removeTestSuites,
   slim,
 } from "./rootfs-steps.js";
 import {
@@ -34,12 +43,9 @@ import {
   missingSharedLibs,
 } from "./runtimes.js";
 import { verifyRuntimes } from "./verify-runtimes.js";
-import {
-  installFromIndex,
-  installFromPypi,
-  installWheelhouse,
-  pypiReachable,
-} from "./wheelhouse.js";
+import { LOCK_TARGETS } from "./python-lock.js";
+import { lockedWheels, noIndexNote, type LockedWheelsOptions } from "./wheel-cache.js";
+import { installFromIndex, installLocked, installWheelhouse } from "./wheelhouse.js";
 
 export interface BuildOptions {
   onProgress?: (line: string) => void;
@@ -53,9 +59,6 @@ export interface BuildResult extends LocatedRootfs {
   reused: boolean;
   seconds: number;
 }
-
-export const NO_PYPI_NOTE =
-  "PyPI not reachable: python3.12 has the standard library only (set SCRATCHRUN_WHEELHOUSE to a directory of wheels, or SCRATCHRUN_PIP_INDEX_URL to a package index with SCRATCHRUN_PYTHON312_REQUIREMENTS hash-pinned, and run setup again)";
 
 const BUILDING_PREFIX = ".building-";
 
@@ -81,9 +84,17 @@ export async function buildRootfs(options: BuildOptions = {}): Promise<BuildResu
   const final = join(root, `${ROOTFS_PREFIX}${hash}`);
   const existing = findRootfs(env);
   if (existing.ok && !options.force) {
-    log(`image for recipe ${hash} is up to date: ${existing.dir}`);
-    setActiveImage(root, existing.dir);
-    return { dir: existing.dir, manifest: existing.manifest, reused: true, seconds: 0 };
+    const again =
+      (await indexAppeared(existing.manifest, src.sources, env, log)) &&
+      imageHolders(root, existing.dir).length === 0;
+    if (!again) {
+      log(`image for recipe ${hash} is up to date: ${existing.dir}`);
+      setActiveImage(root, existing.dir);
+      return { dir: existing.dir, manifest: existing.manifest, reused: true, seconds: 0 };
+    }
+    log(
+      `image ${existing.dir} has python3.12's standard library only and the host's pip reaches an index now: building it again`,
+    );
   }
   if (process.getuid?.() !== 0)
     throw new Error("building the runtime image needs root (mmdebstrap --mode=root)");
@@ -95,7 +106,7 @@ export async function buildRootfs(options: BuildOptions = {}): Promise<BuildResu
     );
 
   try {
-    return await buildNew(root, final, hash, src.sources, started, log);
+    return await buildNew(root, final, hash, src.sources, started, env, log);
   } catch (e) {
     const active = activeImage(root);
     throw new Error(
@@ -111,6 +122,7 @@ async function buildNew(
   hash: string,
   sources: HostSources,
   started: number,
+  env: NodeJS.ProcessEnv,
   log: (line: string) => void,
 ): Promise<BuildResult> {
   await mkdir(root, { recursive: true });
@@ -127,7 +139,13 @@ async function buildNew(
       npmLock = await fetchNpmPackages(config.npm, npmStage, log);
     }
     log(`building image for recipe ${hash} in ${tmp}`);
-    const manifest = await buildInto(tmp, hash, sources, { config, npmLock, npmStage }, log);
+    const manifest = await buildInto(
+      tmp,
+      hash,
+      sources,
+      { config, npmLock, npmStage, env, wheelCache: wheelCacheDir(env) },
+      log,
+    );
     await writeFile(join(tmp, MANIFEST_FILE), `${JSON.stringify(manifest, null, 2)}\n`);
     if (existsSync(final)) await rm(final, { recursive: true, force: true });
     await rename(tmp, final);
@@ -142,6 +160,40 @@ async function buildNew(
     await rm(tmp, { recursive: true, force: true });
     await rm(npmStage, { recursive: true, force: true });
   }
+}
+
+/**
+ * True when an image built without any index (stdlib-only python3.12, from the default path)
+ * would now get its stack: the host's pip answers for the lock (and has fetched its wheels into
+ * the cache the rebuild then uses). Without this, the first build on a host offline at the time
+ * would keep its recipe's image stdlib-only forever.
+ */
+async function indexAppeared(
+  manifest: Manifest,
+  sources: HostSources,
+  env: NodeJS.ProcessEnv,
+  log: (line: string) => void,
+): Promise<boolean> {
+  if (manifest.python312PackagesFrom !== "none" || python312Source(sources)) return false;
+  const wheels = await lockedWheels(defaultLockWheels(sources, env, wheelCacheDir(env), log));
+  return wheels.kind !== "no-index";
+}
+
+function defaultLockWheels(
+  sources: HostSources,
+  env: NodeJS.ProcessEnv,
+  cacheRoot: string,
+  log: (line: string) => void,
+): LockedWheelsOptions {
+  const target = LOCK_TARGETS.find((t) => t.python === "3.12");
+  if (!target) throw new Error("the Python lock has no 3.12 target");
+  return {
+    cacheRoot,
+    lockFile: join(RECIPE_DIR, PYTHON_LOCK_FILE),
+    target,
+    pip: { python: join(sources.python312Prefix, "bin", "python3.12"), env },
+    log,
+  };
 }
 
 /** One line naming what the config adds. */
@@ -161,6 +213,10 @@ interface ConfigInputs {
   npmLock: NpmPackageLock | null;
   /** Where the npm packages were fetched on the host. */
   npmStage: string;
+  /** The environment the host's pip runs with (its PIP_* settings count). */
+  env: NodeJS.ProcessEnv;
+  /** Where the lock's wheels are kept between builds. */
+  wheelCache: string;
 }
 
 /** Where python3.12's third-party packages come from: the config, else the environment. */
@@ -234,17 +290,28 @@ async function buildInto(
       `python3.12: installed ${py312.index.requirements} (hash-pinned) from ${via ?? "SCRATCHRUN_PIP_INDEX_URL"}`,
     );
     from = "index";
-  } else if (await pypiReachable()) {
-    log("installing pinned python3.12 packages from PyPI");
-    await installFromPypi(
-      { rootfs, onProgress: log },
-      join(RECIPE_DIR, "python312-requirements.txt"),
-    );
-    notes.push("python3.12: installed images/rootfs/python312-requirements.txt from PyPI");
-    from = "pypi";
   } else {
-    log(NO_PYPI_NOTE);
-    notes.push(NO_PYPI_NOTE);
+    const how = defaultLockWheels(sources, inputs.env, inputs.wheelCache, log);
+    const lockFile = how.lockFile;
+    const wheels = await lockedWheels(how);
+    if (wheels.kind === "no-index") {
+      const note = noIndexNote(wheels.reason);
+      log(note);
+      notes.push(note);
+    } else {
+      log(`installing the ${wheels.wheels} locked wheels into python3.12 (offline, hash-checked)`);
+      await installLocked(
+        { rootfs, python: IN_IMAGE.python312, onProgress: log },
+        wheels.dir,
+        lockFile,
+      );
+      const suites = await removeTestSuites(join(rootfs, IN_IMAGE.python312Site));
+      log(`python3.12: removed ${suites} test suites the packages ship (no import reaches them)`);
+      notes.push(
+        `python3.12: installed images/rootfs/${PYTHON_LOCK_FILE} (${wheels.wheels} wheels, hash-checked) through the host's pip${wheels.kind === "cached" ? " (from the wheel cache)" : ""}`,
+      );
+      from = "pypi";
+    }
   }
 
   if (config?.npm && inputs.npmLock) {
@@ -260,10 +327,13 @@ async function buildInto(
   if (config) await installExtraFiles(rootfs, config.files, log);
 
   log("baking matplotlib's font cache into the image");
-  await bakeMatplotlibCache(rootfs);
+  await bakeMatplotlibCache(rootfs, [
+    IN_IMAGE.python311,
+    ...(from === "none" ? [] : [IN_IMAGE.python312]),
+  ]);
 
   log("verifying the runtimes inside the image");
-  const runtimes = await verifyRuntimes(rootfs);
+  const runtimes = await verifyRuntimes(rootfs, from === "pypi");
   if (runtimes["python3.12"].version !== sources.python312Version)
     throw new Error(`python3.12 in the image reports ${runtimes["python3.12"].version}`);
   let verified: VerifiedExtras | null = null;

@@ -23,6 +23,18 @@ export function imagesDir(env: NodeJS.ProcessEnv = process.env): string {
   return join(cache, "scratchrun", "images");
 }
 
+/**
+ * Where the host's pip keeps the Python lock's downloaded wheels between builds:
+ * $SCRATCHRUN_WHEEL_CACHE, else `wheels` beside the images directory.
+ */
+export function wheelCacheDir(env: NodeJS.ProcessEnv = process.env): string {
+  if (env.SCRATCHRUN_WHEEL_CACHE) return resolve(env.SCRATCHRUN_WHEEL_CACHE);
+  return join(dirname(imagesDir(env)), "wheels");
+}
+
+/** The lock of python3.12's stack, installed from the host pip's index at build time. */
+export const PYTHON_LOCK_FILE = "python-requirements.lock";
+
 export const ROOTFS_PREFIX = "rootfs-";
 export const MANIFEST_FILE = "manifest.json";
 
@@ -30,6 +42,7 @@ export const MANIFEST_FILE = "manifest.json";
 export const IN_IMAGE = {
   python312Prefix: "/opt/python3.12",
   python312: "/opt/python3.12/bin/python3.12",
+  python312Site: "/opt/python3.12/lib/python3.12/site-packages",
   python311: "/usr/bin/python3.11",
   node20: "/opt/node20/bin/node",
   bash: "/bin/bash",

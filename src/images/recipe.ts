@@ -6,7 +6,7 @@ import { join } from "node:path";
 import type { ImageConfig } from "./config.js";
 import { imageConfigFromEnv } from "./config-load.js";
 import { configRecipe } from "./config-hash.js";
-import { BUILD_SCRIPT, RECIPE_DIR } from "./paths.js";
+import { BUILD_SCRIPT, PYTHON_LOCK_FILE, RECIPE_DIR } from "./paths.js";
 import { listWheels } from "./wheels.js";
 import { pipIndexFromEnv, type PipIndex } from "./pip-index.js";
 
@@ -104,7 +104,7 @@ export function resolveHostSources(env: NodeJS.ProcessEnv = process.env): Source
       };
     wheelhouse = realpathSync(env.SCRATCHRUN_WHEELHOUSE);
   }
-  const index = pipIndexFromEnv(env, join(RECIPE_DIR, "python312-requirements.txt"));
+  const index = pipIndexFromEnv(env, join(RECIPE_DIR, PYTHON_LOCK_FILE));
   if (!index.ok) return { ok: false, error: index.error };
   const base: HostSources = {
     python312Prefix: python.prefix,
@@ -132,14 +132,14 @@ export { listWheels };
  * The compiled code itself is not hashed: a reformat or an unrelated fix must not force a
  * multi-minute rebuild, nor hide the existing image from a server that was just upgraded.
  */
-export const BUILD_REVISION = 3;
+export const BUILD_REVISION = 4;
 
 /** The files of images/rootfs/ that the build reads (its README is not one of them). */
 export const RECIPE_FILES = [
   "matplotlibrc",
   "packages.txt",
   "purge.txt",
-  "python312-requirements.txt",
+  PYTHON_LOCK_FILE,
 ] as const;
 
 /**

@@ -6,7 +6,8 @@ import { installedPackages } from "./wheelhouse.js";
 const CHECK_PY312 =
   "import ssl, sqlite3, ctypes, zlib, bz2, lzma, json, decimal, hashlib, readline, curses, uuid, platform\n" +
   "print(platform.python_version())";
-const CHECK_PY311 =
+/** The data stack works: the product page's imports, and a plot saved as PNG by the Agg backend. */
+const CHECK_STACK =
   "import platform, numpy, scipy.linalg, pandas, PIL, matplotlib\n" +
   "import matplotlib.pyplot as plt\n" +
   "assert matplotlib.get_backend().lower() == 'agg', matplotlib.get_backend()\n" +
@@ -14,11 +15,35 @@ const CHECK_PY311 =
   "assert open('/tmp/check.png', 'rb').read(8) == b'\\x89PNG\\r\\n\\x1a\\n'\n" +
   "print(platform.python_version())";
 
-/** Runs every interpreter inside the read-only image and records what it reports. */
-export async function verifyRuntimes(rootfs: string): Promise<Manifest["runtimes"]> {
+/**
+ * Every public top-level module of every installed distribution imports (a package whose wheel
+ * lacks a library, or whose slimming went too far, fails here and fails the build).
+ */
+export const CHECK_IMPORTS =
+  "import importlib, importlib.metadata as md\n" +
+  "mods = sorted({m for m in md.packages_distributions() if not m.startswith('_') and m.isidentifier()})\n" +
+  "bad = []\n" +
+  "for m in mods:\n" +
+  "    try: importlib.import_module(m)\n" +
+  "    except Exception as e: bad.append(f'{m}: {type(e).__name__}: {e}')\n" +
+  "assert not bad, bad\n" +
+  "print(len(mods))";
+
+/**
+ * Runs every interpreter inside the read-only image and records what it reports; `py312Stack`:
+ * python3.12 got the lock's stack, and it must work as python3.11's does.
+ */
+export async function verifyRuntimes(
+  rootfs: string,
+  py312Stack = false,
+): Promise<Manifest["runtimes"]> {
   const run = (argv: string[]) => checkInRootfs({ rootfs, argv }).then((s) => s.trim());
   const py312 = await run([...runtimeArgv("python3.12"), "-c", CHECK_PY312]);
-  const py311 = await run([...runtimeArgv("python3.11"), "-c", CHECK_PY311]);
+  if (py312Stack) {
+    await run([...runtimeArgv("python3.12"), "-c", CHECK_STACK]);
+    await run([...runtimeArgv("python3.12"), "-c", CHECK_IMPORTS]);
+  }
+  const py311 = await run([...runtimeArgv("python3.11"), "-c", CHECK_STACK]);
   const node = await run([...runtimeArgv("node20"), "--version"]);
   const bash = await run([...runtimeArgv("bash"), "-c", 'echo "$BASH_VERSION"']);
   if (!node.startsWith("v20.")) throw new Error(`node in the image reports ${node}, not v20`);

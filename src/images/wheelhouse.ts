@@ -17,6 +17,8 @@ export interface Python312Target {
    * stays read-only; omitted, the rootfs's own /opt/python3.12 is written.
    */
   pythonDir?: string;
+  /** The interpreter inside the image to install into (default python3.12's). */
+  python?: string;
   onProgress?: (line: string) => void;
 }
 
@@ -66,19 +68,34 @@ export async function installWheelhouse(
   return wheels;
 }
 
-/** Installs the pinned requirements from PyPI (needs the network; build time only). */
-export async function installFromPypi(
+/**
+ * Installs a lock's wheels, already downloaded to `wheels` by the host's pip (wheel-cache.ts),
+ * offline: no index, every wheel checked against the lock's hashes, and nothing the lock does not
+ * pin (--require-hashes refuses an unpinned dependency).
+ */
+export async function installLocked(
   target: Python312Target,
-  requirementsFile: string,
+  wheels: string,
+  lockFile: string,
 ): Promise<void> {
   const { writable, binds } = targetBinds(target);
-  const inside = `${INPUT_MOUNT}/${basename(requirementsFile)}`;
+  // /tmp is the jail's own tmpfs, where bwrap can make the lock file's mount point.
+  const lockInside = `/tmp/${basename(lockFile)}`;
   await checkInRootfs({
     rootfs: target.rootfs,
     writable,
-    network: true,
-    binds: [...binds, { src: dirname(requirementsFile), dest: INPUT_MOUNT }],
-    argv: [IN_IMAGE.python312, ...PIP_COMMON, "--only-binary=:all:", "-r", inside],
+    binds: [...binds, { src: wheels, dest: INPUT_MOUNT }, { src: lockFile, dest: lockInside }],
+    argv: [
+      target.python ?? IN_IMAGE.python312,
+      ...PIP_COMMON,
+      "--no-index",
+      "--find-links",
+      INPUT_MOUNT,
+      "--only-binary=:all:",
+      "--require-hashes",
+      "-r",
+      lockInside,
+    ],
     onStderr: (s) => target.onProgress?.(`pip: ${s.trimEnd()}`),
   });
 }
@@ -108,19 +125,6 @@ export async function installFromIndex(target: Python312Target, index: PipIndex)
     ],
     onStderr: (s) => target.onProgress?.(`pip: ${s.trimEnd()}`),
   });
-}
-
-/** True when PyPI answers within `timeoutMs` (a quick probe, not a download). */
-export async function pypiReachable(timeoutMs = 3000): Promise<boolean> {
-  try {
-    const res = await fetch("https://pypi.org/simple/pip/", {
-      method: "HEAD",
-      signal: AbortSignal.timeout(timeoutMs),
-    });
-    return res.ok;
-  } catch {
-    return false;
-  }
 }
 
 const LIST_DISTRIBUTIONS =

@@ -1,7 +1,7 @@
 import { z } from "zod";
 import type { Engine, Progress } from "../engine/engine.js";
 import { isScratchRunError } from "../errors.js";
-import type { ImageExtras } from "../images/manifest.js";
+import type { ImageExtras, Manifest } from "../images/manifest.js";
 import { EXTRAS_ORDER, runtimeEntry } from "../runtimes.js";
 import {
   execInputSchemaFor,
@@ -44,9 +44,20 @@ export function extrasSentence(extras: ImageExtras | undefined): string {
   return parts.length ? `Also installed on this server: ${parts.join("; ")}.` : "";
 }
 
+/** The image's runtimes (the manifest's), when known: what each really has installed. */
+type ImageRuntimes = Manifest["runtimes"] | undefined;
+
+/** What the runtime has preinstalled, if the product promises anything and the image holds it. */
+function preinstalledOf(runtime: RuntimeName, image: ImageRuntimes): string | undefined {
+  const { preinstalled, onlyWith } = runtimeEntry(runtime).description;
+  if (!preinstalled || !onlyWith || !image) return preinstalled;
+  const packages = Object.keys(image[runtime]?.packages ?? {}).map((n) => n.toLowerCase());
+  return packages.includes(onlyWith) ? preinstalled : "the standard library only on this server";
+}
+
 /** A runtime as the description names it: with what it has preinstalled, if anything. */
-function described(runtime: RuntimeName): string {
-  const { preinstalled } = runtimeEntry(runtime).description;
+function described(runtime: RuntimeName, image: ImageRuntimes): string {
+  const preinstalled = preinstalledOf(runtime, image);
   return preinstalled ? `${runtime} (${preinstalled})` : runtime;
 }
 
@@ -54,9 +65,9 @@ function described(runtime: RuntimeName): string {
  * The runtimes sentence: the product's for every runtime (those of one family named together,
  * then what each has preinstalled), else the caller's few.
  */
-function runtimesSentence(runtimes: CallPolicy["runtimes"]): string {
+function runtimesSentence(runtimes: CallPolicy["runtimes"], image: ImageRuntimes): string {
   if (runtimes.length !== RUNTIMES.length)
-    return `Runtimes allowed to you: ${runtimes.map(described).join(", ")}.`;
+    return `Runtimes allowed to you: ${runtimes.map((r) => described(r, image)).join(", ")}.`;
   const families = new Map<string, RuntimeName[]>();
   for (const r of RUNTIMES) {
     const family = runtimeEntry(r).description.family;
@@ -64,7 +75,7 @@ function runtimesSentence(runtimes: CallPolicy["runtimes"]): string {
   }
   const named = [...families.values()].map((members) => {
     const has = members.flatMap((r) => {
-      const { preinstalled } = runtimeEntry(r).description;
+      const preinstalled = preinstalledOf(r, image);
       return preinstalled ? [`${r} has ${preinstalled}`] : [];
     });
     return `${members.join(" and ")}${has.length ? ` (${has.join("; ")})` : ""}`;
@@ -81,6 +92,7 @@ export function execToolDefinition(
   networkNote: string,
   policy: CallPolicy = DEFAULT_POLICY,
   extras?: ImageExtras,
+  image?: ImageRuntimes,
 ) {
   return {
     name: EXEC_TOOL_NAME,
@@ -90,7 +102,7 @@ export function execToolDefinition(
       "stderr, exit code and any files you ask for. Nothing persists between calls: each call starts",
       "from a clean machine, so send everything the code needs in `code` and `files` (text, or",
       '{"base64": "…"} for binary data).',
-      runtimesSentence(policy.runtimes),
+      runtimesSentence(policy.runtimes, image),
       "Working directory /home/user; /tmp and the working directory are writable and",
       "RAM-backed. Save plots to a file (e.g. /tmp/plot.png) and list it in `return_files`: PNG, JPG",
       "and SVG come back as images.",

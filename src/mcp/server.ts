@@ -55,6 +55,7 @@ export function createMcpServer(engine: ExecEngine): Server {
           engine.networkNote,
           engine.policy,
           engine.options.runtimes?.extras,
+          engine.options.runtimes?.runtimes,
         ),
       };
     return cached.definition;

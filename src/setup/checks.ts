@@ -9,6 +9,7 @@ import { DEFAULT_UPLINK } from "../net/index.js";
 import { detectAccel } from "../backends/microvm/accel.js";
 import { buildVmArtifacts } from "../backends/microvm/build.js";
 import type { Manifest } from "../images/manifest.js";
+import { noIndexReason } from "../images/wheel-cache.js";
 import { EXTRAS_ORDER, runtimeEntry } from "../runtimes.js";
 import { RUNTIMES, type RuntimeName } from "../schema/exec.js";
 import { AGENT_DIR } from "./engine-factory.js";
@@ -213,10 +214,16 @@ export function python312PackagesCheck(manifest: Manifest): {
     ok: false,
     detail:
       manifest.python312PackagesFrom === "none"
-        ? `python3.12 has the standard library only (no ${missing.join(", ")}): the image was built without a wheelhouse, a package index or PyPI; python3.11 has them`
+        ? `python3.12 has the standard library only (no ${missing.join(", ")}): when the image was built the host's pip reached no package index${noIndexDetail(manifest)}; python3.11 has them`
         : `python3.12 lacks ${missing.join(", ")} (packages from ${manifest.python312PackagesFrom})`,
-    fix: `set SCRATCHRUN_WHEELHOUSE=/dir/of/wheels, or SCRATCHRUN_PIP_INDEX_URL=https://your-mirror/simple with SCRATCHRUN_PYTHON312_REQUIREMENTS=/hash-pinned/requirements.txt, or give the image config a "python3.12" entry (either kind), then run ${setupCommand()} (the server needs the same variables)`,
+    fix: `let the host's pip reach a package index (its pip.conf or PIP_INDEX_URL, PIP_PROXY, PIP_CERT: what \`pip download numpy\` needs), or set SCRATCHRUN_WHEELHOUSE=/dir/of/wheels, or SCRATCHRUN_PIP_INDEX_URL=https://your-mirror/simple with SCRATCHRUN_PYTHON312_REQUIREMENTS=/hash-pinned/requirements.txt, or give the image config a "python3.12" entry (either kind), then run ${setupCommand()} (the server needs the same variables)`,
   };
+}
+
+/** What pip said when the build found no index (the manifest's note), as " (pip: …)". */
+function noIndexDetail(manifest: Manifest): string {
+  const reason = noIndexReason(manifest.notes);
+  return reason ? ` (pip: ${reason})` : "";
 }
 
 /** KVM as the microvm backend will really use it: the device opens and a probe guest boots. */

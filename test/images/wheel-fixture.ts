@@ -56,6 +56,8 @@ export interface WheelSpec {
   /** Module files: path inside site-packages -> content. */
   files: Record<string, string>;
   requires?: string[];
+  /** The wheel's tag (default py3-none-any, pure Python). */
+  tag?: string;
 }
 
 /** Writes a valid pure-Python wheel (METADATA, WHEEL, RECORD with sha256) and returns its file name. */
@@ -68,8 +70,8 @@ export function writeWheel(dir: string, spec: WheelSpec): string {
     ...(spec.requires ?? []).map((r) => `Requires-Dist: ${r}`),
     "",
   ].join("\n");
-  const wheel =
-    "Wheel-Version: 1.0\nGenerator: scratchrun-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n";
+  const tag = spec.tag ?? "py3-none-any";
+  const wheel = `Wheel-Version: 1.0\nGenerator: scratchrun-test\nRoot-Is-Purelib: true\nTag: ${tag}\n`;
   const entries: [string, Buffer][] = [
     ...Object.entries(spec.files).map(([p, c]): [string, Buffer] => [p, Buffer.from(c, "utf8")]),
     [`${distInfo}/METADATA`, Buffer.from(metadata, "utf8")],
@@ -81,7 +83,7 @@ export function writeWheel(dir: string, spec: WheelSpec): string {
   });
   record.push(`${distInfo}/RECORD,,`);
   entries.push([`${distInfo}/RECORD`, Buffer.from(`${record.join("\n")}\n`, "utf8")]);
-  const file = `${spec.name}-${spec.version}-py3-none-any.whl`;
+  const file = `${spec.name}-${spec.version}-${tag}.whl`;
   writeFileSync(join(dir, file), zipStored(entries));
   return file;
 }

@@ -114,13 +114,24 @@ describe("the runtime table", () => {
   });
 
   it("promises models only what the image recipe installs", () => {
-    const packages = readFileSync(join(PACKAGE_ROOT, "images", "rootfs", "packages.txt"), "utf8")
-      .split("\n")
-      .map((l) => l.trim());
+    const recipe = (f: string) =>
+      readFileSync(join(PACKAGE_ROOT, "images", "rootfs", f), "utf8")
+        .split("\n")
+        .map((l) => l.trim());
+    const packages = recipe("packages.txt");
+    const lockList = recipe("python-requirements.in");
     const debian: Record<string, string> = { pillow: "python3-pil" };
     for (const r of RUNTIMES) {
-      const { preinstalled } = runtimeEntry(r).description;
+      const { preinstalled, onlyWith } = runtimeEntry(r).description;
       if (!preinstalled) continue;
+      // A runtime's stack is Debian's (promised always) or the lock's (promised only when the
+      // image holds it: `onlyWith`).
+      if (onlyWith) {
+        for (const name of preinstalled.split(", "))
+          assert.ok(lockList.includes(name), `${r}: ${name} is not in python-requirements.in`);
+        assert.ok(lockList.includes(onlyWith));
+        continue;
+      }
       assert.ok(packages.includes(r), `${r} is not a Debian package of the recipe`);
       for (const name of preinstalled.split(", "))
         assert.ok(packages.includes(debian[name] ?? `python3-${name}`), `${r}: ${name}`);
@@ -133,11 +144,14 @@ describe("what the table's readers say (pinned: these reach models and operators
     execToolDefinition("namespace", "none", { ...DEFAULT_POLICY, runtimes: [...runtimes] })
       .description;
 
-  it("scratchrun_exec names every runtime, python3.11's packages with it", () => {
+  const PY312 =
+    "numpy, pandas, matplotlib, scipy, pillow, scikit-learn, sympy, seaborn, statsmodels, requests, beautifulsoup4, openpyxl";
+  it("scratchrun_exec names every runtime, with each Python's packages", () => {
     assert.ok(
       description(RUNTIMES).includes(
-        " Runtimes: python3.12 and python3.11 (python3.11 has numpy, pandas, matplotlib, pillow, scipy), node20, bash. ",
+        ` Runtimes: python3.12 and python3.11 (python3.12 has ${PY312}; python3.11 has numpy, pandas, matplotlib, pillow, scipy), node20, bash. `,
       ),
+      description(RUNTIMES),
     );
     assert.ok(
       description(["bash", "python3.11"]).includes(
@@ -145,6 +159,22 @@ describe("what the table's readers say (pinned: these reach models and operators
       ),
     );
     assert.ok(description(["node20"]).includes(" Runtimes allowed to you: node20. "));
+  });
+
+  it("an image whose python3.12 has the standard library only says so, not the lock's stack", () => {
+    const stdlibOnly = {
+      ...MANIFEST.runtimes,
+      "python3.12": { ...MANIFEST.runtimes["python3.12"], packages: { pip: "23.2.1" } },
+    };
+    const withStack = {
+      ...MANIFEST.runtimes,
+      "python3.12": { ...MANIFEST.runtimes["python3.12"], packages: { numpy: "2.5.5" } },
+    };
+    const d = (image: Manifest["runtimes"]) =>
+      execToolDefinition("namespace", "none", DEFAULT_POLICY, undefined, image).description;
+    assert.ok(d(stdlibOnly).includes("python3.12 has the standard library only on this server;"));
+    assert.ok(!d(stdlibOnly).includes("scikit-learn"));
+    assert.ok(d(withStack).includes(`python3.12 has ${PY312};`));
   });
 
   it("scratchrun_exec and scratchrun_runtimes list the operator's additions per runtime", () => {
@@ -189,19 +219,25 @@ describe("what the table's readers say (pinned: these reach models and operators
     );
   });
 
-  it("seeds python3.11's calls with the image's matplotlib font cache, and no other runtime's", () => {
+  it("seeds the Python runtimes' calls with the image's matplotlib font caches, and no other runtime's", () => {
     const rootfs = mkdtempSync(join(tmpdir(), "scratchrun-seed-"));
     try {
-      assert.deepEqual(seedFiles(rootfs), { "python3.11": [] });
+      assert.deepEqual(seedFiles(rootfs), { "python3.12": [], "python3.11": [] });
       mkdirSync(join(rootfs, MATPLOTLIB_CACHE_DIR), { recursive: true });
-      writeFileSync(join(rootfs, MATPLOTLIB_CACHE_DIR, "fontlist-v390.json"), "{}");
+      // One cache per matplotlib version: Debian's (python3.11) and the lock's (python3.12).
+      writeFileSync(join(rootfs, MATPLOTLIB_CACHE_DIR, "fontlist-v330.json"), "{}");
+      writeFileSync(join(rootfs, MATPLOTLIB_CACHE_DIR, "fontlist-v390.json"), "[]");
       writeFileSync(join(rootfs, MATPLOTLIB_CACHE_DIR, "other.json"), "{}");
       const seeds = seedFiles(rootfs);
-      assert.deepEqual(Object.keys(seeds), ["python3.11"]);
-      assert.deepEqual(
-        seeds["python3.11"]?.map((f) => [f.path, f.mode, Buffer.from(f.content).toString()]),
-        [["/home/user/.cache/matplotlib/fontlist-v390.json", 0o644, "{}"]],
-      );
+      assert.deepEqual(Object.keys(seeds).sort(), ["python3.11", "python3.12"]);
+      for (const r of ["python3.11", "python3.12"] as const)
+        assert.deepEqual(
+          seeds[r]?.map((f) => [f.path, f.mode, Buffer.from(f.content).toString()]).sort(),
+          [
+            ["/home/user/.cache/matplotlib/fontlist-v330.json", 0o644, "{}"],
+            ["/home/user/.cache/matplotlib/fontlist-v390.json", 0o644, "[]"],
+          ],
+        );
     } finally {
       rmSync(rootfs, { recursive: true, force: true });
     }
