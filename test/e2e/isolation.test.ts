@@ -4,6 +4,7 @@ import { after, before, describe, test } from "node:test";
 import { SERVER_SECRET, TEST_BACKENDS } from "../helpers/backends.js";
 import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
 import { startServer, type McpHarness } from "../helpers/mcp-client.js";
+import { PY } from "../helpers/pythons.js";
 
 /** Isolation promises, proven from inside: each program tries the escape and reports. */
 for (const backend of TEST_BACKENDS) {
@@ -44,7 +45,7 @@ for (const backend of TEST_BACKENDS) {
 
     test("the server's secrets are not readable through /proc", async () => {
       const { s } = await h.exec({
-        runtime: "python3.11",
+        runtime: PY,
         code: [
           "import os, glob",
           "hits = []",
@@ -85,7 +86,7 @@ for (const backend of TEST_BACKENDS) {
 
     test("no network: the host's loopback listener is unreachable", async () => {
       const { s } = await h.exec({
-        runtime: "python3.11",
+        runtime: PY,
         network: "none",
         code: [
           "import socket, os",
@@ -104,7 +105,7 @@ for (const backend of TEST_BACKENDS) {
 
     test("mount, unshare and ptrace are refused by the jail", async () => {
       const { s } = await h.exec({
-        runtime: "python3.11",
+        runtime: PY,
         code: [
           "import ctypes, os",
           "libc = ctypes.CDLL(None, use_errno=True)",

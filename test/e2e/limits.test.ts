@@ -4,6 +4,7 @@ import { TEST_BACKENDS } from "../helpers/backends.js";
 import { assertNoLeaks } from "../helpers/leaks.js";
 import { serverForSuite } from "../helpers/suite.js";
 import { LIMITS } from "../../src/schema/limits.js";
+import { PY } from "../helpers/pythons.js";
 
 /**
  * Resource limits. The bounded proofs come first in this file (node:test runs a file's tests in
@@ -17,7 +18,7 @@ for (const backend of TEST_BACKENDS) {
 
     test("bounded: the process limit holds (children start one by one until refused)", async () => {
       const { s } = await h.exec({
-        runtime: "python3.11",
+        runtime: PY,
         code: [
           "import subprocess",
           "procs = []",
@@ -40,7 +41,7 @@ for (const backend of TEST_BACKENDS) {
 
     test("bounded: the memory limit holds (allocation past memory_mb is OOM-killed)", async () => {
       const { s } = await h.exec({
-        runtime: "python3.11",
+        runtime: PY,
         code: [
           "chunks = []",
           "for i in range(40):",
@@ -58,7 +59,7 @@ for (const backend of TEST_BACKENDS) {
 
     test("a program within memory_mb is not killed", async () => {
       const { s } = await h.exec({
-        runtime: "python3.11",
+        runtime: PY,
         code: "b = b'x' * (100 << 20)\nprint(len(b))",
         memory_mb: 256,
       });
@@ -99,7 +100,7 @@ for (const backend of TEST_BACKENDS) {
     test("hostile: a 1 GB allocation is OOM-killed", async () => {
       assert.ok(proven.memory, "memory limit not proven first");
       const { s } = await h.exec({
-        runtime: "python3.11",
+        runtime: PY,
         code: "b = b'x' * (1 << 30)\nprint('survived')",
       });
       assert.equal(s.exit_reason, "oom");

@@ -8,6 +8,7 @@ import { TEST_BACKENDS } from "../helpers/backends.js";
 import { assertNoLeaks, snapshot } from "../helpers/leaks.js";
 import { startServer, textOf, type ExecStructured } from "../helpers/mcp-client.js";
 import { serverForSuite } from "../helpers/suite.js";
+import { PY } from "../helpers/pythons.js";
 
 for (const backend of TEST_BACKENDS) {
   describe(`MCP experience [${backend}]`, () => {
@@ -75,7 +76,7 @@ for (const backend of TEST_BACKENDS) {
 
     test("long output keeps head and tail with the omitted byte count", async () => {
       const { s, result } = await h.exec({
-        runtime: "python3.11",
+        runtime: PY,
         code: "print('START'); print('x' * 100000); print('END')",
         max_output_bytes: 2048,
       });
@@ -113,7 +114,7 @@ for (const backend of TEST_BACKENDS) {
 
     test("an image over the inline bound comes back as a resource with a note, never dropped", async () => {
       const { s, result } = await h.exec({
-        runtime: "python3.11",
+        runtime: PY,
         code: "import os\nopen('/tmp/big.png','wb').write(b'\\x89PNG\\r\\n\\x1a\\n' + os.urandom(3 << 20))",
         return_files: ["/tmp/big.png"],
       });

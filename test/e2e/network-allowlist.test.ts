@@ -1,3 +1,4 @@
+import { PY } from "../helpers/pythons.js";
 /**
  * The egress allowlist through the real server, on each backend (SCRATCHRUN_EGRESS_ALLOW; the
  * private test internet of test/net/topology.ts and web.ts as the uplink; nothing leaves the
@@ -42,7 +43,7 @@ for (const backend of TEST_BACKENDS) {
       web = await new WebHosts(topo).start();
       h = await startServer({
         SCRATCHRUN_ISOLATION: backend,
-        SCRATCHRUN_POOL_SIZE: backend === "microvm" ? "python3.11=1" : "1",
+        SCRATCHRUN_POOL_SIZE: backend === "microvm" ? `${PY}=1` : "1",
         SCRATCHRUN_NETWORK: "public",
         SCRATCHRUN_EGRESS_ALLOW: TEST_ALLOWLIST,
         ...topo.serverEnv(),
@@ -109,7 +110,7 @@ for (const backend of TEST_BACKENDS) {
       ];
       const mark = web.mark();
       const { result, s } = await h.exec({
-        runtime: "python3.11",
+        runtime: PY,
         code: probeProgram(checks, 8),
         network: "public",
         timeout_ms: 30_000,
@@ -158,7 +159,7 @@ for (const backend of TEST_BACKENDS) {
 
     test('network "none" is unchanged: nothing at all', async () => {
       const { s } = await h.exec({
-        runtime: "python3.11",
+        runtime: PY,
         code: probeProgram([{ label: "https", kind: "https", host: "allowed.test" }], 2),
         network: "none",
       });
@@ -213,7 +214,7 @@ for (const backend of TEST_BACKENDS) {
             const res = await svc.post(
               "/v1/exec",
               {
-                runtime: "python3.11",
+                runtime: PY,
                 network: "public",
                 timeout_ms: 30_000,
                 code: probeProgram(

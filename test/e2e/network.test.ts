@@ -1,3 +1,4 @@
+import { PY } from "../helpers/pythons.js";
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { listSandboxNetworkResources } from "../../src/net/resources.js";
@@ -41,7 +42,7 @@ describe("network egress through the MCP server [namespace]", { timeout: 180_000
 
   async function runProbe(checks: Check[], network: "public" | "none") {
     const code = probeProgram(checks);
-    const { s } = await h.exec({ runtime: "python3.11", code, network, timeout_ms: 20_000 });
+    const { s } = await h.exec({ runtime: PY, code, network, timeout_ms: 20_000 });
     assert.equal(s.exit_reason, "ok", s.stderr);
     return { res: JSON.parse(s.stdout) as ProbeResult, s };
   }

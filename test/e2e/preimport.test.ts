@@ -5,6 +5,7 @@ import { TEST_BACKENDS } from "../helpers/backends.js";
 import { EXIT_ENDINGS, EXIT_HELPER, exitScript, SYNTAX_ERROR } from "../helpers/exit-script.js";
 import { assertFreshRandomness } from "../helpers/randomness.js";
 import { serverForSuite, type SuiteServer } from "../helpers/suite.js";
+import { PY } from "../helpers/pythons.js";
 
 /**
  * Pre-imported interpreters (docs/decisions/0011-preimport.md), on both backends: a pooled
@@ -75,7 +76,7 @@ interface Dump {
 }
 
 async function dump(h: SuiteServer, code: string, extra: Record<string, unknown> = {}) {
-  const { s } = await h.exec({ runtime: "python3.11", code, timeout_ms: 30_000, ...extra });
+  const { s } = await h.exec({ runtime: PY, code, timeout_ms: 30_000, ...extra });
   assert.equal(s.exit_reason, "ok", s.stderr);
   return JSON.parse(s.stdout) as Dump;
 }
@@ -88,7 +89,7 @@ async function dump(h: SuiteServer, code: string, extra: Record<string, unknown>
 async function inPreimported(h: SuiteServer, code: string, extra: Record<string, unknown> = {}) {
   for (let i = 0; ; i++) {
     const { s, result } = await h.exec({
-      runtime: "python3.11",
+      runtime: PY,
       code,
       timeout_ms: 30_000,
       ...extra,
@@ -105,35 +106,38 @@ for (const backend of TEST_BACKENDS) {
   describe(`pre-imported python [${backend}]`, () => {
     const h = serverForSuite(backend);
 
-    test("the product page's example runs in a pre-imported interpreter and returns its PNG", async () => {
-      // The microVM builds the pre-imported template after the server starts (imports under
-      // TCG take seconds); until then calls run in the plain one.
-      let who = "";
-      let png = 0;
-      for (let i = 0; i < 120 && who !== "preimported"; i++) {
-        const { s, result } = await h.exec({
-          runtime: "python3.11",
-          code: `${PRODUCT}\n${WHO}\nprint(_who(), 'pandas' in __import__('sys').modules)`,
-          return_files: ["/tmp/plot.png"],
-          timeout_ms: 30_000,
-        });
-        assert.equal(s.exit_reason, "ok", s.stderr);
-        who = s.stdout.split(" ")[0] ?? "";
-        if (who === "preimported") {
-          assert.equal(s.stdout, "preimported True\n", "pandas was imported before the call");
-          const image = result.content.find((b) => b.type === "image");
-          assert.ok(image && image.type === "image" && image.mimeType === "image/png");
-          png = Buffer.from(image.data, "base64").length;
-        } else await sleep(1000);
-      }
-      assert.equal(who, "preimported", "no call reached a pre-imported interpreter");
-      assert.ok(png > 1000);
-    });
+    // The product page's runtime always, and the file's Python (the matrix's) when it differs.
+    for (const runtime of [...new Set(["python3.12", PY])]) {
+      test(`the product page's example runs in a pre-imported ${runtime} and returns its PNG`, async () => {
+        // The microVM builds the pre-imported template after the server starts (imports under
+        // TCG take seconds); until then calls run in the plain one.
+        let who = "";
+        let png = 0;
+        for (let i = 0; i < 120 && who !== "preimported"; i++) {
+          const { s, result } = await h.exec({
+            runtime,
+            code: `${PRODUCT}\n${WHO}\nprint(_who(), 'pandas' in __import__('sys').modules)`,
+            return_files: ["/tmp/plot.png"],
+            timeout_ms: 30_000,
+          });
+          assert.equal(s.exit_reason, "ok", s.stderr);
+          who = s.stdout.split(" ")[0] ?? "";
+          if (who === "preimported") {
+            assert.equal(s.stdout, "preimported True\n", "pandas was imported before the call");
+            const image = result.content.find((b) => b.type === "image");
+            assert.ok(image && image.type === "image" && image.mimeType === "image/png");
+            png = Buffer.from(image.data, "base64").length;
+          } else await sleep(1000);
+        }
+        assert.equal(who, "preimported", "no call reached a pre-imported interpreter");
+        assert.ok(png > 1000);
+      });
+    }
 
     test("after the same imports it looks like a plain interpreter, even after a call that left state behind", async () => {
       // A call that changes everything it can: the next one must find none of it.
       const { s } = await h.exec({
-        runtime: "python3.11",
+        runtime: PY,
         code: [
           "import numpy as np",
           "import matplotlib.pyplot as plt",
@@ -167,7 +171,7 @@ for (const backend of TEST_BACKENDS) {
       const run = async (head: string, ending: string) => {
         for (let i = 0; ; i++) {
           const { s, result } = await h.exec({
-            runtime: "python3.11",
+            runtime: PY,
             code: exitScript([head, WHO, "print(_who(), flush=True)"], ending),
             files: { "helper.py": EXIT_HELPER },
             return_files: ["out.txt"],
@@ -206,24 +210,18 @@ for (const backend of TEST_BACKENDS) {
         "      ssl.RAND_bytes(8).hex())",
       ].join("\n");
       // uuid1's 14-bit clock sequence may repeat by chance once in 16384 pairs: left out.
-      await assertFreshRandomness(
-        { exec: () => inPreimported(h, code) },
-        "python3.11",
-        code,
-        3,
-        (stdout) => {
-          const [who, ...values] = stdout.trim().split(" ");
-          assert.equal(who, "preimported");
-          assert.equal(values.length, 9);
-          return values.filter((_, i) => i !== 6);
-        },
-      );
+      await assertFreshRandomness({ exec: () => inPreimported(h, code) }, PY, code, 3, (stdout) => {
+        const [who, ...values] = stdout.trim().split(" ");
+        assert.equal(who, "preimported");
+        assert.equal(values.length, 9);
+        return values.filter((_, i) => i !== 6);
+      });
     });
 
     test("a call that changes what the imports read gets a fresh interpreter, and its setting applies", async () => {
       const code = `import matplotlib\nimport matplotlib.pyplot as plt\n${WHO}\nprint(_who(), matplotlib.get_backend(), plt.rcParams['lines.linewidth'])`;
       const run = async (extra: Record<string, unknown>) => {
-        const { s } = await h.exec({ runtime: "python3.11", code, timeout_ms: 30_000, ...extra });
+        const { s } = await h.exec({ runtime: PY, code, timeout_ms: 30_000, ...extra });
         assert.equal(s.exit_reason, "ok", s.stderr);
         return s.stdout.trim();
       };
@@ -247,7 +245,7 @@ for (const backend of TEST_BACKENDS) {
 
     test("calls that set up before importing, or keep less memory, get a plain interpreter", async () => {
       const run = async (code: string, extra: Record<string, unknown> = {}) => {
-        const { s } = await h.exec({ runtime: "python3.11", code, timeout_ms: 30_000, ...extra });
+        const { s } = await h.exec({ runtime: PY, code, timeout_ms: 30_000, ...extra });
         assert.equal(s.exit_reason, "ok", s.stderr);
         return s.stdout.trim();
       };

@@ -4,6 +4,7 @@ import { describe, test } from "node:test";
 import { expectedIsolation, TEST_BACKENDS } from "../helpers/backends.js";
 import { textOf } from "../helpers/mcp-client.js";
 import { serverForSuite } from "../helpers/suite.js";
+import { PY } from "../helpers/pythons.js";
 
 for (const backend of TEST_BACKENDS) {
   describe(`runtimes and parameters [${backend}]`, () => {
@@ -28,7 +29,7 @@ for (const backend of TEST_BACKENDS) {
 
     test("stdout and stderr are separate and the exit code is kept", async () => {
       const { s } = await h.exec({
-        runtime: "python3.11",
+        runtime: PY,
         code: "import sys\nprint('out')\nprint('err', file=sys.stderr)\nsys.exit(3)",
       });
       assert.equal(s.stdout, "out\n");
@@ -79,7 +80,7 @@ for (const backend of TEST_BACKENDS) {
 
     test("return_files: text comes back as text, binary as base64, problems per file", async () => {
       const { s, result } = await h.exec({
-        runtime: "python3.11",
+        runtime: PY,
         code: [
           "import os",
           "open('/tmp/out.csv','w').write('a,b\\n1,2\\n')",
@@ -182,7 +183,7 @@ for (const backend of TEST_BACKENDS) {
 
     test("an infinite loop is stopped at the deadline", async () => {
       const { s } = await h.exec({
-        runtime: "python3.11",
+        runtime: PY,
         code: "while True: pass",
         timeout_ms: 400,
       });

@@ -1,3 +1,4 @@
+import { PY } from "../helpers/pythons.js";
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { rmSync, writeFileSync } from "node:fs";
@@ -100,7 +101,7 @@ for (const backend of SECURITY_BACKENDS) {
     const canaries = [`/var/tmp/${token}`, `/tmp/${token}`];
     before(async () => {
       for (const c of canaries) writeFileSync(c, `${token}\n`, { mode: 0o644 });
-      s = await securityServer(backend, {}, ["bash", "python3.11", "node20"]);
+      s = await securityServer(backend, {}, ["bash", PY, "node20"]);
     });
     after(async () => {
       for (const c of canaries) rmSync(c, { force: true });
@@ -205,7 +206,7 @@ for (const backend of SECURITY_BACKENDS) {
 
     test("SEC-HOSTINFO: no host processes, env, hostname or mount points are visible", async () => {
       const r = await s.run({
-        runtime: "python3.11",
+        runtime: PY,
         code: py(
           "import os",
           "pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())",
@@ -296,7 +297,7 @@ for (const backend of SECURITY_BACKENDS) {
 
     test("SEC-SYSCALLS: io_uring, mknod, setns, perf, userfaultfd, new-namespace clone and more are refused", async () => {
       const r = await s.run({
-        runtime: "python3.11",
+        runtime: PY,
         code: py(
           "import ctypes, os, socket",
           "libc = ctypes.CDLL(None, use_errno=True)",
@@ -406,7 +407,7 @@ for (const backend of SECURITY_BACKENDS) {
       // guest kernel has no vsock module, so that family alone proves nothing there); the
       // refusals the kernel would not give (EAFNOSUPPORT for AF_PACKET, where it says EPERM, and
       // for netlink other than NETLINK_ROUTE, which it creates) show the same filter in the guest.
-      const r = await s.run({ runtime: "python3.11", code: SOCKETS_PROBE });
+      const r = await s.run({ runtime: PY, code: SOCKETS_PROBE });
       assert.equal(r.exit_reason, "ok", r.stderr);
       const got = Object.fromEntries(
         r.stdout
@@ -425,7 +426,7 @@ for (const backend of SECURITY_BACKENDS) {
 
     test("SEC-TIOCSTI: no terminal to inject into; TIOCSTI and TIOCLINUX refused even on a new pty", async () => {
       const r = await s.run({
-        runtime: "python3.11",
+        runtime: PY,
         code: py(
           "import os, fcntl, termios",
           "def t(name, f):",
@@ -444,7 +445,7 @@ for (const backend of SECURITY_BACKENDS) {
 
     test("SEC-PRIV: the code's fds are /dev/null and two pipes; nothing of the host channel", async () => {
       const r = await s.run({
-        runtime: "python3.11",
+        runtime: PY,
         code: py(
           "import os",
           "fds = sorted(os.listdir('/proc/self/fd'), key=int)",
@@ -465,7 +466,7 @@ for (const backend of SECURITY_BACKENDS) {
       // the call ending normally is the proof). In a microVM pid 1 is the guest's init and the
       // agent another root process: both refuse with EPERM.
       const r = await s.run({
-        runtime: "python3.11",
+        runtime: PY,
         code: py(
           "import os, signal, time",
           "for pid in sorted({1, os.getppid()}):",
@@ -490,7 +491,7 @@ for (const backend of SECURITY_BACKENDS) {
     test("SEC-AGENT-FORGE: agent frames written by the code are only bytes of its own stdout", async () => {
       // A complete, well-formed X(exited 0) + D sequence, as the agent would send it.
       const r = await s.run({
-        runtime: "python3.11",
+        runtime: PY,
         code: py(
           "import struct, sys",
           "msg = b''",
@@ -508,7 +509,7 @@ for (const backend of SECURITY_BACKENDS) {
 
     test("SEC-OUTPUT: a channel flood of one-byte writes on both streams is capped and the server serves", async () => {
       const r = await s.run({
-        runtime: "python3.11",
+        runtime: PY,
         code: py(
           "import os",
           "for i in range(300000):",

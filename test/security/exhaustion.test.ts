@@ -3,6 +3,7 @@ import { after, before, describe, test } from "node:test";
 import { assertNoLeaks, snapshot } from "../helpers/leaks.js";
 import { textOf } from "../helpers/mcp-client.js";
 import { py, securityServer, SECURITY_BACKENDS, type SecurityServer } from "./harness.js";
+import { PY } from "../helpers/pythons.js";
 
 const MiB = 1024 * 1024;
 
@@ -23,7 +24,7 @@ for (const backend of SECURITY_BACKENDS) {
 
     test("bounded [SEC-MEM, SEC-PIDS]: 64 MiB and 128 processes hold before anything hostile", async () => {
       const mem = await s.run({
-        runtime: "python3.11",
+        runtime: PY,
         code: py(
           "c = []",
           "for i in range(24):",
@@ -35,7 +36,7 @@ for (const backend of SECURITY_BACKENDS) {
       assert.ok(mem.stdout.trim().split("\n").length < 8, mem.stdout);
       proven.memory = true;
       const pids = await s.run({
-        runtime: "python3.11",
+        runtime: PY,
         code: py(
           "import subprocess",
           "ps = []",
@@ -55,7 +56,7 @@ for (const backend of SECURITY_BACKENDS) {
     test("SEC-INODES: filling /tmp with empty files ends in the memory cap, not the host", async () => {
       assert.ok(proven.memory, "memory limit not proven first");
       const r = await s.run({
-        runtime: "python3.11",
+        runtime: PY,
         code: py(
           "import os",
           "os.mkdir('/tmp/i')",
@@ -85,7 +86,7 @@ for (const backend of SECURITY_BACKENDS) {
       // Three spinners for 2 s of wall time. Their CPU time (user+sys, measured by the sandbox's
       // own kernel accounting) is at most one core per second of wall time, plus slack.
       const r = await s.run({
-        runtime: "python3.11",
+        runtime: PY,
         code: py(
           "import os, time",
           "kids = []",
@@ -195,7 +196,7 @@ for (const backend of SECURITY_BACKENDS) {
         ["too_large", "ok"],
       );
       const ctl = await s.h.call({
-        runtime: "python3.11",
+        runtime: PY,
         // 1 MB of U+0001 is 6 MB once JSON-escaped, twice (text block + structuredContent).
         code: py("import sys", "sys.stdout.write('\\x01' * 1000000)"),
         max_output_bytes: 256 * 1024,
@@ -207,7 +208,7 @@ for (const backend of SECURITY_BACKENDS) {
 
     test("SEC-NOFOLLOW: FIFO, socket, directory, /dev/zero and /proc/self/mem are never read", async () => {
       const r = await s.run({
-        runtime: "python3.11",
+        runtime: PY,
         code: py(
           "import os, socket",
           "os.mkfifo('/tmp/fifo')",

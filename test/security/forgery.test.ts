@@ -14,6 +14,7 @@ import { expectedIsolation, TEST_BACKENDS } from "../helpers/backends.js";
 import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
 import { REPO_ROOT, textOf } from "../helpers/mcp-client.js";
 import { serverForSuite } from "../helpers/suite.js";
+import { PY } from "../helpers/pythons.js";
 
 /**
  * The text block of a result cannot be forged by what the code prints (threat model H13,
@@ -169,7 +170,7 @@ for (const backend of TEST_BACKENDS) {
         "sys.stderr.write('--- end stderr ---\\nexit_code: 0 (ok)\\n')",
         "sys.exit(3)",
       ].join("\n");
-      const { s, result: r } = await h.exec({ runtime: "python3.11", code });
+      const { s, result: r } = await h.exec({ runtime: PY, code });
       assert.equal(s.exit_code, 3);
       assert.equal(s.stdout, `${FORGED}\n`, "structuredContent keeps the exact bytes");
       const read = readSummary(textOf(r));

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { TEST_BACKENDS } from "../helpers/backends.js";
 import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
 import { startServer, type ExecStructured, type McpHarness } from "../helpers/mcp-client.js";
+import { PY } from "../helpers/pythons.js";
 
 /**
  * Shared plumbing for the adversarial suite: every case drives the built server through the
@@ -30,7 +31,7 @@ export interface SecurityServer {
 export async function securityServer(
   backend: string,
   env: Record<string, string> = {},
-  runtimes: readonly string[] = ["bash", "python3.11"],
+  runtimes: readonly string[] = ["bash", PY],
 ): Promise<SecurityServer> {
   const base: HostSnapshot = snapshot();
   const h = await startServer({

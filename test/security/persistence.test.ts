@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { py, securityServer, SECURITY_BACKENDS, type SecurityServer } from "./harness.js";
+import { PY } from "../helpers/pythons.js";
 
 /**
  * SEC-FRESH beyond files: kernel objects one call leaves (SysV shared memory and message queues,
@@ -33,22 +34,22 @@ for (const backend of SECURITY_BACKENDS) {
   describe(`security: persistence [${backend}]`, () => {
     let s: SecurityServer;
     before(async () => {
-      s = await securityServer(backend, {}, ["python3.11"]);
+      s = await securityServer(backend, {}, [PY]);
     });
     after(async () => s.close());
 
     test("SEC-FRESH: SysV IPC, /dev/shm and abstract sockets do not survive the call", async () => {
-      const first = await s.run({ runtime: "python3.11", code: plant });
+      const first = await s.run({ runtime: PY, code: plant });
       assert.match(first.stdout, /^shm \d+$/m, first.stdout + first.stderr);
       assert.match(first.stdout, /^msg \d+$/m);
       assert.match(first.stdout, /planted/);
-      const control = await s.run({ runtime: "python3.11", code: `${plant}\n${look}` });
+      const control = await s.run({ runtime: PY, code: `${plant}\n${look}` });
       assert.match(
         control.stdout,
         /sr-abstract CONNECTED/,
         "the probe sees objects when they exist",
       );
-      const next = await s.run({ runtime: "python3.11", code: look });
+      const next = await s.run({ runtime: PY, code: look });
       assert.equal(
         next.stdout,
         "shm -1\nmsg -1\ndevshm []\nsr-abstract 111\nsr-daemon 111\n",

@@ -6,6 +6,7 @@ import { redactSecrets } from "../../src/engine/shape-output.js";
 import { LineStreamer } from "../../src/mcp/stream-log.js";
 import { TEST_BACKENDS } from "../helpers/backends.js";
 import { serverForSuite } from "../helpers/suite.js";
+import { PY } from "../helpers/pythons.js";
 
 /**
  * Output streamed as logging messages is redacted exactly as the result is, wherever the stream is
@@ -147,7 +148,7 @@ for (const backend of TEST_BACKENDS) {
       await h.client.setLoggingLevel("info");
       try {
         const { s } = await h.exec({
-          runtime: "python3.11",
+          runtime: PY,
           code: "import os\nprint('A' * 8180 + os.environ['TOKEN'])\nprint('after')",
           env: { TOKEN },
         });
