@@ -70,7 +70,8 @@ export const QUICK: Plan = {
   },
   warmup: { default: 1, "pyodide-node": 0, "pyodide-deno": 0, "microvm-nopool": 0, microvm: 0 },
   runtimes: {
-    microvm: ["python3.11"],
+    // The product page's example on its own python3.12 beside python3.11 (issue 24).
+    microvm: ["python3.11", "python3.12"],
     "microvm-empty": ["python3.11"],
     "microvm-nopool": ["python3.11"],
     "srt-cli": ["python3.11"],
@@ -88,7 +89,7 @@ export const QUICK: Plan = {
   coldSamples: 2,
   // Concurrency 1: the back-to-back row (bursts), for the namespace and the microVM.
   throughput: { systems: ["namespace", "microvm"], concurrency: [1], durationMs: 4_000 },
-  microvmPool: { "python3.11": 1 },
+  microvmPool: { "python3.11": 1, "python3.12": 1 },
   idleWindowMs: 2_000,
 };
 

@@ -24,7 +24,8 @@ export async function bakeMatplotlibCache(
   interpreters: readonly string[] = [IN_IMAGE.python311],
 ): Promise<void> {
   await mkdir(join(rootfs, MATPLOTLIB_CACHE_DIR), { recursive: true });
-  // Each matplotlib version writes its own fontlist-vNNN.json; they sit side by side.
+  // Each matplotlib version writes its own fontlist-v<version>.json (Debian 3.6: v330; 3.11:
+  // v3.11.0); they sit side by side.
   for (const python of interpreters)
     await checkInRootfs({
       rootfs,

@@ -129,7 +129,7 @@ export function matplotlibSeed(rootfsDir: string): AgentFile[] {
   const dir = join(rootfsDir, MATPLOTLIB_CACHE_DIR);
   if (!existsSync(dir)) return [];
   return readdirSync(dir)
-    .filter((name) => /^fontlist-v\d+\.json$/.test(name))
+    .filter((name) => /^fontlist-v\d+(\.\d+)*\.json$/.test(name))
     .map((name) => ({
       path: `${WORKDIR}/.cache/matplotlib/${name}`,
       mode: 0o644,

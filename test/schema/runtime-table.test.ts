@@ -226,7 +226,7 @@ describe("what the table's readers say (pinned: these reach models and operators
       mkdirSync(join(rootfs, MATPLOTLIB_CACHE_DIR), { recursive: true });
       // One cache per matplotlib version: Debian's (python3.11) and the lock's (python3.12).
       writeFileSync(join(rootfs, MATPLOTLIB_CACHE_DIR, "fontlist-v330.json"), "{}");
-      writeFileSync(join(rootfs, MATPLOTLIB_CACHE_DIR, "fontlist-v390.json"), "[]");
+      writeFileSync(join(rootfs, MATPLOTLIB_CACHE_DIR, "fontlist-v3.11.0.json"), "[]");
       writeFileSync(join(rootfs, MATPLOTLIB_CACHE_DIR, "other.json"), "{}");
       const seeds = seedFiles(rootfs);
       assert.deepEqual(Object.keys(seeds).sort(), ["python3.11", "python3.12"]);
@@ -235,7 +235,7 @@ describe("what the table's readers say (pinned: these reach models and operators
           seeds[r]?.map((f) => [f.path, f.mode, Buffer.from(f.content).toString()]).sort(),
           [
             ["/home/user/.cache/matplotlib/fontlist-v330.json", 0o644, "{}"],
-            ["/home/user/.cache/matplotlib/fontlist-v390.json", 0o644, "[]"],
+            ["/home/user/.cache/matplotlib/fontlist-v3.11.0.json", 0o644, "[]"],
           ],
         );
     } finally {
