@@ -234,8 +234,8 @@ describe("what the table's readers say (pinned: these reach models and operators
         assert.deepEqual(
           seeds[r]?.map((f) => [f.path, f.mode, Buffer.from(f.content).toString()]).sort(),
           [
-            ["/home/user/.cache/matplotlib/fontlist-v330.json", 0o644, "{}"],
             ["/home/user/.cache/matplotlib/fontlist-v3.11.0.json", 0o644, "[]"],
+            ["/home/user/.cache/matplotlib/fontlist-v330.json", 0o644, "{}"],
           ],
         );
     } finally {
