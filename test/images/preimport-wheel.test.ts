@@ -9,7 +9,7 @@ import { flavourFor } from "../../src/engine/preimport-route.js";
 import { toAgentRequest } from "../../src/engine/request.js";
 import { copyTree } from "../../src/images/copy-tree.js";
 import { IN_IMAGE } from "../../src/images/paths.js";
-import { PREIMPORT_TABLE, preimportFor, type Preimport } from "../../src/images/preimport.js";
+import { preimportFor, type Preimport } from "../../src/images/preimport.js";
 import { installedPackages, installWheelhouse } from "../../src/images/wheelhouse.js";
 import { execInputSchema } from "../../src/schema/exec.js";
 import { WORKDIR } from "../../src/schema/limits.js";
@@ -87,8 +87,9 @@ describe("python3.12 pre-imports what a wheel put in its image", () => {
     });
     await installWheelhouse({ rootfs }, wheels);
     const packages = await installedPackages(rootfs, IN_IMAGE.python312);
+    // The probe's entry alone: the image's python3.12 has the lock's stack too, whose
+    // pre-imports (and the state they leave) are test/e2e/preimport.test.ts's to compare.
     pre = preimportFor({ ...image.manifest.runtimes["python3.12"], packages }, WORKDIR, [
-      ...PREIMPORT_TABLE,
       {
         distribution: "scratchrun-probe",
         modules: ["scratchrun_probe"],
