@@ -28,6 +28,12 @@ export interface PoolConfig<K extends string = RuntimeName> {
    * `windowMs` passes without a take; then the extra ones are destroyed. Absent: fixed sizes.
    */
   burst?: { extra: number; takes: number; windowMs: number };
+  /**
+   * A key's group (its runtime) when the key is kept only once called: such a key's size counts
+   * from the first take of any key of its group on, and is 0 before (no sandbox, no memory, no
+   * CPU for a runtime nobody calls). Absent, or null for a key: its size counts from the start.
+   */
+  onceCalled?: (key: K) => string | null;
 }
 
 export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
@@ -44,6 +50,8 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
   private shrinkTimer: NodeJS.Timeout | null = null;
   /** Destroys the pool started (dead, surplus or pooled at close); close() waits for them all. */
   private readonly destroying = new Set<Promise<void>>();
+  /** The groups of `onceCalled` keys that have been called (their sizes count from then on). */
+  private readonly called = new Set<string>();
 
   constructor(
     private readonly boot: (runtime: K, memoryMb: number) => Promise<V>,
@@ -60,6 +68,7 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
    * under TCG) does not compete with the call on a small host.
    */
   take(runtime: K, memoryMb: number, opts: { refill?: boolean } = {}): V | null {
+    this.noteCalled(runtime, opts.refill !== false);
     if (memoryMb !== this.config.memoryMb) return null;
     this.noteTake(runtime);
     const list = this.ready.get(runtime) ?? [];
@@ -136,6 +145,24 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
     return (this.ready.get(runtime) ?? []).filter((v) => !v.dead).length;
   }
 
+  /**
+   * The key's size as configured, 0 for a key kept only once called while its group has not
+   * been (a burst's extra comes on top: target()).
+   */
+  size(key: K): number {
+    const group = this.config.onceCalled?.(key) ?? null;
+    if (group !== null && !this.called.has(group)) return 0;
+    return Number(this.config.sizes[key] ?? 0);
+  }
+
+  /** A first take of a once-called group starts keeping its keys (refilled now unless told not). */
+  private noteCalled(key: K, refill: boolean): void {
+    const group = this.config.onceCalled?.(key) ?? null;
+    if (group === null || this.called.has(group)) return;
+    this.called.add(group);
+    if (refill) this.refill();
+  }
+
   /** A ready sandbox of this key without counting a take (the take was counted already). */
   private takeReady(key: K): V | null {
     const list = this.ready.get(key) ?? [];
@@ -149,7 +176,7 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
 
   /** How many sandboxes of this key the pool keeps now (its size, plus a burst's extra). */
   target(key: K): number {
-    const size = Number(this.config.sizes[key] ?? 0);
+    const size = this.size(key);
     const b = this.config.burst;
     if (!b || size === 0) return size;
     const recent = (this.takes.get(key) ?? []).filter((t) => Date.now() - t < b.windowMs);
@@ -175,7 +202,7 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
       for (const [key, list] of this.ready) {
         const surplus = list.length - this.target(key);
         for (const vm of list.splice(0, Math.max(0, surplus))) this.discard(vm);
-        if (this.target(key) > Number(this.config.sizes[key] ?? 0)) pending = true;
+        if (this.target(key) > this.size(key)) pending = true;
       }
       if (pending) this.scheduleShrink();
     }, b.windowMs + 50);
@@ -188,7 +215,7 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
   }
 
   private sizes(): [K, number][] {
-    return Object.entries(this.config.sizes).map(([key, n]) => [key as K, Number(n ?? 0)]);
+    return Object.keys(this.config.sizes).map((key) => [key as K, this.size(key as K)]);
   }
 
   /** Every key has its size ready (a burst's extra is not waited for). */

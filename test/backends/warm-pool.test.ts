@@ -221,4 +221,41 @@ describe("WarmPool", () => {
     await finish();
     await pool.close();
   });
+  test("once called: a key of a group nobody has called keeps nothing; its group's first take starts keeping it", async () => {
+    const starts: { key: string; resolve: (v: Fake) => void }[] = [];
+    type Key = "old/plain" | "new/plain" | "new/preimport";
+    const pool = new WarmPool<Fake, Key>(
+      (key) => new Promise<Fake>((resolve) => starts.push({ key, resolve })),
+      {
+        sizes: { "old/plain": 1, "new/plain": 1, "new/preimport": 1 },
+        memoryMb: 256,
+        maxConcurrentBoots: 3,
+        onceCalled: (key) => (key.startsWith("new/") ? "new" : null),
+      },
+    );
+    const tick = () => new Promise((r) => setImmediate(r));
+    pool.start();
+    await tick();
+    assert.deepEqual(
+      starts.map((s) => s.key),
+      ["old/plain"],
+      "only the key kept from the start is started",
+    );
+    assert.equal(pool.size("new/plain"), 0);
+    starts.shift()?.resolve(new Fake());
+    await tick();
+    await pool.whenFull(); // full without the once-called keys: nothing waits for them
+    // A call at another memory size still counts as the runtime's first call.
+    assert.equal(pool.take("new/preimport", 512), null);
+    await tick();
+    assert.deepEqual(starts.map((s) => s.key).sort(), ["new/plain", "new/preimport"]);
+    assert.equal(pool.size("new/plain"), 1);
+    assert.equal(pool.size("new/preimport"), 1);
+    for (const s of starts.splice(0)) s.resolve(new Fake());
+    await tick();
+    assert.equal(pool.readyCount("new/plain"), 1);
+    assert.equal(pool.readyCount("new/preimport"), 1);
+    assert.equal(pool.readyCount("old/plain"), 1);
+    await pool.close();
+  });
 });

@@ -86,6 +86,8 @@ const PREIMPORT_BOOT_TIMEOUT_MS = 180_000;
 
 export interface PoolOptions {
   sizes?: Partial<Record<RuntimeName, number>>;
+  /** Runtimes pooled only once called (their templates and clones wait for a first call). */
+  onceCalled?: readonly RuntimeName[];
   memoryMb?: number;
   maxConcurrentBoots?: number;
   /**
@@ -193,6 +195,10 @@ export class MicrovmBackend implements Backend {
       sizes,
       memoryMb,
       maxConcurrentBoots: poolOptions.maxConcurrentBoots ?? 1,
+      onceCalled: (kind) => {
+        const [runtime] = parseVmKind(kind);
+        return poolOptions.onceCalled?.includes(runtime) ? runtime : null;
+      },
       ...(this.mode === "restore" ? { burst: poolOptions.burst ?? BURST } : {}),
     });
     this.pool.start();
@@ -416,7 +422,7 @@ export class MicrovmBackend implements Backend {
     const kinds = [vmKind(runtime, "plain"), vmKind(runtime, "preimport")];
     return {
       ready: kinds.reduce((n, k) => n + this.pool.readyCount(k), 0),
-      target: kinds.reduce((n, k) => n + (this.pool.config.sizes[k] ?? 0), 0),
+      target: kinds.reduce((n, k) => n + this.pool.size(k), 0),
     };
   }
 

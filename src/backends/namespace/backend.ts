@@ -36,6 +36,8 @@ export interface NamespaceBackendOptions {
   poolSize?: number;
   /** Per runtime instead of poolSize. */
   poolSizes?: Partial<Record<RuntimeName, number>>;
+  /** Runtimes pooled only once called (no jail is kept for them before their first call). */
+  poolOnceCalled?: readonly RuntimeName[];
   /** What each runtime's pre-imported interpreter imports (src/images/preimport.ts). */
   preimport?: Partial<Record<RuntimeName, Preimport>>;
 }
@@ -124,6 +126,10 @@ export class NamespaceBackend implements Backend {
       sizes,
       memoryMb: LIMITS.memoryMb.default,
       maxConcurrentBoots: 1,
+      onceCalled: (kind) => {
+        const runtime = parseKind(kind)[1];
+        return options.poolOnceCalled?.includes(runtime) ? runtime : null;
+      },
       // Back-to-back calls of one kind keep one more jail ready (a pre-imported one takes ~0.6 s
       // to start), until 20 s pass without one.
       burst: { extra: 1, takes: 2, windowMs: 20_000 },
@@ -139,10 +145,10 @@ export class NamespaceBackend implements Backend {
   warm(runtime: RuntimeName): { ready: number; target: number } {
     let ready = 0;
     let target = 0;
-    for (const [kind, n] of Object.entries(this.pool.config.sizes) as [JailKind, number][]) {
+    for (const kind of Object.keys(this.pool.config.sizes) as JailKind[]) {
       if (parseKind(kind)[1] !== runtime) continue;
       ready += this.pool.readyCount(kind);
-      target += n;
+      target += this.pool.size(kind);
     }
     return { ready, target };
   }
