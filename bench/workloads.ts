@@ -1,4 +1,5 @@
-import type { RuntimeName } from "../src/schema/exec.js";
+import { runtimeEntry } from "../src/runtimes.js";
+import { RUNTIMES, type RuntimeName } from "../src/schema/exec.js";
 
 export type WorkloadId = "print" | "realistic" | "product" | "pandas";
 
@@ -23,7 +24,9 @@ export interface Workload {
 const PRINT: Record<RuntimeName, string> = {
   "python3.12": "print(1)",
   "python3.11": "print(1)",
+  "python3.13": "print(1)",
   node20: "console.log(1)",
+  node24: "console.log(1)",
   bash: "echo 1",
 };
 
@@ -164,9 +167,6 @@ export function workloadFor(id: WorkloadId, runtime: RuntimeName): Workload | nu
 }
 
 /** File name each interpreter gets its code in (as the product names it). */
-export const CODE_FILE: Record<RuntimeName, string> = {
-  "python3.12": "main.py",
-  "python3.11": "main.py",
-  node20: "main.js",
-  bash: "main.sh",
-};
+export const CODE_FILE: Record<RuntimeName, string> = Object.fromEntries(
+  RUNTIMES.map((r) => [r, runtimeEntry(r).codeFile]),
+) as Record<RuntimeName, string>;

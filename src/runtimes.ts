@@ -26,22 +26,17 @@ export interface RuntimeEntry {
   readonly prestartScript: string | null;
   /** What the call's sandbox is seeded with before the caller's files. */
   readonly seeds: readonly Seed[];
-  /** What the operator's image config added to this runtime, and how each surface names it. */
-  readonly extras: {
-    /** Where the manifest's extras keep the names. */
-    readonly key: ExtrasKey;
-    /**
-     * true: the names are among the runtime's own packages in the manifest, marked there; false:
-     * they are Debian packages that hold the runtime's packages, listed apart (doctor).
-     */
-    readonly inPackages: boolean;
-    /** scratchrun_runtimes' label. */
-    readonly listLabel: string;
-    /** scratchrun_exec's description's label. */
-    readonly toolLabel: string;
-    /** The doctor's image config check counts "N <countLabel>, …". */
-    readonly countLabel: string;
-  };
+  /**
+   * What the operator's image config added to this runtime, and how each surface names it; null
+   * for a runtime the image config does not extend.
+   */
+  readonly extras: ExtrasEntry | null;
+  /**
+   * When its pool is kept: "at-start" (the product page's four: a first call finds one ready), or
+   * "once-called" (from the runtime's first call on, so a runtime nobody calls costs an idle
+   * server nothing; an operator who names it in SCRATCHRUN_POOL_SIZE keeps it from the start).
+   */
+  readonly pool: "at-start" | "once-called";
   /**
    * How scratchrun_exec's description names it to models: runtimes of one family are named
    * together, each followed by what it has preinstalled, if the product promises anything.
@@ -56,6 +51,27 @@ export interface RuntimeEntry {
     readonly onlyWith?: string;
   };
 }
+
+/** Where the manifest keeps what the image config added to a runtime, and its labels. */
+export interface ExtrasEntry {
+  /** Where the manifest's extras keep the names. */
+  readonly key: ExtrasKey;
+  /**
+   * true: the names are among the runtime's own packages in the manifest, marked there; false:
+   * they are Debian packages that hold the runtime's packages, listed apart (doctor).
+   */
+  readonly inPackages: boolean;
+  /** scratchrun_runtimes' label. */
+  readonly listLabel: string;
+  /** scratchrun_exec's description's label. */
+  readonly toolLabel: string;
+  /** The doctor's image config check counts "N <countLabel>, …". */
+  readonly countLabel: string;
+}
+
+/** images/rootfs/python-requirements.in, named as an agent would look for them. */
+const PYTHON_LOCK_STACK =
+  "numpy, pandas, matplotlib, scipy, pillow, scikit-learn, sympy, seaborn, statsmodels, requests, beautifulsoup4, openpyxl";
 
 /**
  * The table. Its order is the order the image config's additions are listed in
@@ -75,6 +91,7 @@ export const RUNTIME_TABLE = {
       toolLabel: "bash",
       countLabel: "Debian",
     },
+    pool: "at-start",
     description: { family: "bash" },
   },
   "python3.11": {
@@ -91,6 +108,7 @@ export const RUNTIME_TABLE = {
       toolLabel: "python3.11",
       countLabel: "python3.11",
     },
+    pool: "at-start",
     description: { family: "python", preinstalled: "numpy, pandas, matplotlib, pillow, scipy" },
   },
   "python3.12": {
@@ -105,11 +123,10 @@ export const RUNTIME_TABLE = {
       toolLabel: "python3.12",
       countLabel: "python3.12",
     },
-    // images/rootfs/python-requirements.in, named as an agent would look for them.
+    pool: "at-start",
     description: {
       family: "python",
-      preinstalled:
-        "numpy, pandas, matplotlib, scipy, pillow, scikit-learn, sympy, seaborn, statsmodels, requests, beautifulsoup4, openpyxl",
+      preinstalled: PYTHON_LOCK_STACK,
       onlyWith: "numpy",
     },
   },
@@ -126,6 +143,32 @@ export const RUNTIME_TABLE = {
       toolLabel: "node20 (require() or import)",
       countLabel: "npm",
     },
+    pool: "at-start",
+    description: { family: "node" },
+  },
+  "python3.13": {
+    argv: [IN_IMAGE.python313],
+    codeFile: "main.py",
+    prestartScript: "prestart.py",
+    seeds: ["matplotlib-font-cache"],
+    // The image config's python3.12 wheelhouse or index is python3.12's alone.
+    extras: null,
+    pool: "once-called",
+    description: {
+      family: "python",
+      preinstalled: PYTHON_LOCK_STACK,
+      onlyWith: "numpy",
+    },
+  },
+  node24: {
+    argv: [IN_IMAGE.node24],
+    codeFile: "main.js",
+    prestartScript: "prestart.js",
+    seeds: [],
+    // The image config's npm packages are installed and checked for node20 (a native addon is
+    // built for one Node ABI).
+    extras: null,
+    pool: "once-called",
     description: { family: "node" },
   },
 } as const satisfies Record<RuntimeName, RuntimeEntry>;
@@ -133,8 +176,21 @@ export const RUNTIME_TABLE = {
 /** One runtime's entry. */
 export const runtimeEntry = (runtime: RuntimeName): RuntimeEntry => RUNTIME_TABLE[runtime];
 
-/** The runtimes in the order the image config's additions are listed (the table's order). */
-export const EXTRAS_ORDER = Object.keys(RUNTIME_TABLE) as RuntimeName[];
+/**
+ * The runtimes the image config extends, in the order its additions are listed (the table's
+ * order), each with its extras entry.
+ */
+export const EXTRAS: readonly { runtime: RuntimeName; extras: ExtrasEntry }[] = (
+  Object.keys(RUNTIME_TABLE) as RuntimeName[]
+).flatMap((runtime) => {
+  const extras: ExtrasEntry | null = RUNTIME_TABLE[runtime].extras;
+  return extras ? [{ runtime, extras }] : [];
+});
+
+/** Runtimes whose pools are kept only once called (RuntimeEntry.pool). */
+export const ONCE_CALLED: readonly RuntimeName[] = RUNTIMES.filter(
+  (r) => RUNTIME_TABLE[r].pool === "once-called",
+);
 
 /** Every pre-start script some runtime uses, each once (the microVM initramfs carries them). */
 export const PRESTART_SCRIPTS: readonly string[] = [

@@ -8,8 +8,9 @@ import { judge, makeWorkDir, runProcess } from "./process.js";
 import type { BenchSystem, CallResult } from "./types.js";
 
 /** sandbox-runtime wraps host binaries (it has no image), so it runs the host's interpreters. */
-export const HOST_INTERPRETERS: Record<RuntimeName, string> = {
+export const HOST_INTERPRETERS: Partial<Record<RuntimeName, string>> = {
   "python3.12": "/root/.pyenv/versions/3.12.1/bin/python3.12",
+  "python3.13": "/root/.pyenv/versions/3.13.0/bin/python3.13",
   "python3.11": "/usr/bin/python3.11",
   node20: process.execPath,
   bash: "/bin/bash",
@@ -18,10 +19,12 @@ export const HOST_INTERPRETERS: Record<RuntimeName, string> = {
 const PKG = "@anthropic-ai/sandbox-runtime";
 
 function shellCommand(dir: string, workload: Workload): string {
-  return `cd '${dir}' && exec ${HOST_INTERPRETERS[workload.runtime]} ${CODE_FILE[workload.runtime]}`;
+  return `cd '${dir}' && exec ${HOST_INTERPRETERS[workload.runtime] ?? "false"} ${CODE_FILE[workload.runtime]}`;
 }
 
 function unsupportedOnHost(workload: Workload): string | null {
+  if (!HOST_INTERPRETERS[workload.runtime])
+    return `sandbox-runtime runs host binaries and this host has no ${workload.runtime}`;
   if (workload.needs?.length && workload.runtime.startsWith("python"))
     return `sandbox-runtime runs host binaries and this host's ${workload.runtime} has no ${workload.needs.join("/")}`;
   return null;

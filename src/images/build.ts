@@ -23,6 +23,7 @@ import {
   PYTHON_LOCK_FILE,
   RECIPE_DIR,
   ROOTFS_PREFIX,
+  nodeCacheDir,
   wheelCacheDir,
 } from "./paths.js";
 import { displayIndexUrl, type PipIndex } from "./pip-index.js";
@@ -38,10 +39,12 @@ import {
 } from "./rootfs-steps.js";
 import {
   copiedElfObjects,
-  installNode20,
-  installPython312,
+  installNode,
+  installPython,
   missingSharedLibs,
+  type CopiedPython,
 } from "./runtimes.js";
+import { pinnedNodeBinary } from "./node-binary.js";
 import { verifyRuntimes } from "./verify-runtimes.js";
 import { LOCK_TARGETS } from "./python-lock.js";
 import { lockedWheels, noIndexNote, type LockedWheelsOptions } from "./wheel-cache.js";
@@ -129,6 +132,7 @@ async function buildNew(
   await removeAbandonedBuilds(root, log);
   const tmp = join(root, `${BUILDING_PREFIX}${hash}-${process.pid}`);
   const npmStage = join(root, `${BUILDING_PREFIX}npm-${hash}-${process.pid}`);
+  const node24Stage = join(root, `${BUILDING_PREFIX}node24-${hash}-${process.pid}`);
   try {
     const config = sources.imageConfig ?? null;
     if (config) log(`image config ${config.path}: ${describeConfig(config)}`);
@@ -138,12 +142,22 @@ async function buildNew(
       log(`fetching ${Object.keys(config.npm.packages).length} npm package(s) for node20`);
       npmLock = await fetchNpmPackages(config.npm, npmStage, log);
     }
+    // Also first: a registry that does not answer, or a tarball that is not the pin, fails now.
+    const node24 =
+      "path" in sources.node24
+        ? sources.node24.path
+        : await pinnedNodeBinary({
+            pin: sources.node24,
+            cacheDir: nodeCacheDir(env),
+            workDir: node24Stage,
+            log,
+          });
     log(`building image for recipe ${hash} in ${tmp}`);
     const manifest = await buildInto(
       tmp,
       hash,
       sources,
-      { config, npmLock, npmStage, env, wheelCache: wheelCacheDir(env) },
+      { config, npmLock, npmStage, env, wheelCache: wheelCacheDir(env), node24 },
       log,
     );
     await writeFile(join(tmp, MANIFEST_FILE), `${JSON.stringify(manifest, null, 2)}\n`);
@@ -159,6 +173,7 @@ async function buildNew(
   } finally {
     await rm(tmp, { recursive: true, force: true });
     await rm(npmStage, { recursive: true, force: true });
+    await rm(node24Stage, { recursive: true, force: true });
   }
 }
 
@@ -184,14 +199,17 @@ function defaultLockWheels(
   env: NodeJS.ProcessEnv,
   cacheRoot: string,
   log: (line: string) => void,
+  minor: CopiedPython = "3.12",
 ): LockedWheelsOptions {
-  const target = LOCK_TARGETS.find((t) => t.python === "3.12");
-  if (!target) throw new Error("the Python lock has no 3.12 target");
+  const target = LOCK_TARGETS.find((t) => t.python === minor);
+  if (!target) throw new Error(`the Python lock has no ${minor} target`);
+  const prefix = minor === "3.12" ? sources.python312Prefix : sources.python313Prefix;
   return {
     cacheRoot,
     lockFile: join(RECIPE_DIR, PYTHON_LOCK_FILE),
     target,
-    pip: { python: join(sources.python312Prefix, "bin", "python3.12"), env },
+    // The target's own interpreter runs pip: its markers and tags are the target's.
+    pip: { python: join(prefix, "bin", `python${minor}`), env },
     log,
   };
 }
@@ -217,6 +235,8 @@ interface ConfigInputs {
   env: NodeJS.ProcessEnv;
   /** Where the lock's wheels are kept between builds. */
   wheelCache: string;
+  /** Node.js 24's binary on the host (the pinned package's, unpacked, or SCRATCHRUN_NODE24). */
+  node24: string;
 }
 
 /** Where python3.12's third-party packages come from: the config, else the environment. */
@@ -261,9 +281,13 @@ async function buildInto(
   await copyFile(join(RECIPE_DIR, "matplotlibrc"), join(rootfs, "etc/matplotlibrc"));
 
   log(`copying CPython ${sources.python312Version} from ${sources.python312Prefix}`);
-  await installPython312(rootfs, sources.python312Prefix, log);
+  await installPython(rootfs, "3.12", sources.python312Prefix, log);
+  log(`copying CPython ${sources.python313Version} from ${sources.python313Prefix}`);
+  await installPython(rootfs, "3.13", sources.python313Prefix, log);
   log(`copying Node.js ${sources.node20Version} from ${sources.node20Path}`);
-  await installNode20(rootfs, sources.node20Path);
+  await installNode(rootfs, sources.node20Path, IN_IMAGE.node20, "node");
+  log(`copying Node.js ${sources.node24.version} (${inputs.node24})`);
+  await installNode(rootfs, inputs.node24, IN_IMAGE.node24, "node24");
   const missing = await missingSharedLibs(rootfs, await copiedElfObjects(rootfs));
   if (missing.length > 0)
     throw new Error(
@@ -291,28 +315,11 @@ async function buildInto(
     );
     from = "index";
   } else {
-    const how = defaultLockWheels(sources, inputs.env, inputs.wheelCache, log);
-    const lockFile = how.lockFile;
-    const wheels = await lockedWheels(how);
-    if (wheels.kind === "no-index") {
-      const note = noIndexNote(wheels.reason);
-      log(note);
-      notes.push(note);
-    } else {
-      log(`installing the ${wheels.wheels} locked wheels into python3.12 (offline, hash-checked)`);
-      await installLocked(
-        { rootfs, python: IN_IMAGE.python312, onProgress: log },
-        wheels.dir,
-        lockFile,
-      );
-      const suites = await removeTestSuites(join(rootfs, IN_IMAGE.python312Site));
-      log(`python3.12: removed ${suites} test suites the packages ship (no import reaches them)`);
-      notes.push(
-        `python3.12: installed images/rootfs/${PYTHON_LOCK_FILE} (${wheels.wheels} wheels, hash-checked) through the host's pip${wheels.kind === "cached" ? " (from the wheel cache)" : ""}`,
-      );
-      from = "pypi";
-    }
+    from = await installLockInto("3.12", sources, inputs, rootfs, log, notes);
   }
+
+  // python3.13 gets the same lock through its own host pip, whatever python3.12's source is.
+  const from313 = await installLockInto("3.13", sources, inputs, rootfs, log, notes);
 
   if (config?.npm && inputs.npmLock) {
     log(`placing the npm packages at ${NPM_DIR_IN_IMAGE} (/node_modules)`);
@@ -330,12 +337,22 @@ async function buildInto(
   await bakeMatplotlibCache(rootfs, [
     IN_IMAGE.python311,
     ...(from === "none" ? [] : [IN_IMAGE.python312]),
+    ...(from313 === "none" ? [] : [IN_IMAGE.python313]),
   ]);
 
   log("verifying the runtimes inside the image");
-  const runtimes = await verifyRuntimes(rootfs, from === "pypi");
+  const runtimes = await verifyRuntimes(rootfs, {
+    py312Stack: from === "pypi",
+    py313Stack: from313 === "pypi",
+  });
   if (runtimes["python3.12"].version !== sources.python312Version)
     throw new Error(`python3.12 in the image reports ${runtimes["python3.12"].version}`);
+  if (runtimes["python3.13"].version !== sources.python313Version)
+    throw new Error(`python3.13 in the image reports ${runtimes["python3.13"].version}`);
+  if (runtimes.node24.version !== `v${sources.node24.version.replace(/^v/, "")}`)
+    throw new Error(
+      `node24 in the image reports ${runtimes.node24.version}, not ${sources.node24.version}`,
+    );
   let verified: VerifiedExtras | null = null;
   if (config) {
     verified = await verifyExtras(
@@ -359,10 +376,45 @@ async function buildInto(
     env: { ...IMAGE_ENV },
     runtimes,
     python312PackagesFrom: from,
+    python313PackagesFrom: from313,
     notes,
     baseRecipeHash: baseRecipeHash(sources),
     ...(verified ? { extras: verified.extras } : {}),
   };
+}
+
+/**
+ * Installs images/rootfs/python-requirements.lock into python3.<minor> from the wheels the host's
+ * pip fetched for it (or the cache's), offline and hash-checked, and slims it; with no index,
+ * notes that this Python has the standard library only. Returns where its packages came from.
+ */
+async function installLockInto(
+  minor: CopiedPython,
+  sources: HostSources,
+  inputs: ConfigInputs,
+  rootfs: string,
+  log: (line: string) => void,
+  notes: string[],
+): Promise<"pypi" | "none"> {
+  const how = defaultLockWheels(sources, inputs.env, inputs.wheelCache, log, minor);
+  const wheels = await lockedWheels(how);
+  const label = `python${minor}`;
+  if (wheels.kind === "no-index") {
+    const note = noIndexNote(wheels.reason, label);
+    log(note);
+    notes.push(note);
+    return "none";
+  }
+  const python = minor === "3.12" ? IN_IMAGE.python312 : IN_IMAGE.python313;
+  const site = minor === "3.12" ? IN_IMAGE.python312Site : IN_IMAGE.python313Site;
+  log(`installing the ${wheels.wheels} locked wheels into ${label} (offline, hash-checked)`);
+  await installLocked({ rootfs, python, onProgress: log }, wheels.dir, how.lockFile);
+  const suites = await removeTestSuites(join(rootfs, site));
+  log(`${label}: removed ${suites} test suites the packages ship (no import reaches them)`);
+  notes.push(
+    `${label}: installed images/rootfs/${PYTHON_LOCK_FILE} (${wheels.wheels} wheels, hash-checked) through the host's pip${wheels.kind === "cached" ? " (from the wheel cache)" : ""}`,
+  );
+  return "pypi";
 }
 
 /** Removes half-built images (and npm stages) whose builder process is gone. */

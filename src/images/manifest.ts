@@ -83,6 +83,8 @@ export const manifestSchema = z
       .strict(),
     /** How python3.12's third-party packages got there: wheelhouse, PyPI, or not at all. */
     python312PackagesFrom: z.enum(["wheelhouse", "index", "pypi", "none"]),
+    /** How python3.13's got there: the lock through the host's pip, or not at all. */
+    python313PackagesFrom: z.enum(["pypi", "none"]),
     notes: z.array(z.string()),
     /**
      * The recipe hash without the operator's config (absent: images built before configs existed,

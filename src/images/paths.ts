@@ -32,6 +32,14 @@ export function wheelCacheDir(env: NodeJS.ProcessEnv = process.env): string {
   return join(dirname(imagesDir(env)), "wheels");
 }
 
+/**
+ * Where the host's npm keeps the pinned Node.js tarballs between builds (images/rootfs/node24.json):
+ * `node` beside the images directory.
+ */
+export function nodeCacheDir(env: NodeJS.ProcessEnv = process.env): string {
+  return join(dirname(imagesDir(env)), "node");
+}
+
 /** The lock of python3.12's stack, installed from the host pip's index at build time. */
 export const PYTHON_LOCK_FILE = "python-requirements.lock";
 
@@ -43,8 +51,12 @@ export const IN_IMAGE = {
   python312Prefix: "/opt/python3.12",
   python312: "/opt/python3.12/bin/python3.12",
   python312Site: "/opt/python3.12/lib/python3.12/site-packages",
+  python313Prefix: "/opt/python3.13",
+  python313: "/opt/python3.13/bin/python3.13",
+  python313Site: "/opt/python3.13/lib/python3.13/site-packages",
   python311: "/usr/bin/python3.11",
   node20: "/opt/node20/bin/node",
+  node24: "/opt/node24/bin/node",
   bash: "/bin/bash",
   mountPoints: ["/home/user", "/run/scratchrun", "/opt/scratchrun"],
 } as const;

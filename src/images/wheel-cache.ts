@@ -21,15 +21,16 @@ const PARTIAL = ".partial-";
 const NO_INDEX = "no package index answered the host's pip";
 
 /** The one line a build without any package index (and no cached wheels) leaves in the manifest. */
-export function noIndexNote(reason: string): string {
-  return `${NO_INDEX} (${reason}): python3.12 has the standard library only; configure pip to reach one (pip.conf, PIP_INDEX_URL, PIP_PROXY), or set SCRATCHRUN_WHEELHOUSE, and build again`;
+export function noIndexNote(reason: string, python = "python3.12"): string {
+  const also = python === "python3.12" ? ", or set SCRATCHRUN_WHEELHOUSE" : "";
+  return `${NO_INDEX} (${reason}): ${python} has the standard library only; configure pip to reach one (pip.conf, PIP_INDEX_URL, PIP_PROXY)${also}, and build again`;
 }
 
 /** pip's reason in a manifest's notes, when its build found no index; else null. */
 export function noIndexReason(notes: readonly string[]): string | null {
   for (const n of notes) {
     if (!n.startsWith(`${NO_INDEX} (`)) continue;
-    const end = n.lastIndexOf("): python3.12 has the standard library only");
+    const end = n.search(/\): python3\.\d+ has the standard library only/);
     if (end > 0) return n.slice(NO_INDEX.length + 2, end);
   }
   return null;

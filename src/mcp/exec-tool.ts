@@ -2,7 +2,7 @@ import { z } from "zod";
 import type { Engine, Progress } from "../engine/engine.js";
 import { isScratchRunError } from "../errors.js";
 import type { ImageExtras, Manifest } from "../images/manifest.js";
-import { EXTRAS_ORDER, runtimeEntry } from "../runtimes.js";
+import { EXTRAS, runtimeEntry } from "../runtimes.js";
 import {
   execInputSchemaFor,
   execOutputSchema,
@@ -34,8 +34,7 @@ function names(list: string[]): string {
 export function extrasSentence(extras: ImageExtras | undefined): string {
   if (!extras) return "";
   const parts = [
-    ...EXTRAS_ORDER.map((r) => {
-      const { key, toolLabel } = runtimeEntry(r).extras;
+    ...EXTRAS.map(({ extras: { key, toolLabel } }) => {
       const added = Object.keys(extras[key]);
       return added.length ? `${toolLabel}: ${names(added)}` : "";
     }),
@@ -74,13 +73,25 @@ function runtimesSentence(runtimes: CallPolicy["runtimes"], image: ImageRuntimes
     families.set(family, [...(families.get(family) ?? []), r]);
   }
   const named = [...families.values()].map((members) => {
-    const has = members.flatMap((r) => {
+    // Runtimes with the same packages are named together, the list once.
+    const byPackages = new Map<string, RuntimeName[]>();
+    for (const r of members) {
       const preinstalled = preinstalledOf(r, image);
-      return preinstalled ? [`${r} has ${preinstalled}`] : [];
-    });
-    return `${members.join(" and ")}${has.length ? ` (${has.join("; ")})` : ""}`;
+      if (preinstalled) byPackages.set(preinstalled, [...(byPackages.get(preinstalled) ?? []), r]);
+    }
+    const has = [...byPackages].map(
+      ([preinstalled, rs]) => `${andList(rs)} ${rs.length > 1 ? "have" : "has"} ${preinstalled}`,
+    );
+    return `${andList(members)}${has.length ? ` (${has.join("; ")})` : ""}`;
   });
   return `Runtimes: ${named.join(", ")}.`;
+}
+
+/** "a", "a and b", "a, b and c". */
+function andList(items: readonly string[]): string {
+  return items.length <= 2
+    ? items.join(" and ")
+    : `${items.slice(0, -1).join(", ")} and ${items.at(-1)}`;
 }
 
 /**

@@ -1,5 +1,5 @@
 import type { EngineOptions } from "../engine/engine.js";
-import { EXTRAS_ORDER, runtimeEntry } from "../runtimes.js";
+import { EXTRAS } from "../runtimes.js";
 
 export const RUNTIMES_TOOL_NAME = "scratchrun_runtimes";
 
@@ -31,8 +31,7 @@ export function callRuntimesTool(engine: { readonly options: Pick<EngineOptions,
   const extras = info.extras;
   if (extras) {
     const added = [
-      ...EXTRAS_ORDER.map((r) => {
-        const { key, listLabel } = runtimeEntry(r).extras;
+      ...EXTRAS.map(({ extras: { key, listLabel } }) => {
         return [listLabel, versions(extras[key])];
       }),
       ["files", extras.files.map((f) => `${f.path} (${f.bytes} bytes)`).join(", ")],

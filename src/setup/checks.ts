@@ -10,7 +10,7 @@ import { detectAccel } from "../backends/microvm/accel.js";
 import { buildVmArtifacts } from "../backends/microvm/build.js";
 import type { Manifest } from "../images/manifest.js";
 import { noIndexReason } from "../images/wheel-cache.js";
-import { EXTRAS_ORDER, runtimeEntry } from "../runtimes.js";
+import { EXTRAS, runtimeEntry } from "../runtimes.js";
 import { RUNTIMES, type RuntimeName } from "../schema/exec.js";
 import { AGENT_DIR } from "./engine-factory.js";
 import { egressBlocker } from "./network.js";
@@ -135,8 +135,9 @@ export async function runChecks(env: NodeJS.ProcessEnv = process.env): Promise<C
 export function runtimeContents(manifest: Manifest, runtime: RuntimeName): string {
   const info = manifest.runtimes[runtime];
   const extras = manifest.extras;
-  const { key, inPackages } = runtimeEntry(runtime).extras;
-  const mine = extras?.[key] ?? {};
+  const entry = runtimeEntry(runtime).extras;
+  const inPackages = entry?.inPackages ?? true;
+  const mine = (entry && extras?.[entry.key]) ?? {};
   const added = new Set(inPackages ? Object.keys(mine) : []);
   const pkgs = Object.entries(info.packages ?? {}).map(
     ([n, v]) => `${n} ${v}${added.has(n) ? " (image config)" : ""}`,
@@ -175,8 +176,7 @@ export function imageConfigCheck(
       ok: true,
       detail: `none (${IMAGE_CONFIG_ENV} or --image-config adds packages and files)`,
     };
-  const counts = EXTRAS_ORDER.map((r) => {
-    const { key, countLabel } = runtimeEntry(r).extras;
+  const counts = EXTRAS.map(({ extras: { key, countLabel } }) => {
     return `${Object.keys(extras[key]).length} ${countLabel}`;
   });
   return {

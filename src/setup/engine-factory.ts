@@ -19,7 +19,7 @@ import { MATPLOTLIB_CACHE_DIR, PACKAGE_ROOT } from "../images/paths.js";
 import { preimportFor, type Preimport } from "../images/preimport.js";
 import type { AgentFile } from "../protocol/types.js";
 import { WORKDIR } from "../schema/limits.js";
-import { runtimeEntry, type Seed } from "../runtimes.js";
+import { ONCE_CALLED, runtimeEntry, type Seed } from "../runtimes.js";
 import { RUNTIMES, type RuntimeName } from "../schema/exec.js";
 import { homedir } from "node:os";
 import { hostCeiling, type Ceiling } from "../policy/host.js";
@@ -97,7 +97,19 @@ export function namespacePreflight(env: NodeJS.ProcessEnv = process.env): Prefli
 }
 
 /**
+ * The runtimes whose pools wait for their first call (the table's "once-called" ones), unless
+ * SCRATCHRUN_POOL_SIZE names them ("python3.13=1": kept from the start).
+ */
+export function poolOnceCalled(env: NodeJS.ProcessEnv = process.env): RuntimeName[] {
+  const named = new Set(
+    (env.SCRATCHRUN_POOL_SIZE ?? "").split(",").map((part) => part.split("=")[0]?.trim()),
+  );
+  return ONCE_CALLED.filter((r) => !named.has(r));
+}
+
+/**
  * Warm sandboxes per runtime: SCRATCHRUN_POOL_SIZE=N for all, or "python3.11=2,node20=0,...".
+ * A runtime the table pools "once-called" gets its size from its first call on (poolOnceCalled).
  * The namespace backend's jails serve any runtime: its pool holds the largest of these.
  */
 export function poolSizes(env: NodeJS.ProcessEnv = process.env): Record<RuntimeName, number> {
@@ -247,6 +259,7 @@ async function engineOn(
             ...vmImages,
             pool: {
               sizes: poolSizes(env),
+              onceCalled: poolOnceCalled(env),
               mode: env.SCRATCHRUN_POOL_MODE === "boot" ? "boot" : "restore",
             },
             preimport,
@@ -256,6 +269,7 @@ async function engineOn(
             rootfsDir,
             agentDir: jailReadableAgentDir(AGENT_DIR, agentCacheRoot()),
             poolSizes: poolSizes(env),
+            poolOnceCalled: poolOnceCalled(env),
             preimport,
             ...(network.provider ? { network: network.provider } : {}),
           });

