@@ -7,6 +7,7 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 import { CallToolResultSchema } from "@modelcontextprotocol/sdk/types.js";
 import Ajv2020 from "ajv/dist/2020.js";
 import { buildOpenApiDocument } from "../../src/api/openapi.js";
+import { ONCE_CALLED } from "../../src/runtimes.js";
 import { RUNTIMES } from "../../src/schema/exec.js";
 import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
 import { REPO_ROOT } from "../helpers/mcp-client.js";
@@ -70,10 +71,29 @@ describe("HTTP service on one engine", () => {
     );
     const metrics = await h.api.metrics.render();
     for (const r of RUNTIMES) {
-      const { ready } = h.engine.backend.warm(r);
-      assert.ok(ready >= 1, `${r}: ${ready} warm`);
+      const { ready, target } = h.engine.backend.warm(r);
+      // A once-called runtime nobody has called yet keeps no jail (and /readyz does not wait).
+      if (ONCE_CALLED.includes(r)) assert.deepEqual({ ready, target }, { ready: 0, target: 0 }, r);
+      else assert.ok(ready >= 1, `${r}: ${ready} warm`);
       assert.match(metrics, new RegExp(`scratchrun_pool_ready\\{runtime="${r}"\\} ${ready}\\b`));
     }
+  });
+
+  test("a once-called runtime's first call starts its pool, which then fills", async () => {
+    const runtime = "python3.13";
+    assert.ok(ONCE_CALLED.includes(runtime));
+    assert.equal(h.engine.backend.warm(runtime).target, 0, `${runtime} was not called yet`);
+    const first = await h.post("/v1/exec", { runtime, code: "print(6 * 7)" }, keys.a);
+    assert.equal(first.status, 200);
+    assert.equal(((await first.json()) as { stdout: string }).stdout, "42\n");
+    assert.ok(h.engine.backend.warm(runtime).target >= 1, "called once: pooled from now on");
+    await waitFor(
+      `${runtime}'s warm jails`,
+      () => h.engine.backend.warm(runtime).ready >= 1,
+      60_000,
+    );
+    const metrics = await h.api.metrics.render();
+    assert.match(metrics, new RegExp(`scratchrun_pool_ready\\{runtime="${runtime}"\\} [1-9]`));
   });
 
   test("/metrics serves this server's metrics and the process's own, and no key material", async () => {

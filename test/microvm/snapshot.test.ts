@@ -2,7 +2,8 @@ import { skipOutsideCi } from "../helpers/ci.js";
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { createMicrovmBackend, type MicrovmBackend } from "../../src/backends/microvm/backend.js";
-import { running } from "../helpers/procs.js";
+import { readFileSync } from "node:fs";
+import { descendants, running } from "../helpers/procs.js";
 
 import {
   canRunMicrovm,
@@ -144,5 +145,58 @@ describe("microvm snapshot/restore", { skip: skip ?? false, timeout: 300_000 }, 
     // The pool still works after that.
     const next = await run("echo after");
     assert.equal(text(next.agent.stdout), "after\n");
+  });
+});
+
+// A runtime pooled once called: no template, clone or memory until its first call; then kept.
+describe("microvm: a once-called runtime", { skip: skip ?? false, timeout: 300_000 }, () => {
+  let root: TinyRoot;
+  let backend: MicrovmBackend;
+  let before0: Awaited<ReturnType<typeof hostLeftovers>>;
+
+  before(async () => {
+    root = makeTinyRoot();
+    before0 = await hostLeftovers();
+    backend = await createMicrovmBackend({
+      rootfsDir: root.rootfs,
+      disk: root.disk,
+      pool: { sizes: { bash: 1 }, onceCalled: ["bash"], mode: "restore" },
+    });
+  });
+  after(async () => {
+    await backend?.close();
+    root.cleanup();
+    await assertNoLeftovers(before0, "a VM or template left something behind");
+  });
+
+  test("keeps nothing before its first call, then builds its template and keeps a clone ready", async () => {
+    await backend.pool.whenFull(); // full at once: nothing is kept for bash yet
+    await new Promise((r) => setTimeout(r, 500));
+    assert.deepEqual(backend.warm("bash"), { ready: 0, target: 0 });
+    assert.equal(backend.counters.templates, 0, "no template before a call");
+    assert.equal(backend.pool.starting, 0, "no clone being made");
+    assert.deepEqual(
+      descendants(process.pid).filter((pid) => {
+        try {
+          return readFileSync(`/proc/${pid}/comm`, "utf8").startsWith("qemu");
+        } catch {
+          return false;
+        }
+      }),
+      [],
+      "no VM runs for a runtime nobody called",
+    );
+
+    const first = await backend.run(shJob("echo first"), { signal: signal() });
+    assert.equal(text(first.agent.stdout), "first\n");
+    assert.equal(backend.counters.bootedCalls, 1, "the first call boots its own VM");
+    assert.equal(backend.warm("bash").target, 1, "called once: pooled from now on");
+    await backend.pool.whenFull();
+    assert.deepEqual(backend.warm("bash"), { ready: 1, target: 1 });
+    assert.equal(backend.counters.templates, 1);
+
+    const second = await backend.run(shJob("echo second"), { signal: signal() });
+    assert.equal(text(second.agent.stdout), "second\n");
+    assert.equal(backend.counters.clonedCalls, 1, "the next call runs in a pooled clone");
   });
 });

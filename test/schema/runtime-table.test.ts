@@ -11,6 +11,7 @@ import { execToolDefinition, extrasSentence } from "../../src/mcp/exec-tool.js";
 import { callRuntimesTool } from "../../src/mcp/runtimes-tool.js";
 import {
   EXTRAS as EXTRAS_ENTRIES,
+  ONCE_CALLED,
   PRESTART_SCRIPTS,
   RUNTIME_TABLE,
   runtimeEntry,
@@ -18,7 +19,7 @@ import {
 import { RUNTIMES } from "../../src/schema/names.js";
 import { DEFAULT_POLICY } from "../../src/schema/policy.js";
 import { imageConfigCheck, runtimeContents } from "../../src/setup/checks.js";
-import { seedFiles } from "../../src/setup/engine-factory.js";
+import { poolOnceCalled, seedFiles } from "../../src/setup/engine-factory.js";
 
 const guestFile = (name: string) => readFileSync(join(PACKAGE_ROOT, "guest", name), "utf8");
 
@@ -268,5 +269,15 @@ describe("what the table's readers say (pinned: these reach models and operators
     } finally {
       rmSync(rootfs, { recursive: true, force: true });
     }
+  });
+
+  it("pools python3.13 and node24 once called, the product page's four from the start, unless SCRATCHRUN_POOL_SIZE names them", () => {
+    assert.deepEqual(ONCE_CALLED, ["python3.13", "node24"]);
+    for (const r of RUNTIMES)
+      assert.equal(runtimeEntry(r).pool, ONCE_CALLED.includes(r) ? "once-called" : "at-start", r);
+    assert.deepEqual(poolOnceCalled({}), ["python3.13", "node24"]);
+    assert.deepEqual(poolOnceCalled({ SCRATCHRUN_POOL_SIZE: "2" }), ["python3.13", "node24"]);
+    assert.deepEqual(poolOnceCalled({ SCRATCHRUN_POOL_SIZE: "bash=1,python3.13=2" }), ["node24"]);
+    assert.deepEqual(poolOnceCalled({ SCRATCHRUN_POOL_SIZE: "node24=0,python3.13=1" }), []);
   });
 });
