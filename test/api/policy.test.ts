@@ -117,7 +117,10 @@ for (const backend of TEST_BACKENDS) {
           /Runtimes allowed to you: bash\..*timeout_ms default 5000, max 5000/s,
         );
         const w = await wide.props();
-        assert.deepEqual(w.runtime?.enum, ["python3.12", "python3.11", "node20", "bash"]);
+        assert.deepEqual(w.runtime?.enum, [
+          ...["python3.12", "python3.11", "node20", "bash"],
+          ...["python3.13", "node24"],
+        ]);
         assert.equal(w.timeout_ms?.maximum, 120_000);
         assert.equal(w.timeout_ms?.default, 10_000, "the default stays the product's");
         assert.equal(w.memory_mb?.maximum, 1024);

@@ -18,7 +18,10 @@ for (const backend of TEST_BACKENDS) {
         { maximum?: number; default?: unknown; enum?: string[] }
       >;
       assert.deepEqual(tool.inputSchema.required?.sort(), ["code", "runtime"]);
-      assert.deepEqual(props.runtime?.enum, ["python3.12", "python3.11", "node20", "bash"]);
+      assert.deepEqual(props.runtime?.enum, [
+        ...["python3.12", "python3.11", "node20", "bash"],
+        ...["python3.13", "node24"],
+      ]);
       assert.equal(props.timeout_ms?.maximum, 30000);
       assert.equal(props.timeout_ms?.default, 10000);
       assert.equal(props.memory_mb?.maximum, 512);
