@@ -8,7 +8,7 @@ export interface Plan {
   samples: Record<WorkloadId, { default: number } & Record<string, number>>;
   /** Untimed calls before the timed ones (default 1); 0 where every call is a fresh process. */
   warmup: { default: number } & Record<string, number>;
-  /** Runtimes measured per system (default: all four). */
+  /** Runtimes measured per system (default: the product page's four). */
   runtimes: Record<string, readonly RuntimeName[]>;
   /** Workloads measured per system (default: all four where they apply). */
   workloads: Record<string, readonly WorkloadId[]>;
@@ -18,9 +18,13 @@ export interface Plan {
   /** Warm pool of the pooled microVM system. */
   microvmPool: Partial<Record<RuntimeName, number>>;
   idleWindowMs: number;
+  /** Backends whose idle server is measured with the default pooling and with every runtime. */
+  idleServers: readonly ("namespace" | "microvm")[];
 }
 
 const ALL: readonly RuntimeName[] = ["python3.12", "python3.11", "node20", "bash"];
+/** The product page's four and the two beside them, where a runtime costs seconds, not minutes. */
+const WITH_NEW: readonly RuntimeName[] = [...ALL, "python3.13", "node24"];
 
 export const FULL: Plan = {
   mode: "full",
@@ -40,7 +44,7 @@ export const FULL: Plan = {
     pandas: { default: 10, microvm: 5 },
   },
   warmup: { default: 1, "pyodide-node": 0, "pyodide-deno": 0, "microvm-nopool": 0 },
-  runtimes: {},
+  runtimes: { host: WITH_NEW, bwrap: WITH_NEW, namespace: WITH_NEW, engine: WITH_NEW },
   workloads: { "microvm-empty": ["print"], "microvm-nopool": ["print", "realistic"] },
   coldSamples: 5,
   throughput: {
@@ -51,6 +55,7 @@ export const FULL: Plan = {
   // Python runtimes with a pre-import pool as many pre-imported clones besides (decision 0011).
   microvmPool: { "python3.11": 2, "python3.12": 1, node20: 1, bash: 2 },
   idleWindowMs: 5_000,
+  idleServers: ["namespace", "microvm"],
 };
 
 export const QUICK: Plan = {
@@ -91,6 +96,7 @@ export const QUICK: Plan = {
   throughput: { systems: ["namespace", "microvm"], concurrency: [1], durationMs: 4_000 },
   microvmPool: { "python3.11": 1, "python3.12": 1 },
   idleWindowMs: 2_000,
+  idleServers: ["namespace"],
 };
 
 export function samplesFor(plan: Plan, system: string, workload: WorkloadId): number {

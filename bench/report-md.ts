@@ -1,8 +1,7 @@
 import { ratio, type Summary } from "./stats.js";
 import type { BenchResults, LatencyRow } from "./results.js";
 import { baselineRatios, burst, checkTargets, find, warmP50 } from "./targets.js";
-
-const RUNTIMES = ["python3.12", "python3.11", "node20", "bash"] as const;
+import { RUNTIMES } from "../src/schema/names.js";
 
 const fmt = (s: Summary | null | undefined) =>
   s
@@ -185,6 +184,20 @@ export function renderMarkdown(r: BenchResults): string {
       ),
       "",
     ]),
+    ...(r.cost.idleServers?.length
+      ? [
+          "",
+          `An idle server once its pools are full (its whole process tree over ${r.mode === "full" ? "5" : "2"} s): the default pooling keeps python3.13 and node24 only once called; the baseline pools every runtime from the start.`,
+          "",
+          "| backend | pooling | runtimes pooled | sandboxes ready | pools full after s | processes | PSS MB | RSS MB | CPU % of a core |",
+          "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+          ...r.cost.idleServers.map(
+            (s) =>
+              `| ${s.backend} | ${s.pooling} | ${s.pooledRuntimes.join(", ")} | ${s.sandboxes} | ${s.fillSeconds} | ${s.processes} | ${s.pssMb} | ${s.rssMb} | ${s.cpuPercent} |`,
+          ),
+          "",
+        ]
+      : []),
     ...(r.cost.poolFill
       ? [
           `- Pool fill from empty: ${r.cost.poolFill.vms} VMs in ${r.cost.poolFill.seconds} s = ${r.cost.poolFill.vmsPerSec} VMs ready per second.`,

@@ -1,7 +1,7 @@
 import type { BenchResults } from "./results.js";
 import { find } from "./targets.js";
+import { RUNTIMES } from "../src/schema/names.js";
 
-const RUNTIMES = ["python3.12", "python3.11", "node20", "bash"] as const;
 const COLORS = [
   "#444",
   "#888",

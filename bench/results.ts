@@ -41,6 +41,11 @@ export interface BenchResults {
     idleVms?: IdleCost;
     /** Per system, per kind of pooled sandbox (runtime and flavour; network mode for jails). */
     poolKinds: Record<string, Record<string, PoolKindCost>>;
+    /**
+     * A server left idle once its pools are full (its whole process tree): with the default
+     * pooling (python3.13 and node24 once called) and with every runtime pooled from the start.
+     */
+    idleServers?: IdleServer[];
     /** Initial fill of the pool from empty: VMs that became ready per second. */
     poolFill?: { vms: number; seconds: number; vmsPerSec: number };
     /** Peak RSS of the whole server process tree (server + sandboxes) under load, MB. */
@@ -52,6 +57,20 @@ export interface BenchResults {
   durationSec: number;
   /** The previous full run on this host: its print p50s, for "nothing got slower". */
   baseline?: { file: string; date: string; print: Record<string, number> };
+}
+
+export interface IdleServer {
+  backend: "namespace" | "microvm";
+  pooling: "default" | "every runtime";
+  /** Runtimes with a pool target above 0, and the pooled sandboxes ready. */
+  pooledRuntimes: string[];
+  sandboxes: number;
+  /** Seconds from start until the pools were full. */
+  fillSeconds: number;
+  processes: number;
+  pssMb: number;
+  rssMb: number;
+  cpuPercent: number;
 }
 
 export const p50 = (s: Summary | null | undefined): number | undefined => s?.p50;

@@ -16,15 +16,15 @@ import { parseArgs } from "node:util";
 import { findRootfs } from "../src/images/locate.js";
 import type { Manifest } from "../src/images/manifest.js";
 import { normaliseDistribution } from "../src/images/preimport.js";
-import type { RuntimeName } from "../src/schema/exec.js";
+import { RUNTIMES, type RuntimeName } from "../src/schema/exec.js";
 import { measureLatency, measureThroughput } from "./measure.js";
 import { FULL, QUICK, runtimesFor, samplesFor, workloadsFor, type Plan } from "./plan.js";
-import { hwmKb, treeRssSampler } from "./proc.js";
+import { hwmKb, idleCost, treeRssSampler } from "./proc.js";
 import { REPO_ROOT } from "./peers.js";
 import { renderMarkdown } from "./report-md.js";
 import { renderSvg } from "./report-svg.js";
 import { summarize } from "./stats.js";
-import type { BenchResults, HostInfo } from "./results.js";
+import type { BenchResults, HostInfo, IdleServer } from "./results.js";
 import { engineInProcess } from "./systems/engine-inproc.js";
 import { hostFloor, rawBwrap } from "./systems/floor.js";
 import { pyodide } from "./systems/pyodide.js";
@@ -180,6 +180,7 @@ async function main(): Promise<void> {
   try {
     for (const system of systems) await benchSystem(system, plan, results, rootfs.manifest);
     if (!only || only.has("namespace")) await benchCold(plan, results);
+    if (!only || only.has("idle")) await benchIdleServers(plan, results);
   } finally {
     rmSync(work, { recursive: true, force: true });
   }
@@ -402,3 +403,58 @@ main().catch((e: unknown) => {
   log(`failed: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`);
   process.exit(1);
 });
+
+/**
+ * What a server costs while nobody calls it (issue 24): its whole process tree (server, jails or
+ * QEMU processes) once its pools are full and settled, over the idle window; with the default
+ * pooling (every runtime 1, python3.13 and node24 kept only once called) and, as the baseline,
+ * with every runtime pooled from the start (SCRATCHRUN_POOL_SIZE naming all of them).
+ */
+async function benchIdleServers(plan: Plan, results: BenchResults): Promise<void> {
+  const out: IdleServer[] = [];
+  for (const backend of plan.idleServers)
+    for (const pooling of ["default", "every runtime"] as const) {
+      const system = mcpSystem({
+        id: `${backend}-idle`,
+        label: `ScratchRun ${backend}, idle (${pooling})`,
+        script: BENCH_SERVER,
+        env: {
+          ...scratchrunEnv(),
+          SCRATCHRUN_ISOLATION: backend,
+          SCRATCHRUN_NETWORK: "none",
+          SCRATCHRUN_POOL_SIZE:
+            pooling === "default" ? "1" : RUNTIMES.map((r) => `${r}=1`).join(","),
+        },
+      });
+      const t0 = Date.now();
+      log(`idle ${backend} (${pooling}): starting`);
+      await system.start();
+      try {
+        if (!(await system.waitWarm(900_000))) {
+          results.notes.push(`idle ${backend} (${pooling}): pools did not fill in 900 s`);
+          continue;
+        }
+        const fillSeconds = Math.round((Date.now() - t0) / 100) / 10;
+        const pid = system.rootPids()[0];
+        const cost = pid === undefined ? null : await idleCost(pid, () => true, plan.idleWindowMs);
+        if (!cost) continue;
+        const ready = Object.entries(system.poolReady());
+        const row: IdleServer = {
+          backend,
+          pooling,
+          pooledRuntimes: ready.filter(([, rt]) => (rt?.[1] ?? 0) > 0).map(([r]) => r),
+          sandboxes: ready.reduce((a, [, rt]) => a + (rt?.[0] ?? 0), 0),
+          fillSeconds,
+          processes: cost.processes,
+          pssMb: Math.round(cost.pssMbEach * cost.processes),
+          rssMb: Math.round(cost.rssMbEach * cost.processes),
+          cpuPercent: cost.cpuPercentTotal,
+        };
+        log(`idle ${backend} (${pooling}): ${JSON.stringify(row)}`);
+        out.push(row);
+      } finally {
+        await system.close();
+      }
+    }
+  results.cost.idleServers = out;
+}

@@ -70,6 +70,20 @@ test(
           Object.keys(results.cost.poolKinds[sys] ?? {}).some((k) => k.endsWith("/preimport")),
           `${sys}: no idle cost of its pre-imported pool`,
         );
+      // The idle server: python3.13 and node24 pooled only when the operator names them.
+      const idle = results.cost.idleServers ?? [];
+      const byPooling = (p: string) =>
+        idle.find((s) => s.backend === "namespace" && s.pooling === p);
+      const plain = byPooling("default");
+      const every = byPooling("every runtime");
+      assert.ok(plain && every, `idle servers not measured: ${JSON.stringify(idle)}`);
+      assert.deepEqual(plain.pooledRuntimes, ["python3.12", "python3.11", "node20", "bash"]);
+      assert.deepEqual(every.pooledRuntimes, [
+        ...["python3.12", "python3.11", "node20", "bash"],
+        ...["python3.13", "node24"],
+      ]);
+      assert.ok(every.sandboxes > plain.sandboxes, JSON.stringify(idle));
+      assert.ok(plain.pssMb > 0 && every.processes > plain.processes, JSON.stringify(idle));
       const loop = results.throughput.find((t) => t.system === "microvm")?.runs[0];
       assert.ok(loop && loop.concurrency === 1 && loop.ok > 0, "no back-to-back microVM numbers");
       const md = readFileSync(join(out, "latest-quick.md"), "utf8");
