@@ -38,8 +38,11 @@ describe("locating the image of the current recipe", () => {
         "python3.11": { argv: ["/p"], version: "3.11.2" },
         node20: { argv: ["/n"], version: "v20.0.0" },
         bash: { argv: ["/b"], version: "5" },
+        "python3.13": { argv: ["/p"], version: "3.13.0" },
+        node24: { argv: ["/n"], version: "v24.0.0" },
       },
       python312PackagesFrom: "none",
+      python313PackagesFrom: "none",
       notes: [],
     });
   const imagesAt = (name: string) => {
