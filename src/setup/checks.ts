@@ -95,6 +95,11 @@ export async function runChecks(env: NodeJS.ProcessEnv = process.env): Promise<C
       if (!r.ok) return { ok: false, detail: "no runtime image yet", fix: setupCommand() };
       return python312PackagesCheck(r.manifest);
     }),
+    check("python3.13 packages", false, () => {
+      const r = image();
+      if (!r.ok) return { ok: false, detail: "no runtime image yet", fix: setupCommand() };
+      return python313PackagesCheck(r.manifest);
+    }),
     await kvmCheck(),
     check("qemu", false, () => ({
       ok: existsSync("/usr/bin/qemu-system-x86_64"),
@@ -217,6 +222,37 @@ export function python312PackagesCheck(manifest: Manifest): {
         ? `python3.12 has the standard library only (no ${missing.join(", ")}): when the image was built the host's pip reached no package index${noIndexDetail(manifest)}; python3.11 has them`
         : `python3.12 lacks ${missing.join(", ")} (packages from ${manifest.python312PackagesFrom})`,
     fix: `let the host's pip reach a package index (its pip.conf or PIP_INDEX_URL, PIP_PROXY, PIP_CERT: what \`pip download numpy\` needs), or set SCRATCHRUN_WHEELHOUSE=/dir/of/wheels, or SCRATCHRUN_PIP_INDEX_URL=https://your-mirror/simple with SCRATCHRUN_PYTHON312_REQUIREMENTS=/hash-pinned/requirements.txt, or give the image config a "python3.12" entry (either kind), then run ${setupCommand()} (the server needs the same variables)`,
+  };
+}
+
+/**
+ * Whether the image's python3.13 has the lock's stack: it comes only from the lock through the
+ * host's pip (no wheelhouse or index of the operator's), so the one way out is an index for pip.
+ */
+export function python313PackagesCheck(manifest: Manifest): {
+  ok: boolean;
+  detail: string;
+  fix?: string;
+} {
+  const versions = new Map(
+    Object.entries(manifest.runtimes["python3.13"].packages ?? {}).map(([n, v]) => [
+      n.toLowerCase(),
+      v,
+    ]),
+  );
+  const missing = PY312_STACK.filter((n) => !versions.has(n));
+  if (manifest.python313PackagesFrom === "pypi" && missing.length === 0)
+    return {
+      ok: true,
+      detail: `from the lock: ${PY312_STACK.map((n) => `${n} ${versions.get(n)}`).join(", ")}`,
+    };
+  return {
+    ok: false,
+    detail:
+      manifest.python313PackagesFrom === "none"
+        ? `python3.13 has the standard library only (no ${missing.join(", ")}): when the image was built the host's pip reached no package index${noIndexDetail(manifest)}`
+        : `python3.13 lacks ${missing.join(", ")}`,
+    fix: `let the host's pip reach a package index (its pip.conf or PIP_INDEX_URL, PIP_PROXY, PIP_CERT: what \`pip download numpy\` needs), then run ${setupCommand()}`,
   };
 }
 

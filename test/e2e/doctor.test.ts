@@ -23,6 +23,7 @@ describe("scratchrun doctor", () => {
       "agent",
       "runtime image",
       "python3.12 packages",
+      "python3.13 packages",
       "kvm",
       "qemu",
       "network egress",
@@ -52,6 +53,18 @@ describe("scratchrun doctor", () => {
     } else {
       assert.match(r.stdout, /^ok\s+python3\.12 packages: from \w+: numpy \d/m);
     }
+  });
+
+  test("python3.13's packages: the lock's stack when the host's pip reached an index, else the standard library only", () => {
+    const r = doctor();
+    const image = findRootfs();
+    assert.ok(image.ok);
+    if (image.manifest.python313PackagesFrom === "none")
+      assert.match(
+        r.stdout,
+        /^warn\s+python3\.13 packages: python3\.13 has the standard library only/m,
+      );
+    else assert.match(r.stdout, /^ok\s+python3\.13 packages: from the lock: numpy \d/m);
   });
 
   test("a missing image fails with exit 1 and the exact command that fixes it", () => {
