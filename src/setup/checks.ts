@@ -193,6 +193,20 @@ export function imageConfigCheck(
 /** The scientific stack python3.12 is meant to have, as the product page's example uses it. */
 const PY312_STACK = ["numpy", "pandas", "matplotlib", "pillow", "scipy"];
 
+/** Which of the stack's packages a Python runtime of the image lacks, and the rest's versions. */
+function stackIn(
+  manifest: Manifest,
+  runtime: "python3.12" | "python3.13",
+): { missing: string[]; versions: string } {
+  const have = new Map(
+    Object.entries(manifest.runtimes[runtime].packages ?? {}).map(([n, v]) => [n.toLowerCase(), v]),
+  );
+  return {
+    missing: PY312_STACK.filter((n) => !have.has(n)),
+    versions: PY312_STACK.map((n) => `${n} ${have.get(n)}`).join(", "),
+  };
+}
+
 /**
  * Whether the image's python3.12 has its scientific packages, and if not, how to get them: they
  * come from a wheelhouse, a package index or PyPI at build time; without any of them python3.12
@@ -203,18 +217,9 @@ export function python312PackagesCheck(manifest: Manifest): {
   detail: string;
   fix?: string;
 } {
-  const versions = new Map(
-    Object.entries(manifest.runtimes["python3.12"].packages ?? {}).map(([n, v]) => [
-      n.toLowerCase(),
-      v,
-    ]),
-  );
-  const missing = PY312_STACK.filter((n) => !versions.has(n));
+  const { missing, versions } = stackIn(manifest, "python3.12");
   if (manifest.python312PackagesFrom !== "none" && missing.length === 0)
-    return {
-      ok: true,
-      detail: `from ${manifest.python312PackagesFrom}: ${PY312_STACK.map((n) => `${n} ${versions.get(n)}`).join(", ")}`,
-    };
+    return { ok: true, detail: `from ${manifest.python312PackagesFrom}: ${versions}` };
   return {
     ok: false,
     detail:
@@ -234,18 +239,9 @@ export function python313PackagesCheck(manifest: Manifest): {
   detail: string;
   fix?: string;
 } {
-  const versions = new Map(
-    Object.entries(manifest.runtimes["python3.13"].packages ?? {}).map(([n, v]) => [
-      n.toLowerCase(),
-      v,
-    ]),
-  );
-  const missing = PY312_STACK.filter((n) => !versions.has(n));
+  const { missing, versions } = stackIn(manifest, "python3.13");
   if (manifest.python313PackagesFrom === "pypi" && missing.length === 0)
-    return {
-      ok: true,
-      detail: `from the lock: ${PY312_STACK.map((n) => `${n} ${versions.get(n)}`).join(", ")}`,
-    };
+    return { ok: true, detail: `from the lock: ${versions}` };
   return {
     ok: false,
     detail:

@@ -1,7 +1,11 @@
 import { skipOutsideCi } from "../helpers/ci.js";
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { createMicrovmBackend, type MicrovmBackend } from "../../src/backends/microvm/backend.js";
+import {
+  createMicrovmBackend,
+  type MicrovmBackend,
+  type PoolOptions,
+} from "../../src/backends/microvm/backend.js";
 import { readFileSync } from "node:fs";
 import { descendants, running } from "../helpers/procs.js";
 
@@ -21,26 +25,42 @@ const signal = () => new AbortController().signal;
 
 // One backend in restore mode for the whole file: its template is built once (~2-4 s under TCG)
 // and every call below runs in a clone restored from it.
-describe("microvm snapshot/restore", { skip: skip ?? false, timeout: 300_000 }, () => {
+/**
+ * A restore-mode backend on a tiny root for the calling describe(), with the host checked for
+ * leftovers once it is closed; `ready` runs before the tests.
+ */
+function tinyBackend(
+  pool: PoolOptions,
+  ready: (b: MicrovmBackend) => Promise<void> = async () => {},
+): () => MicrovmBackend {
   let root: TinyRoot;
-  let backend: MicrovmBackend;
+  let backend: MicrovmBackend | undefined;
   let before0: Awaited<ReturnType<typeof hostLeftovers>>;
-
   before(async () => {
     root = makeTinyRoot();
     before0 = await hostLeftovers();
-    backend = await createMicrovmBackend({
-      rootfsDir: root.rootfs,
-      disk: root.disk,
-      pool: { sizes: { bash: 2 }, mode: "restore" },
-    });
-    await backend.pool.whenFull();
-    assert.equal(backend.templateError, null);
+    backend = await createMicrovmBackend({ rootfsDir: root.rootfs, disk: root.disk, pool });
+    await ready(backend);
   });
   after(async () => {
     await backend?.close();
     root.cleanup();
     await assertNoLeftovers(before0, "a VM or template left something behind");
+  });
+  return () => {
+    if (!backend) throw new Error("the backend is not started yet");
+    return backend;
+  };
+}
+
+describe("microvm snapshot/restore", { skip: skip ?? false, timeout: 300_000 }, () => {
+  let backend: MicrovmBackend;
+  const started = tinyBackend({ sizes: { bash: 2 }, mode: "restore" }, async (b) => {
+    await b.pool.whenFull();
+    assert.equal(b.templateError, null);
+  });
+  before(() => {
+    backend = started();
   });
 
   const run = (code: string, overrides: Parameters<typeof shJob>[1] = {}) =>
@@ -150,26 +170,10 @@ describe("microvm snapshot/restore", { skip: skip ?? false, timeout: 300_000 }, 
 
 // A runtime pooled once called: no template, clone or memory until its first call; then kept.
 describe("microvm: a once-called runtime", { skip: skip ?? false, timeout: 300_000 }, () => {
-  let root: TinyRoot;
-  let backend: MicrovmBackend;
-  let before0: Awaited<ReturnType<typeof hostLeftovers>>;
-
-  before(async () => {
-    root = makeTinyRoot();
-    before0 = await hostLeftovers();
-    backend = await createMicrovmBackend({
-      rootfsDir: root.rootfs,
-      disk: root.disk,
-      pool: { sizes: { bash: 1 }, onceCalled: ["bash"], mode: "restore" },
-    });
-  });
-  after(async () => {
-    await backend?.close();
-    root.cleanup();
-    await assertNoLeftovers(before0, "a VM or template left something behind");
-  });
+  const started = tinyBackend({ sizes: { bash: 1 }, onceCalled: ["bash"], mode: "restore" });
 
   test("keeps nothing before its first call, then builds its template and keeps a clone ready", async () => {
+    const backend = started();
     await backend.pool.whenFull(); // full at once: nothing is kept for bash yet
     await new Promise((r) => setTimeout(r, 500));
     assert.deepEqual(backend.warm("bash"), { ready: 0, target: 0 });
