@@ -1,9 +1,9 @@
-import type { Logger } from "../api/log.js";
-import { reapOrphanSandboxes } from "../api/reap.js";
+import type { Logger } from "../http/log.js";
+import { reapOrphanSandboxes } from "../jail/reap.js";
 import { drainBoundMs } from "../api/server.js";
-import { SandboxTracker } from "../api/tracker.js";
+import { SandboxTracker } from "../http/tracker.js";
 import type { EngineOptions } from "../engine/engine.js";
-import { createEngineFromEnv } from "../setup/engine-factory.js";
+import { createEngineFromEnv } from "../compose/engine-factory.js";
 import { openDatabase } from "../store/db.js";
 import { scratchrunHome } from "../store/home.js";
 import { acquireHomeLock } from "../store/lock.js";

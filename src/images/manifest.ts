@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { RUNTIMES, type RuntimeName } from "../schema/exec.js";
-import { runtimeEntry } from "../runtimes.js";
+import { runtimeEntry } from "../runtimes/table.js";
 import { IN_IMAGE } from "./paths.js";
 
 /**

@@ -1,4 +1,4 @@
-import type { KeyLimits } from "../api/quota.js";
+import type { KeyLimits } from "./quota.js";
 import { RUNTIMES, type NetworkChoice } from "../schema/names.js";
 import {
   DEFAULT_POLICY,

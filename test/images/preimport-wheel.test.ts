@@ -13,7 +13,7 @@ import { preimportFor, type Preimport } from "../../src/images/preimport.js";
 import { installedPackages, installWheelhouse } from "../../src/images/wheelhouse.js";
 import { execInputSchema } from "../../src/schema/exec.js";
 import { WORKDIR } from "../../src/schema/limits.js";
-import { AGENT_DIR } from "../../src/setup/engine-factory.js";
+import { AGENT_DIR } from "../../src/compose/engine-factory.js";
 import { assertNoLeaks, snapshot } from "../helpers/leaks.js";
 import { requireImage } from "./built-image.js";
 import { writeWheel } from "./wheel-fixture.js";

@@ -4,14 +4,14 @@
  * until it has one) and its interpreter in the image recipe (docs/ARCHITECTURE.md, "Adding a
  * runtime"). Nothing else branches on a runtime's name.
  */
-import { IN_IMAGE } from "./images/paths.js";
-import type { ImageExtras } from "./images/manifest.js";
-import { RUNTIMES, type RuntimeName } from "./schema/names.js";
+import { IN_IMAGE } from "../images/paths.js";
+import type { ImageExtras } from "../images/manifest.js";
+import { RUNTIMES, type RuntimeName } from "../schema/names.js";
 
 /** The keys of the image manifest's extras that hold what the image config added to a runtime. */
 export type ExtrasKey = Exclude<keyof ImageExtras, "config" | "configSha256" | "files">;
 
-/** Files of the image every call of a runtime starts with (src/setup/engine-factory.ts reads them). */
+/** Files of the image every call of a runtime starts with (src/compose/engine-factory.ts reads them). */
 export type Seed = "matplotlib-font-cache";
 
 export interface RuntimeEntry {

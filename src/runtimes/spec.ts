@@ -1,5 +1,5 @@
 import { IMAGE_ENV, runtimeArgv } from "../images/manifest.js";
-import { runtimeEntry } from "../runtimes.js";
+import { runtimeEntry } from "./table.js";
 import type { RuntimeName } from "../schema/exec.js";
 
 export interface RuntimeSpec {
