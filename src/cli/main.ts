@@ -1,4 +1,4 @@
-import { RUNTIMES } from "../schema/names.js";
+import { RUNTIMES } from "../runtimes/names.js";
 import { runDoctor } from "./doctor.js";
 import { runMcpStdio } from "./mcp.js";
 import { runCommand } from "./run.js";

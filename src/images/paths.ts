@@ -46,20 +46,5 @@ export const PYTHON_LOCK_FILE = "python-requirements.lock";
 export const ROOTFS_PREFIX = "rootfs-";
 export const MANIFEST_FILE = "manifest.json";
 
-/** Paths inside the image (absolute within the rootfs). */
-export const IN_IMAGE = {
-  python312Prefix: "/opt/python3.12",
-  python312: "/opt/python3.12/bin/python3.12",
-  python312Site: "/opt/python3.12/lib/python3.12/site-packages",
-  python313Prefix: "/opt/python3.13",
-  python313: "/opt/python3.13/bin/python3.13",
-  python313Site: "/opt/python3.13/lib/python3.13/site-packages",
-  python311: "/usr/bin/python3.11",
-  node20: "/opt/node20/bin/node",
-  node24: "/opt/node24/bin/node",
-  bash: "/bin/bash",
-  mountPoints: ["/home/user", "/run/scratchrun", "/opt/scratchrun"],
-} as const;
-
 /** Where the image keeps matplotlib's prebuilt font cache (relative to the rootfs). */
 export const MATPLOTLIB_CACHE_DIR = "usr/share/scratchrun/matplotlib";

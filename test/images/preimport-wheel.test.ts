@@ -8,7 +8,7 @@ import { NamespaceBackend } from "../../src/backends/namespace/backend.js";
 import { flavourFor } from "../../src/engine/preimport-route.js";
 import { toAgentRequest } from "../../src/engine/request.js";
 import { copyTree } from "../../src/images/copy-tree.js";
-import { IN_IMAGE } from "../../src/images/paths.js";
+import { IN_IMAGE } from "../../src/runtimes/in-image.js";
 import { preimportFor, type Preimport } from "../../src/images/preimport.js";
 import { installedPackages, installWheelhouse } from "../../src/images/wheelhouse.js";
 import { execInputSchema } from "../../src/schema/exec.js";

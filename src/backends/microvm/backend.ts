@@ -23,7 +23,7 @@ import {
   touchVmArtifacts,
   type VmArtifacts,
 } from "../../images/vm/build.js";
-import { runtimeArgv } from "../../images/manifest.js";
+import { runtimeArgv } from "../../runtimes/table.js";
 import type { Preimport } from "../../images/preimport.js";
 import type { VmNetworkProvider } from "./guest-net.js";
 import type { DomainAllowlist } from "../../net/allowlist.js";
