@@ -4,7 +4,7 @@ import { detectCgroups } from "../jail/cgroup.js";
 import { IMAGE_CONFIG_ENV } from "../images/config.js";
 import { selectRootfs, type SelectResult } from "../images/locate.js";
 
-import { imagesDir } from "../images/paths.js";
+import { imagesDir, setupCommand } from "../images/paths.js";
 import { DEFAULT_UPLINK } from "../net/index.js";
 import { detectAccel } from "../backends/microvm/accel.js";
 import { buildVmArtifacts } from "../images/vm/build.js";
@@ -14,7 +14,6 @@ import { EXTRAS, runtimeEntry } from "../runtimes/table.js";
 import { RUNTIMES, type RuntimeName } from "../schema/exec.js";
 import { AGENT_DIR } from "../compose/engine-factory.js";
 import { egressBlocker } from "../compose/network.js";
-import { setupCommand } from "./setup.js";
 
 export interface Check {
   name: string;

@@ -15,7 +15,7 @@ import type { Lease } from "../images/lease.js";
 import { leaseRootfs, selectRootfs } from "../images/locate.js";
 import { detectCgroups, reapStaleEmptyCgroups } from "../jail/cgroup.js";
 import type { Manifest } from "../images/manifest.js";
-import { MATPLOTLIB_CACHE_DIR, PACKAGE_ROOT } from "../images/paths.js";
+import { MATPLOTLIB_CACHE_DIR, PACKAGE_ROOT, setupCommand } from "../images/paths.js";
 import { preimportFor, type Preimport } from "../images/preimport.js";
 import type { AgentFile } from "../protocol/types.js";
 import { WORKDIR } from "../schema/limits.js";
@@ -27,7 +27,6 @@ import type { CallPolicy } from "../schema/policy.js";
 import { serverLimitsFromEnv, serverPolicy } from "../policy/server-policy.js";
 import { jailReadableAgentDir } from "./agent-dir.js";
 import { egressAllowlistFromEnv, networkFromEnv } from "./network.js";
-import { setupCommand } from "../cli/setup.js";
 
 export type IsolationChoice = "namespace" | "microvm";
 

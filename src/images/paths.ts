@@ -1,9 +1,25 @@
+import { existsSync } from "node:fs";
 import { homedir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 /** The package root (holds images/, scripts/, dist/); this file lives at dist/src/images/. */
 export const PACKAGE_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
+
+/** True in a source checkout (TypeScript beside the build), false in a package npm installed. */
+export function isSourceCheckout(root: string = PACKAGE_ROOT): boolean {
+  return existsSync(join(root, "tsconfig.json"));
+}
+
+/**
+ * The one command that installs and builds what local mode needs, for this copy of ScratchRun
+ * (`scratchrun setup`, src/cli/setup.ts): the fix a missing image or agent names.
+ */
+export function setupCommand(root: string = PACKAGE_ROOT): string {
+  return isSourceCheckout(root)
+    ? "npm run setup (as root)"
+    : "npx @scratchrun/mcp-server setup (as root)";
+}
 
 /** The recipe files of the runtime root filesystem (package list, pins, config). */
 export const RECIPE_DIR = join(PACKAGE_ROOT, "images", "rootfs");
