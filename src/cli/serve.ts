@@ -148,7 +148,7 @@ export async function runServe(
       host,
       port: int(values.port, "port", 8788, 0),
       token,
-      limits,
+      createEngine: () => createEngineFromEnv(engineEnv, limits),
     });
     process.stderr.write(
       `scratchrun: worker serving on ${worker.server.url} (isolation ${worker.isolation})\n`,
