@@ -1,7 +1,7 @@
 import { ratio, type Summary } from "./stats.js";
 import type { BenchResults, LatencyRow } from "./results.js";
 import { baselineRatios, burst, checkTargets, find, warmP50 } from "./targets.js";
-import { RUNTIMES } from "../src/schema/names.js";
+import { RUNTIMES } from "../src/runtimes/names.js";
 
 const fmt = (s: Summary | null | undefined) =>
   s

@@ -1,6 +1,6 @@
 import type { BenchResults } from "./results.js";
 import { find } from "./targets.js";
-import { RUNTIMES } from "../src/schema/names.js";
+import { RUNTIMES } from "../src/runtimes/names.js";
 
 const COLORS = [
   "#444",

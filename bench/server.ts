@@ -12,7 +12,7 @@ import { NamespaceBackend } from "../src/backends/namespace/backend.js";
 import { createMcpServer } from "../src/mcp/server.js";
 import { LIMITS } from "../src/schema/limits.js";
 import { RUNTIMES, type RuntimeName } from "../src/schema/exec.js";
-import { createEngineFromEnv } from "../src/setup/engine-factory.js";
+import { createEngineFromEnv } from "../src/compose/engine-factory.js";
 import { groupCost } from "./proc.js";
 
 async function main(): Promise<void> {

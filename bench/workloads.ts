@@ -1,4 +1,4 @@
-import { runtimeEntry } from "../src/runtimes.js";
+import { runtimeEntry } from "../src/runtimes/table.js";
 import { RUNTIMES, type RuntimeName } from "../src/schema/exec.js";
 
 export type WorkloadId = "print" | "realistic" | "product" | "pandas";

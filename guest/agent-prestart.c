@@ -18,7 +18,7 @@
 #define PRESTART_WAIT_MS 60000
 
 /* The startup-relevant part of the base environment every call starts from (BASE_ENV in
- * src/engine/runtimes.ts). A call that changes any of it gets a fresh interpreter; keeping the two
+ * src/runtimes/spec.ts). A call that changes any of it gets a fresh interpreter; keeping the two
  * in step keeps calls on the fast path, which test/microvm/prestart.test.ts checks. */
 static char *const PRESTART_ENV[] = {
     "PATH=/usr/local/bin:/usr/bin:/bin",

@@ -1,7 +1,7 @@
 // Builds the sandbox agent (guest/agent.c + guest/agent-*.c) into build/guest/agent as a static
 // binary, and the pre-started node's reseed addon (guest/node-reseed.c) into
 // build/guest/scratchrun-reseed.node, each only when a source is newer than what was built, and
-// copies the runtime table's pre-start scripts (src/runtimes.ts: guest/prestart.py,
+// copies the runtime table's pre-start scripts (src/runtimes/table.ts: guest/prestart.py,
 // guest/prestart.js) beside them: the namespace backend mounts that directory into its jails. Run
 // by `npm run build`.
 import { spawnSync } from "node:child_process";
@@ -46,7 +46,7 @@ const stale = (target, inputs) =>
   statSync(target).mtimeMs < Math.max(...[...inputs, self].map((f) => statSync(f).mtimeMs));
 // The runtime table's pre-start scripts, next to the agent (namespace jails see this directory at
 // /opt/scratchrun); the table is read from the compiled TypeScript (`npm run build` runs tsc first).
-const tableModule = join(root, "dist", "src", "runtimes.js");
+const tableModule = join(root, "dist", "src", "runtimes", "table.js");
 if (!existsSync(tableModule)) fail(`missing ${tableModule}: run tsc first (npm run build)`);
 const { PRESTART_SCRIPTS } = await import(pathToFileURL(tableModule).href);
 for (const script of PRESTART_SCRIPTS) {

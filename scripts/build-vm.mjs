@@ -3,11 +3,7 @@
 // image, then removes older artifacts and disks nothing uses. Needs `npm run build` first (it
 // uses dist/). Prints the paths as JSON.
 // Usage: node scripts/build-vm.mjs [--rootfs DIR]
-import {
-  buildVmArtifacts,
-  ensureRootDisk,
-  pruneVmCache,
-} from "../dist/src/backends/microvm/build.js";
+import { buildVmArtifacts, ensureRootDisk, pruneVmCache } from "../dist/src/images/vm/build.js";
 import { selectRootfs } from "../dist/src/images/locate.js";
 
 // The image a server would serve: the current recipe's, or the last one built when only the

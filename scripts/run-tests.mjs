@@ -16,10 +16,14 @@ function find(dir) {
   return out;
 }
 
-/** Pure tests: schema, renderers, result ranking, admission, answer budget, codec, parsers. */
+/**
+ * Pure tests: schema, renderers, result ranking, admission, answer budget, codec, parsers, the
+ * layers of src/.
+ */
 const UNIT = [
   "api/pure",
   "api/wire",
+  "architecture/layers",
   "engine/admission",
   "engine/request",
   "engine/result",

@@ -8,7 +8,7 @@ import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 
-const { RUNTIMES } = await import(pathToFileURL(join("dist", "src", "schema", "names.js")).href);
+const { RUNTIMES } = await import(pathToFileURL(join("dist", "src", "runtimes", "names.js")).href);
 const pythons = RUNTIMES.filter((r) => r.startsWith("python"));
 const asked = process.argv.slice(2);
 const bad = asked.filter((a) => !pythons.includes(a));

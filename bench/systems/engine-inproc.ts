@@ -1,6 +1,6 @@
 import type { Engine } from "../../src/engine/engine.js";
 import { RUNTIMES } from "../../src/schema/exec.js";
-import { createEngineFromEnv } from "../../src/setup/engine-factory.js";
+import { createEngineFromEnv } from "../../src/compose/engine-factory.js";
 import type { Workload } from "../workloads.js";
 import type { BenchSystem, CallResult } from "./types.js";
 

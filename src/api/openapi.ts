@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { execInputSchema } from "../schema/exec.js";
 import { VERSION } from "../version.js";
-import { limitsWireSchema, wireErrorSchema, wireResultSchema } from "./wire.js";
+import { limitsWireSchema, wireErrorSchema, wireResultSchema } from "../http/wire.js";
 
 const json = (ref: string) => ({ "application/json": { schema: { $ref: ref } } });
 const error = (description: string, headers?: Record<string, unknown>) => ({

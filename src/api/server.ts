@@ -7,17 +7,17 @@ import type { Db } from "../store/db.js";
 import { KeyStore, type VerifiedKey } from "../store/keys.js";
 import { RunStore } from "../store/runs.js";
 import { SandboxStore } from "../store/sandboxes.js";
-import { SandboxTracker } from "./tracker.js";
+import { SandboxTracker } from "../http/tracker.js";
 import { VERSION } from "../version.js";
-import { FailureLimiter, parseBearer } from "./auth.js";
-import { readJsonBody } from "./body.js";
-import { listen, routedServer, sendError, sendJson } from "./http.js";
-import type { Logger } from "./log.js";
+import { FailureLimiter, parseBearer } from "../http/auth.js";
+import { readJsonBody } from "../http/body.js";
+import { listen, routedServer, sendError, sendJson } from "../http/json-server.js";
+import type { Logger } from "../http/log.js";
 import { McpSessions, type McpSessionLimits } from "./mcp-http.js";
-import { Metrics, type GaugeSource } from "./metrics.js";
+import { Metrics, type GaugeSource } from "../http/metrics.js";
 import { buildOpenApiDocument } from "./openapi.js";
 import { checkHostOrigin } from "./origin.js";
-import { KeyQuota, type KeyLimits } from "./quota.js";
+import { KeyQuota, type KeyLimits } from "../policy/quota.js";
 import {
   ExecService,
   localAdmission,
@@ -26,7 +26,7 @@ import {
   type Caller,
   type ServiceEngine,
 } from "./service.js";
-import { limitsToWire, outcomeToWire } from "./wire.js";
+import { limitsToWire, outcomeToWire } from "../http/wire.js";
 
 /**
  * What an API replica (`serve --role api`) serves from instead of a local engine and SQLite: the

@@ -8,10 +8,10 @@ import { resolveCallerPolicy, type CallerPolicy } from "../policy/resolve.js";
 import type { ExecRequest } from "../schema/exec.js";
 import { policyViolations } from "../schema/policy.js";
 import type { RunStart, RunStore } from "../store/runs.js";
-import type { Logger } from "./log.js";
-import type { Metrics } from "./metrics.js";
-import type { KeyLimits, KeyQuota } from "./quota.js";
-import type { SandboxTracker } from "./tracker.js";
+import type { Logger } from "../http/log.js";
+import type { Metrics } from "../http/metrics.js";
+import type { KeyLimits, KeyQuota } from "../policy/quota.js";
+import type { SandboxTracker } from "../http/tracker.js";
 
 /** A refusal the client should retry later: HTTP 429 with Retry-After, MCP "BUSY: ...". */
 export class RetryLater extends ScratchRunError {

@@ -7,7 +7,7 @@
  */
 import { renderPreimportSpec, type Preimport, type PreimportLayout } from "../images/preimport.js";
 import { MATPLOTLIB_CACHE_DIR } from "../images/paths.js";
-import { runtimeEntry } from "../runtimes.js";
+import { runtimeEntry } from "../runtimes/table.js";
 import type { RuntimeName } from "../schema/exec.js";
 import { CODE_DIR, WORKDIR, WRITABLE_ROOTS } from "../schema/limits.js";
 

@@ -1,6 +1,6 @@
 import { parseArgs } from "node:util";
 import { withImageConfig } from "../images/config-load.js";
-import { runChecks } from "../setup/checks.js";
+import { runChecks } from "./doctor-checks.js";
 
 /** `scratchrun doctor`: every check, what is missing and the exact fix; exit 1 if any failed. */
 export async function runDoctor(argv: string[]): Promise<number> {

@@ -23,8 +23,7 @@ async function buildVmDisk(dir: string, log: (line: string) => void): Promise<vo
     );
     return;
   }
-  const { buildVmArtifacts, ensureRootDisk, pruneVmCache } =
-    await import("../backends/microvm/build.js");
+  const { buildVmArtifacts, ensureRootDisk, pruneVmCache } = await import("../images/vm/build.js");
   log("microVM root disk: building it from the image (cached by the image's name)");
   const disk = ensureRootDisk(dir);
   log(`microVM root disk: ${disk}`);

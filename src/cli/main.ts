@@ -1,4 +1,4 @@
-import { RUNTIMES } from "../schema/names.js";
+import { RUNTIMES } from "../runtimes/names.js";
 import { runDoctor } from "./doctor.js";
 import { runMcpStdio } from "./mcp.js";
 import { runCommand } from "./run.js";
@@ -48,15 +48,15 @@ export async function main(argv: string[]): Promise<number> {
       await runMcpStdio(rest);
       return new Promise<number>(() => {});
     case "serve":
-      return (await import("../api/serve-command.js")).runServe(rest);
+      return (await import("./serve.js")).runServe(rest);
     case "keys":
-      return (await import("../api/keys-command.js")).runKeys(rest);
+      return (await import("./keys.js")).runKeys(rest);
     case "doctor":
       return runDoctor(rest);
     case "image":
       return (await import("./image.js")).runImage(rest);
     case "setup":
-      return (await import("../setup/setup-command.js")).runSetup(rest);
+      return (await import("./setup.js")).runSetup(rest);
     case undefined:
     case "help":
     case "--help":

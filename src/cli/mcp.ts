@@ -27,7 +27,7 @@ async function startLocal(
   egressAllow: string | undefined,
 ): Promise<Started> {
   const { createEngineFromEnv, withEgressAllow, withIsolation } =
-    await import("../setup/engine-factory.js");
+    await import("../compose/engine-factory.js");
   const { withImageConfig } = await import("../images/config-load.js");
   const env = withEgressAllow(
     withServerLimits(withImageConfig(withIsolation(process.env, isolation), imageConfig), limits),

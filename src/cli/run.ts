@@ -6,7 +6,7 @@ import { isScratchRunError } from "../errors.js";
 import { execInputShape } from "../schema/exec.js";
 import { asFileContent } from "../schema/file-content.js";
 import { withImageConfig } from "../images/config-load.js";
-import { createEngineFromEnv, withIsolation } from "../setup/engine-factory.js";
+import { createEngineFromEnv, withIsolation } from "../compose/engine-factory.js";
 
 /**
  * How each schema field is given on the command line. Typed against the schema's keys, so a new

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
-import type { Logger } from "../api/log.js";
-import type { KeyLimits } from "../api/quota.js";
+import type { Logger } from "../http/log.js";
+import type { KeyLimits } from "../policy/quota.js";
 import { DEFAULT_KEY_LIMITS, startApiServer, type ApiServer } from "../api/server.js";
 import type { CallAdmission } from "../api/service.js";
 import type { CallPolicy } from "../schema/policy.js";

@@ -1,9 +1,8 @@
-import type { Logger } from "../api/log.js";
-import { reapOrphanSandboxes } from "../api/reap.js";
+import type { Logger } from "../http/log.js";
+import { reapOrphanSandboxes } from "../jail/reap.js";
 import { drainBoundMs } from "../api/server.js";
-import { SandboxTracker } from "../api/tracker.js";
-import type { EngineOptions } from "../engine/engine.js";
-import { createEngineFromEnv } from "../setup/engine-factory.js";
+import { SandboxTracker } from "../http/tracker.js";
+import type { Engine } from "../engine/engine.js";
 import { openDatabase } from "../store/db.js";
 import { scratchrunHome } from "../store/home.js";
 import { acquireHomeLock } from "../store/lock.js";
@@ -16,7 +15,11 @@ export interface WorkerRoleOptions {
   host: string;
   port: number;
   token: string;
-  limits: EngineOptions;
+  /**
+   * Builds the worker's engine, once the state directory is locked and a predecessor's orphans
+   * are reaped (the caller composes it: the cluster layer sits below compose/).
+   */
+  createEngine: () => Promise<Engine>;
   /** Upper bound on how long a drain waits for calls in flight. */
   drainTimeoutMs?: number;
 }
@@ -48,7 +51,7 @@ export async function startWorkerRole(o: WorkerRoleOptions): Promise<WorkerRole>
     },
     "recovered",
   );
-  const engine = await createEngineFromEnv(o.env, o.limits);
+  const engine = await o.createEngine();
   const server = await startWorkerServer({
     engine,
     token: o.token,

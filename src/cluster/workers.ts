@@ -1,4 +1,4 @@
-import type { Logger } from "../api/log.js";
+import type { Logger } from "../http/log.js";
 import { ScratchRunError } from "../errors.js";
 import type { RuntimeName } from "../schema/exec.js";
 import type { Candidate } from "./choose.js";

@@ -3,7 +3,7 @@ import type { ExecRequest } from "../schema/exec.js";
 import { CODE_DIR, LIMITS, WORKDIR } from "../schema/limits.js";
 import { fileBytes } from "../schema/file-content.js";
 import { normaliseSandboxPath } from "../schema/paths.js";
-import { BASE_ENV, runtimeSpec } from "./runtimes.js";
+import { BASE_ENV, runtimeSpec } from "../runtimes/spec.js";
 
 const encoder = new TextEncoder();
 

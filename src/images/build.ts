@@ -7,7 +7,7 @@ import { parsePackageList, runMmdebstrap } from "./debootstrap.js";
 import { installExtraFiles } from "./extra-files.js";
 import { verifyExtras, type VerifiedExtras } from "./extras.js";
 import { findRootfs, type LocatedRootfs } from "./locate.js";
-import { IMAGE_ENV, type Manifest } from "./manifest.js";
+import type { Manifest } from "./manifest.js";
 import {
   fetchNpmPackages,
   NPM_DIR_IN_IMAGE,
@@ -16,9 +16,9 @@ import {
   runNpmInstallScripts,
   type NpmPackageLock,
 } from "./npm.js";
+import { IN_IMAGE, IMAGE_ENV } from "../runtimes/in-image.js";
 import {
   imagesDir,
-  IN_IMAGE,
   MANIFEST_FILE,
   PYTHON_LOCK_FILE,
   RECIPE_DIR,

@@ -13,7 +13,7 @@ import { parseDpkgStatus } from "./dpkg-status.js";
 import { verifyExtraFiles } from "./extra-files.js";
 import type { ImageExtras } from "./manifest.js";
 import { lockedPackages, type NpmPackageLock } from "./npm.js";
-import { IN_IMAGE } from "./paths.js";
+import { IN_IMAGE } from "../runtimes/in-image.js";
 import type { PipIndex } from "./pip-index.js";
 import { runInRootfs } from "./rootfs-exec.js";
 import { listWheels } from "./wheels.js";

@@ -7,11 +7,7 @@ export {
   type FindResult,
   type LocatedRootfs,
 } from "./locate.js";
-export {
-  IMAGE_ENV,
-  parseManifest,
-  runtimeArgv,
-  type Manifest,
-  type RuntimeInfo,
-} from "./manifest.js";
-export { IN_IMAGE, imagesDir } from "./paths.js";
+export { parseManifest, type Manifest, type RuntimeInfo } from "./manifest.js";
+export { imagesDir } from "./paths.js";
+export { IMAGE_ENV, IN_IMAGE } from "../runtimes/in-image.js";
+export { runtimeArgv } from "../runtimes/table.js";

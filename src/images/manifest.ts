@@ -1,23 +1,6 @@
 import { z } from "zod";
-import { RUNTIMES, type RuntimeName } from "../schema/exec.js";
-import { runtimeEntry } from "../runtimes.js";
-import { IN_IMAGE } from "./paths.js";
-
-/**
- * The interpreter command of a runtime inside the image (the runtime table's); the engine appends
- * the code file. Fixed paths, so callers need no manifest to build a command line.
- */
-export function runtimeArgv(runtime: RuntimeName): string[] {
-  return [...runtimeEntry(runtime).argv];
-}
-
-/** Environment every sandbox should start with (PATH finds python3.12/node, headless plots). */
-export const IMAGE_ENV: Readonly<Record<string, string>> = {
-  PATH: "/usr/local/bin:/usr/bin:/bin",
-  HOME: IN_IMAGE.mountPoints[0],
-  LANG: "C.UTF-8",
-  MPLBACKEND: "Agg",
-};
+import type { ExtrasKey } from "../runtimes/table.js";
+import { RUNTIMES, type RuntimeName } from "../runtimes/names.js";
 
 const runtimeInfo = z
   .object({
@@ -35,6 +18,21 @@ const runtimeInfo = z
   .strict();
 
 /**
+ * What the image config added to each runtime it extends, keyed by the runtime table's ExtrasKey
+ * (a key missing here, or one the table does not name, is a type error).
+ */
+const runtimeExtras = {
+  /** Debian packages -> installed version. */
+  debian: z.record(z.string(), z.string()),
+  /** Debian python3-* packages -> installed version, with the Python distributions each holds. */
+  "python3.11": z.record(z.string(), z.string()),
+  /** npm packages named by the config -> installed version (all of them: runtimes.node20.packages). */
+  node20: z.record(z.string(), z.string()),
+  /** python3.12 distributions the config's wheelhouse or requirements named -> version. */
+  "python3.12": z.record(z.string(), z.string()),
+} satisfies Record<ExtrasKey, z.ZodType>;
+
+/**
  * What the operator's image config added, each as the image holds it (verified inside the image
  * at build time). Keys are what the config named; values the installed versions.
  */
@@ -43,14 +41,7 @@ const extrasSchema = z
     /** The config file the image was built from, and its sha256. */
     config: z.string(),
     configSha256: z.string().regex(/^[0-9a-f]{64}$/),
-    /** Debian packages -> installed version. */
-    debian: z.record(z.string(), z.string()),
-    /** Debian python3-* packages -> installed version, with the Python distributions each holds. */
-    "python3.11": z.record(z.string(), z.string()),
-    /** npm packages named by the config -> installed version (all of them: runtimes.node20.packages). */
-    node20: z.record(z.string(), z.string()),
-    /** python3.12 distributions the config's wheelhouse or requirements named -> version. */
-    "python3.12": z.record(z.string(), z.string()),
+    ...runtimeExtras,
     /** Extra files and directories: image path, bytes, sha256 over their content. */
     files: z.array(
       z

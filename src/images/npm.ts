@@ -11,8 +11,7 @@ import { copyFileSync, existsSync, readFileSync, realpathSync, writeFileSync } f
 import { chmod, lstat, mkdir, readdir, symlink } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { ImageConfig } from "./config.js";
-import { IMAGE_ENV } from "./manifest.js";
-import { IN_IMAGE } from "./paths.js";
+import { IN_IMAGE, IMAGE_ENV } from "../runtimes/in-image.js";
 
 /** Where the npm tree lives in the image (package.json, package-lock.json, node_modules). */
 export const NPM_DIR_IN_IMAGE = "/usr/local/lib/scratchrun-npm";

@@ -1,9 +1,25 @@
+import { existsSync } from "node:fs";
 import { homedir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 /** The package root (holds images/, scripts/, dist/); this file lives at dist/src/images/. */
 export const PACKAGE_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
+
+/** True in a source checkout (TypeScript beside the build), false in a package npm installed. */
+export function isSourceCheckout(root: string = PACKAGE_ROOT): boolean {
+  return existsSync(join(root, "tsconfig.json"));
+}
+
+/**
+ * The one command that installs and builds what local mode needs, for this copy of ScratchRun
+ * (`scratchrun setup`, src/cli/setup.ts): the fix a missing image or agent names.
+ */
+export function setupCommand(root: string = PACKAGE_ROOT): string {
+  return isSourceCheckout(root)
+    ? "npm run setup (as root)"
+    : "npx @scratchrun/mcp-server setup (as root)";
+}
 
 /** The recipe files of the runtime root filesystem (package list, pins, config). */
 export const RECIPE_DIR = join(PACKAGE_ROOT, "images", "rootfs");
@@ -45,21 +61,6 @@ export const PYTHON_LOCK_FILE = "python-requirements.lock";
 
 export const ROOTFS_PREFIX = "rootfs-";
 export const MANIFEST_FILE = "manifest.json";
-
-/** Paths inside the image (absolute within the rootfs). */
-export const IN_IMAGE = {
-  python312Prefix: "/opt/python3.12",
-  python312: "/opt/python3.12/bin/python3.12",
-  python312Site: "/opt/python3.12/lib/python3.12/site-packages",
-  python313Prefix: "/opt/python3.13",
-  python313: "/opt/python3.13/bin/python3.13",
-  python313Site: "/opt/python3.13/lib/python3.13/site-packages",
-  python311: "/usr/bin/python3.11",
-  node20: "/opt/node20/bin/node",
-  node24: "/opt/node24/bin/node",
-  bash: "/bin/bash",
-  mountPoints: ["/home/user", "/run/scratchrun", "/opt/scratchrun"],
-} as const;
 
 /** Where the image keeps matplotlib's prebuilt font cache (relative to the rootfs). */
 export const MATPLOTLIB_CACHE_DIR = "usr/share/scratchrun/matplotlib";

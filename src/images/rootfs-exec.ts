@@ -1,5 +1,5 @@
 import { spawn } from "node:child_process";
-import { IMAGE_ENV } from "./manifest.js";
+import { IMAGE_ENV } from "../runtimes/in-image.js";
 
 export interface Bind {
   /** Host path. */

@@ -8,7 +8,8 @@ import { appendFile, chown, mkdir, readdir, readFile, rm, writeFile } from "node
 import { join } from "node:path";
 import { parsePackageList } from "./debootstrap.js";
 import { parseDpkgStatus, purgeList } from "./dpkg-status.js";
-import { IN_IMAGE, MATPLOTLIB_CACHE_DIR, RECIPE_DIR } from "./paths.js";
+import { IN_IMAGE } from "../runtimes/in-image.js";
+import { MATPLOTLIB_CACHE_DIR, RECIPE_DIR } from "./paths.js";
 import { checkInRootfs } from "./rootfs-exec.js";
 
 /** dpkg wants the sbin directories (ldconfig, start-stop-daemon) that a sandbox's PATH omits. */

@@ -1,7 +1,7 @@
 import { chmod, copyFile, mkdir, readdir, readFile, symlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { copyTree, type CopyStats } from "./copy-tree.js";
-import { IN_IMAGE } from "./paths.js";
+import { IN_IMAGE } from "../runtimes/in-image.js";
 import { checkInRootfs } from "./rootfs-exec.js";
 
 /** Top-level parts of lib/python3.X that a headless sandbox never uses (Tk GUI, tests). */

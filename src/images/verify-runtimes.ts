@@ -1,5 +1,6 @@
-import { runtimeArgv, type Manifest } from "./manifest.js";
-import { IN_IMAGE } from "./paths.js";
+import { runtimeArgv } from "../runtimes/table.js";
+import type { Manifest } from "./manifest.js";
+import { IN_IMAGE } from "../runtimes/in-image.js";
 import { checkInRootfs } from "./rootfs-exec.js";
 import { installedPackages } from "./wheelhouse.js";
 

@@ -1,5 +1,5 @@
 import { basename, dirname } from "node:path";
-import { IN_IMAGE } from "./paths.js";
+import { IN_IMAGE } from "../runtimes/in-image.js";
 import type { PipIndex } from "./pip-index.js";
 import { listWheels } from "./recipe.js";
 import { checkInRootfs, type Bind } from "./rootfs-exec.js";

@@ -2,7 +2,7 @@ import { z } from "zod";
 import type { Engine, Progress } from "../engine/engine.js";
 import { isScratchRunError } from "../errors.js";
 import type { ImageExtras, Manifest } from "../images/manifest.js";
-import { EXTRAS, runtimeEntry } from "../runtimes.js";
+import { EXTRAS, runtimeEntry } from "../runtimes/table.js";
 import {
   execInputSchemaFor,
   execOutputSchema,

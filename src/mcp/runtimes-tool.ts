@@ -1,5 +1,5 @@
 import type { EngineOptions } from "../engine/engine.js";
-import { EXTRAS } from "../runtimes.js";
+import { EXTRAS } from "../runtimes/table.js";
 
 export const RUNTIMES_TOOL_NAME = "scratchrun_runtimes";
 

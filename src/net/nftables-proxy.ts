@@ -14,7 +14,7 @@
  *    neighbourhood are refused in the kernel, whatever the proxy decided).
  */
 import { cidrText, classifyAddress, type Cidr } from "./addresses.js";
-import { canonical, setBlock } from "./nftables.js";
+import { canonical, setBlock } from "./nft-text.js";
 
 /** The proxy's listening ports in the uplink namespace (DNS: UDP and TCP). */
 export interface ProxyPorts {

@@ -17,9 +17,9 @@
  * only their own link, because an accept in one base chain does not stop another table's chain on
  * the same hook from dropping: sandboxes compose, the host's own firewall still applies.
  */
-import { classifyAddress, cidrText, parseStrict, type Cidr } from "./addresses.js";
+import { classifyAddress, cidrText, type Cidr } from "./addresses.js";
 import { inNetworks } from "./host-block.js";
-import { formatIpv4, formatIpv6 } from "./parse-address.js";
+import { canonical, setBlock } from "./nft-text.js";
 import {
   COUNTER_REFUSED,
   proxyDnatRules,
@@ -64,27 +64,6 @@ export const COUNTER_LINK = "link_dropped";
 
 const IFNAME = /^[A-Za-z0-9_.-]{1,15}$/;
 const TABLE = /^[A-Za-z][A-Za-z0-9_-]{0,62}$/;
-
-/** A literal address in its one canonical text; throws naming `what` when it is not one. */
-export function canonical(addr: string, family: 4 | 6 | null, what: string): string {
-  const p = parseStrict(addr);
-  if (!p || (family !== null && p.family !== family)) {
-    throw new TypeError(`${what}: not a literal IPv${family ?? "4/6"} address: ${addr}`);
-  }
-  return p.family === 4 ? formatIpv4(p.value) : formatIpv6(p.value);
-}
-
-/** An nft interval set of addresses (prefixes merged). */
-export function setBlock(name: string, type: string, elements: string[]): string[] {
-  return [
-    `\tset ${name} {`,
-    `\t\ttype ${type}`,
-    `\t\tflags interval`,
-    `\t\tauto-merge`,
-    ...(elements.length > 0 ? [`\t\telements = { ${elements.join(", ")} }`] : []),
-    `\t}`,
-  ];
-}
 
 /** The host set's elements of one family: own addresses and networks, as CIDR text. */
 function hostElements(addresses: readonly string[], networks: readonly Cidr[], family: 4 | 6) {

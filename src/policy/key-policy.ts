@@ -1,7 +1,8 @@
 import { z } from "zod";
 import { formatIssues } from "../schema/validate.js";
 import { LIMITS, RAISE_CEILINGS } from "../schema/limits.js";
-import { NETWORK_MODES, RUNTIMES } from "../schema/names.js";
+import { RUNTIMES } from "../runtimes/names.js";
+import { NETWORK_MODES } from "../schema/names.js";
 import { checkDomainPatterns } from "./domains.js";
 
 /**

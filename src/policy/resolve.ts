@@ -1,5 +1,6 @@
-import type { KeyLimits } from "../api/quota.js";
-import { RUNTIMES, type NetworkChoice } from "../schema/names.js";
+import type { KeyLimits } from "./quota.js";
+import { RUNTIMES } from "../runtimes/names.js";
+import type { NetworkChoice } from "../schema/names.js";
 import {
   DEFAULT_POLICY,
   rangeWithMax,

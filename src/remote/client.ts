@@ -5,7 +5,7 @@ import type { ExecOutcome } from "../engine/result.js";
 import { ScratchRunError } from "../errors.js";
 import type { ExecRequest } from "../schema/exec.js";
 import { DEFAULT_POLICY, type CallPolicy } from "../schema/policy.js";
-import { policyFromWire, wireToError, wireToOutcome } from "../api/wire.js";
+import { policyFromWire, wireToError, wireToOutcome } from "../http/wire.js";
 
 export interface RemoteOptions {
   /** Base URL of a ScratchRun server, e.g. https://scratchrun.example.com */

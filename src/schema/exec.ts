@@ -10,10 +10,12 @@ import {
   runtimeMessage,
   type CallPolicy,
 } from "./policy.js";
-import type { NetworkChoice, RuntimeName } from "./names.js";
+import type { RuntimeName } from "../runtimes/names.js";
+import type { NetworkChoice } from "./names.js";
 import { REFUSAL_REASONS } from "../net/proxy/reasons.js";
 
-export { RUNTIMES, NETWORK_MODES, type RuntimeName, type NetworkChoice } from "./names.js";
+export { NETWORK_MODES, type NetworkChoice } from "./names.js";
+export { RUNTIMES, type RuntimeName } from "../runtimes/names.js";
 
 const utf8Bytes = (s: string) => Buffer.byteLength(s, "utf8");
 

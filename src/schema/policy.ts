@@ -1,5 +1,6 @@
 import { LIMITS } from "./limits.js";
-import { NETWORK_MODES, RUNTIMES, type NetworkChoice, type RuntimeName } from "./names.js";
+import { RUNTIMES, type RuntimeName } from "../runtimes/names.js";
+import { NETWORK_MODES, type NetworkChoice } from "./names.js";
 
 /**
  * Who set a limit, for the error that names it: the server's setting (the product's default or

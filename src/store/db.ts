@@ -5,8 +5,9 @@ import type Database from "better-sqlite3";
 import { ScratchRunError } from "../errors.js";
 import { DATABASE_FILE } from "./home.js";
 import { MIGRATIONS } from "./migrations.js";
+import type { Db } from "./sql.js";
 
-export type Db = Database.Database;
+export type { Db };
 
 /**
  * better-sqlite3 is an optional dependency with a native build (its install script, which npm 11

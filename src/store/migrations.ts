@@ -101,7 +101,7 @@ export const MIGRATIONS: readonly Migration[] = [
      at BIGINT NOT NULL
    );`),
   // The shared per-key admission in one round trip (src/store/shared-quota.ts): the same rule as
-  // decideQuota (src/api/quota.ts), kept in step by a property test on both. Each statement of a
+  // decideQuota (src/policy/quota.ts), kept in step by a property test on both. Each statement of a
   // VOLATILE function takes a fresh snapshot, so the count after the row lock sees every call
   // admitted by whoever held the lock before. SQLite has no functions: one server keeps its quota
   // in memory.

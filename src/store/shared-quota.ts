@@ -1,4 +1,4 @@
-import type { KeyLimits } from "../api/quota.js";
+import type { KeyLimits } from "../policy/quota.js";
 import type { ExecRequest } from "../schema/exec.js";
 import { randomUUID } from "node:crypto";
 import { RUN_INSERT_COLUMNS, runInsertParams } from "./runs.js";

@@ -1,4 +1,4 @@
-import type { Db } from "./db.js";
+import type Database from "better-sqlite3";
 
 /**
  * The one seam between the stores and a database: SQLite (better-sqlite3, one process, the
@@ -6,6 +6,12 @@ import type { Db } from "./db.js";
  * placeholders in the SQL both dialects accept; the Postgres driver numbers them.
  */
 export type Dialect = "sqlite" | "postgres";
+
+/**
+ * An open SQLite database (better-sqlite3's), opened by db.ts. Named here, at the seam, so that
+ * sql.ts need not import db.ts, which imports the migrations, which import the seam.
+ */
+export type Db = Database.Database;
 
 export interface RunOptions {
   /**

@@ -1,12 +1,12 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import fc from "fast-check";
-import { FailureLimiter, parseBearer } from "../../src/api/auth.js";
+import { FailureLimiter, parseBearer } from "../../src/http/auth.js";
 import { requestIds } from "../../src/api/mcp-http.js";
 import { checkHostOrigin, isLoopbackBind, splitHostPort } from "../../src/api/origin.js";
-import { KeyQuota } from "../../src/api/quota.js";
-import { isOwned, type ProcInfo } from "../../src/api/reap.js";
-import { outcomeToWire, wireToError, wireToOutcome } from "../../src/api/wire.js";
+import { KeyQuota } from "../../src/policy/quota.js";
+import { isOwned, type ProcInfo } from "../../src/jail/reap.js";
+import { outcomeToWire, wireToError, wireToOutcome } from "../../src/http/wire.js";
 import type { ExecOutcome } from "../../src/engine/result.js";
 
 const LOOP = { bindHost: "127.0.0.1", port: 8787 };

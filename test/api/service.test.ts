@@ -7,7 +7,7 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 import { CallToolResultSchema } from "@modelcontextprotocol/sdk/types.js";
 import Ajv2020 from "ajv/dist/2020.js";
 import { buildOpenApiDocument } from "../../src/api/openapi.js";
-import { ONCE_CALLED } from "../../src/runtimes.js";
+import { ONCE_CALLED } from "../../src/runtimes/table.js";
 import { RUNTIMES } from "../../src/schema/exec.js";
 import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
 import { REPO_ROOT } from "../helpers/mcp-client.js";

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import fc from "fast-check";
-import { decideQuota } from "../../src/api/quota.js";
+import { decideQuota } from "../../src/policy/quota.js";
 import { better, choose, type Candidate } from "../../src/cluster/choose.js";
 import { parseWorkersSpec } from "../../src/cluster/discovery.js";
 import {

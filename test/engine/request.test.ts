@@ -1,7 +1,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { toAgentRequest } from "../../src/engine/request.js";
-import { BASE_ENV } from "../../src/engine/runtimes.js";
+import { BASE_ENV } from "../../src/runtimes/spec.js";
 import { execInputSchema, RUNTIMES, type ExecInput } from "../../src/schema/exec.js";
 import { CODE_DIR, LIMITS, WORKDIR } from "../../src/schema/limits.js";
 

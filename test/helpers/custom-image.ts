@@ -1,6 +1,6 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { ensureRootDisk } from "../../src/backends/microvm/build.js";
+import { ensureRootDisk } from "../../src/images/vm/build.js";
 import { buildRootfs } from "../../src/images/build.js";
 import type { Manifest } from "../../src/images/manifest.js";
 import { imagesDir } from "../../src/images/paths.js";

@@ -1,4 +1,4 @@
-import { RUNTIMES, type RuntimeName } from "../../src/schema/names.js";
+import { RUNTIMES, type RuntimeName } from "../../src/runtimes/names.js";
 
 /**
  * The Python runtimes, and the one the e2e and security cases written for "a Python" run on:

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import type { LocatedRootfs } from "../../src/images/locate.js";
-import { runtimeArgv } from "../../src/images/manifest.js";
+import { runtimeArgv } from "../../src/runtimes/table.js";
 import { checkInRootfs, runInRootfs } from "../../src/images/rootfs-exec.js";
 import { installedPackages } from "../../src/images/wheelhouse.js";
 import { copiedElfObjects, missingSharedLibs } from "../../src/images/runtimes.js";

@@ -13,7 +13,7 @@ import {
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
-import { pruneVmCache } from "../../src/backends/microvm/build.js";
+import { pruneVmCache } from "../../src/images/vm/build.js";
 import { buildRootfs } from "../../src/images/build.js";
 import { LEASE_DIR, liveLeases, processStartTime, takeLease } from "../../src/images/lease.js";
 import { leaseRootfs, selectRootfs } from "../../src/images/locate.js";

@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { copyTree } from "../../src/images/copy-tree.js";
 import type { LocatedRootfs } from "../../src/images/locate.js";
-import { IN_IMAGE } from "../../src/images/paths.js";
+import { IN_IMAGE } from "../../src/runtimes/in-image.js";
 import { checkInRootfs, type Bind } from "../../src/images/rootfs-exec.js";
 import { installedPackages, installWheelhouse } from "../../src/images/wheelhouse.js";
 import { requireImage } from "./built-image.js";

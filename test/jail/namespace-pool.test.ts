@@ -7,7 +7,7 @@ import { toAgentRequest } from "../../src/engine/request.js";
 import { findRootfs } from "../../src/images/locate.js";
 import { execInputSchema } from "../../src/schema/exec.js";
 import { LIMITS } from "../../src/schema/limits.js";
-import { AGENT_DIR, preimportsOf } from "../../src/setup/engine-factory.js";
+import { AGENT_DIR, preimportsOf } from "../../src/compose/engine-factory.js";
 import { flavourFor } from "../../src/engine/preimport-route.js";
 import { assertNoLeaks, SANDBOX_UID_MAX, SANDBOX_UID_MIN, snapshot } from "../helpers/leaks.js";
 

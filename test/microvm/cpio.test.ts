@@ -1,7 +1,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { writeCpioNewc, type CpioEntry } from "../../src/backends/microvm/cpio.js";
+import { writeCpioNewc, type CpioEntry } from "../../src/images/vm/cpio.js";
 
 interface Parsed {
   name: string;

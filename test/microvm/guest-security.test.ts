@@ -2,7 +2,7 @@ import { skipOutsideCi } from "../helpers/ci.js";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
-import { findHostKernel } from "../../src/backends/microvm/build.js";
+import { findHostKernel } from "../../src/images/vm/build.js";
 import { createMicrovmBackend, type MicrovmBackend } from "../../src/backends/microvm/backend.js";
 import {
   canRunMicrovm,

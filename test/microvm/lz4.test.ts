@@ -1,7 +1,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { decodeLz4Legacy, extractVmlinux, isElf } from "../../src/backends/microvm/kernel.js";
+import { decodeLz4Legacy, extractVmlinux, isElf } from "../../src/images/vm/kernel.js";
 
 const MAGIC = Buffer.from([0x02, 0x21, 0x4c, 0x18]);
 

@@ -4,7 +4,7 @@ import { readdirSync, readFileSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
 import { createMicrovmBackend, type MicrovmBackend } from "../../src/backends/microvm/backend.js";
 import { listSandboxNetworkResources } from "../../src/net/resources.js";
-import { networkFromEnv, type NetworkPlan } from "../../src/setup/network.js";
+import { networkFromEnv, type NetworkPlan } from "../../src/compose/network.js";
 import { startServer, type McpHarness } from "../helpers/mcp-client.js";
 import { running } from "../helpers/procs.js";
 import { allProcStats } from "../../src/jail/procfs.js";

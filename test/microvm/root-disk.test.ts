@@ -13,7 +13,7 @@ import {
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
-import { ensureRootDisk, pruneVmCache } from "../../src/backends/microvm/build.js";
+import { ensureRootDisk, pruneVmCache } from "../../src/images/vm/build.js";
 import { takeLease } from "../../src/images/lease.js";
 
 /**

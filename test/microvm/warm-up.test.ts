@@ -4,7 +4,7 @@ import { after, before, describe, test } from "node:test";
 import { createMicrovmBackend, type MicrovmBackend } from "../../src/backends/microvm/backend.js";
 import { toAgentRequest } from "../../src/engine/request.js";
 import { locateRootfs } from "../../src/images/locate.js";
-import { runtimeArgv } from "../../src/images/manifest.js";
+import { runtimeArgv } from "../../src/runtimes/table.js";
 import { execInputSchema, type RuntimeName } from "../../src/schema/exec.js";
 import { assertNoLeftovers, canRunMicrovm, hostLeftovers, text } from "./fixture.js";
 

@@ -16,7 +16,7 @@ import { runCommand } from "../../src/net/commands.js";
 import { listSandboxNetworkResources } from "../../src/net/resources.js";
 import { createSandboxNetwork, type SandboxNetwork } from "../../src/net/sandbox-net.js";
 import { EgressProxy, PROXY_UID_BASE, proxyTableName } from "../../src/net/proxy/supervisor.js";
-import { egressOf } from "../../src/setup/network.js";
+import { egressOf } from "../../src/compose/network.js";
 import type { NetworkEgress, NetworkReport } from "../../src/backends/types.js";
 import {
   PROBE,

@@ -10,7 +10,7 @@ import type { Engine } from "../../src/engine/engine.js";
 import { parseAllowlist } from "../../src/net/allowlist.js";
 import { listSandboxNetworkResources } from "../../src/net/resources.js";
 import { parseExecRequest } from "../../src/schema/validate.js";
-import { createEngineFromEnv } from "../../src/setup/engine-factory.js";
+import { createEngineFromEnv } from "../../src/compose/engine-factory.js";
 import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
 import { probeProgram, Topology, type Check, type ProbeResult } from "./topology.js";
 import { TEST_ALLOWLIST, WebHosts } from "./web.js";

@@ -4,9 +4,10 @@ import { tmpdir } from "node:os";
 import { basename, extname, join } from "node:path";
 import { describe, it } from "node:test";
 import { agentPrestartArgs, prestartInterpreter } from "../../src/backends/prestart.js";
-import { runtimeSpec } from "../../src/engine/runtimes.js";
-import { manifestSchema, runtimeArgv, type Manifest } from "../../src/images/manifest.js";
-import { IN_IMAGE, MATPLOTLIB_CACHE_DIR, PACKAGE_ROOT } from "../../src/images/paths.js";
+import { runtimeSpec } from "../../src/runtimes/spec.js";
+import { manifestSchema, type Manifest } from "../../src/images/manifest.js";
+import { IN_IMAGE } from "../../src/runtimes/in-image.js";
+import { MATPLOTLIB_CACHE_DIR, PACKAGE_ROOT } from "../../src/images/paths.js";
 import { execToolDefinition, extrasSentence } from "../../src/mcp/exec-tool.js";
 import { callRuntimesTool } from "../../src/mcp/runtimes-tool.js";
 import {
@@ -15,11 +16,12 @@ import {
   PRESTART_SCRIPTS,
   RUNTIME_TABLE,
   runtimeEntry,
-} from "../../src/runtimes.js";
-import { RUNTIMES } from "../../src/schema/names.js";
+  runtimeArgv,
+} from "../../src/runtimes/table.js";
+import { RUNTIMES } from "../../src/runtimes/names.js";
 import { DEFAULT_POLICY } from "../../src/schema/policy.js";
-import { imageConfigCheck, runtimeContents } from "../../src/setup/checks.js";
-import { poolOnceCalled, seedFiles } from "../../src/setup/engine-factory.js";
+import { imageConfigCheck, runtimeContents } from "../../src/cli/doctor-checks.js";
+import { poolOnceCalled, seedFiles } from "../../src/compose/engine-factory.js";
 
 const guestFile = (name: string) => readFileSync(join(PACKAGE_ROOT, "guest", name), "utf8");
 

@@ -11,7 +11,7 @@ import {
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
-import { jailReadableAgentDir, reachableByEveryone } from "../../src/setup/agent-dir.js";
+import { jailReadableAgentDir, reachableByEveryone } from "../../src/compose/agent-dir.js";
 
 // The namespace backend bind-mounts the agent's directory as the sandbox's unprivileged uid:
 // under a private directory (npx's cache in /root) it must use a copy others can reach.

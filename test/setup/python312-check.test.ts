@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import type { Manifest } from "../../src/images/manifest.js";
-import { python312PackagesCheck, python313PackagesCheck } from "../../src/setup/checks.js";
+import { python312PackagesCheck, python313PackagesCheck } from "../../src/cli/doctor-checks.js";
 
 // What `scratchrun doctor` says about python3.12's packages, from the image's manifest.
 function manifest(

@@ -11,7 +11,7 @@ import { MIGRATIONS } from "../../src/store/migrations.js";
 import { storeOn, type Store } from "../../src/store/open.js";
 import { isTransientDbError, migratePostgres, PostgresDriver } from "../../src/store/postgres.js";
 import { admitShared } from "../../src/store/shared-quota.js";
-import { decideQuota } from "../../src/api/quota.js";
+import { decideQuota } from "../../src/policy/quota.js";
 import fc from "fast-check";
 import { SqliteDriver, type SqlDriver } from "../../src/store/sql.js";
 import { parseExecRequest } from "../../src/schema/validate.js";

@@ -17,8 +17,13 @@ import type { RuntimeName } from "../../schema/exec.js";
 import { LIMITS } from "../../schema/limits.js";
 import type { Backend, BackendOutcome, Isolation, RunOptions, SandboxJob } from "../types.js";
 import { detectAccel, hostTscKhz, isolationOf, QEMU_BINARY, type Accel } from "./accel.js";
-import { buildVmArtifacts, ensureRootDisk, touchVmArtifacts, type VmArtifacts } from "./build.js";
-import { runtimeArgv } from "../../images/manifest.js";
+import {
+  buildVmArtifacts,
+  ensureRootDisk,
+  touchVmArtifacts,
+  type VmArtifacts,
+} from "../../images/vm/build.js";
+import { runtimeArgv } from "../../runtimes/table.js";
 import type { Preimport } from "../../images/preimport.js";
 import type { VmNetworkProvider } from "./guest-net.js";
 import type { DomainAllowlist } from "../../net/allowlist.js";
@@ -58,7 +63,7 @@ export interface MicrovmBackendOptions {
    */
   cpus?: number;
   /**
-   * Public egress for calls with network "public" (src/setup/network.ts adapts src/net). Absent:
+   * Public egress for calls with network "public" (src/compose/network.ts adapts src/net). Absent:
    * such calls are refused. Pooled VMs are then prepared with a network (off the call's path);
    * a call with network "none" that takes one has it torn down before the guest resumes.
    */

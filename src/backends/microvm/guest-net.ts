@@ -27,7 +27,7 @@ export interface VmNetwork extends NetworkEgress {
   teardown(): Promise<void>;
 }
 
-/** Creates "public" networks for VMs: src/setup/network.ts adapts src/net to this. */
+/** Creates "public" networks for VMs: src/compose/network.ts adapts src/net to this. */
 export interface VmNetworkProvider {
   /** The allowlist pooled VMs' networks are made for: the server's (null: unrestricted). */
   readonly defaultAllowlist: DomainAllowlist | null;

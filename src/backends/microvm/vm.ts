@@ -18,7 +18,7 @@ import type { UidPool } from "../../jail/uids.js";
 import type { DomainAllowlist } from "../../net/allowlist.js";
 import type { NetworkReport } from "../types.js";
 import type { Accel } from "./accel.js";
-import type { VmArtifacts } from "./build.js";
+import type { VmArtifacts } from "../../images/vm/build.js";
 import { SEED_PORT, randomMac, type VmNetwork, type VmNetworkProvider } from "./guest-net.js";
 import { renderJailArgs } from "./jail-args.js";
 import { Qmp } from "./qmp.js";

@@ -1,21 +1,8 @@
 import { spawn } from "node:child_process";
-import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { withImageConfig } from "../images/config-load.js";
 import { PACKAGE_ROOT } from "../images/paths.js";
-
-/** True in a source checkout (TypeScript beside the build), false in a package npm installed. */
-export function isSourceCheckout(root: string = PACKAGE_ROOT): boolean {
-  return existsSync(join(root, "tsconfig.json"));
-}
-
-/** The one command that installs and builds what local mode needs, for this copy of ScratchRun. */
-export function setupCommand(root: string = PACKAGE_ROOT): string {
-  return isSourceCheckout(root)
-    ? "npm run setup (as root)"
-    : "npx @scratchrun/mcp-server setup (as root)";
-}
 
 /**
  * `scratchrun setup` / `npx @scratchrun/mcp-server setup`: runs scripts/setup.sh (apt packages,

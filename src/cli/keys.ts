@@ -7,7 +7,7 @@ import {
   type KeyPolicy,
 } from "../policy/key-policy.js";
 import { RAISE_CEILINGS } from "../schema/limits.js";
-import { RUNTIMES } from "../schema/names.js";
+import { RUNTIMES } from "../runtimes/names.js";
 import { openStore } from "../store/open.js";
 
 export const KEYS_USAGE = `scratchrun keys create --name N [policy]   create a key; it is printed once, on stdout

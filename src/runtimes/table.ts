@@ -1,17 +1,19 @@
 /**
  * The runtimes, one entry each: what every layer needs to run, pre-start, seed, describe and check
- * one. Adding a runtime is its name in src/schema/names.ts RUNTIMES, its entry here (a type error
+ * one. Adding a runtime is its name in src/runtimes/names.ts RUNTIMES, its entry here (a type error
  * until it has one) and its interpreter in the image recipe (docs/ARCHITECTURE.md, "Adding a
  * runtime"). Nothing else branches on a runtime's name.
  */
-import { IN_IMAGE } from "./images/paths.js";
-import type { ImageExtras } from "./images/manifest.js";
-import { RUNTIMES, type RuntimeName } from "./schema/names.js";
+import { IN_IMAGE } from "./in-image.js";
+import { RUNTIMES, type RuntimeName } from "./names.js";
 
-/** The keys of the image manifest's extras that hold what the image config added to a runtime. */
-export type ExtrasKey = Exclude<keyof ImageExtras, "config" | "configSha256" | "files">;
+/**
+ * The keys of the image manifest's extras that hold what the image config added to a runtime
+ * (src/images/manifest.ts keys its extras schema by them).
+ */
+export type ExtrasKey = "debian" | "python3.11" | "node20" | "python3.12";
 
-/** Files of the image every call of a runtime starts with (src/setup/engine-factory.ts reads them). */
+/** Files of the image every call of a runtime starts with (src/compose/engine-factory.ts reads them). */
 export type Seed = "matplotlib-font-cache";
 
 export interface RuntimeEntry {
@@ -175,6 +177,14 @@ export const RUNTIME_TABLE = {
 
 /** One runtime's entry. */
 export const runtimeEntry = (runtime: RuntimeName): RuntimeEntry => RUNTIME_TABLE[runtime];
+
+/**
+ * The interpreter command of a runtime inside the image (the runtime table's); the engine appends
+ * the code file. Fixed paths, so callers need no manifest to build a command line.
+ */
+export function runtimeArgv(runtime: RuntimeName): string[] {
+  return [...runtimeEntry(runtime).argv];
+}
 
 /**
  * The runtimes the image config extends, in the order its additions are listed (the table's

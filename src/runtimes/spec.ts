@@ -1,6 +1,6 @@
-import { IMAGE_ENV, runtimeArgv } from "../images/manifest.js";
-import { runtimeEntry } from "../runtimes.js";
-import type { RuntimeName } from "../schema/exec.js";
+import { IMAGE_ENV } from "./in-image.js";
+import { runtimeEntry, runtimeArgv } from "./table.js";
+import type { RuntimeName } from "./names.js";
 
 export interface RuntimeSpec {
   /** Interpreter command inside the rootfs; the code file path is appended. */

@@ -20,14 +20,14 @@ import { writeFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { basename, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { heldBy, liveLeases } from "../../images/lease.js";
+import { heldBy, liveLeases } from "../lease.js";
 import { renderSeccompFilter } from "../../jail/seccomp.js";
-import { PRESTART_SCRIPTS } from "../../runtimes.js";
+import { PRESTART_SCRIPTS } from "../../runtimes/table.js";
 import { writeCpioNewc, type CpioEntry } from "./cpio.js";
 import { extractVmlinux } from "./kernel.js";
 import { resolveModuleOrder } from "./modules.js";
 
-/** The repository (or installed package) root: this file is dist/src/backends/microvm/build.js. */
+/** The repository (or installed package) root: this file is dist/src/images/vm/build.js. */
 export const PACKAGE_ROOT = fileURLToPath(new URL("../../../../", import.meta.url));
 
 export interface VmArtifacts {

@@ -6,7 +6,7 @@ import {
   NotBuiltError,
   vmArtifactsIfBuilt,
   type VmArtifacts,
-} from "../backends/microvm/build.js";
+} from "../images/vm/build.js";
 import { NamespaceBackend } from "../backends/namespace/backend.js";
 import type { Backend } from "../backends/types.js";
 import { Engine, type EngineOptions } from "../engine/engine.js";
@@ -15,11 +15,11 @@ import type { Lease } from "../images/lease.js";
 import { leaseRootfs, selectRootfs } from "../images/locate.js";
 import { detectCgroups, reapStaleEmptyCgroups } from "../jail/cgroup.js";
 import type { Manifest } from "../images/manifest.js";
-import { MATPLOTLIB_CACHE_DIR, PACKAGE_ROOT } from "../images/paths.js";
+import { MATPLOTLIB_CACHE_DIR, PACKAGE_ROOT, setupCommand } from "../images/paths.js";
 import { preimportFor, type Preimport } from "../images/preimport.js";
 import type { AgentFile } from "../protocol/types.js";
 import { WORKDIR } from "../schema/limits.js";
-import { ONCE_CALLED, runtimeEntry, type Seed } from "../runtimes.js";
+import { ONCE_CALLED, runtimeEntry, type Seed } from "../runtimes/table.js";
 import { RUNTIMES, type RuntimeName } from "../schema/exec.js";
 import { homedir } from "node:os";
 import { hostCeiling, type Ceiling } from "../policy/host.js";
@@ -27,7 +27,6 @@ import type { CallPolicy } from "../schema/policy.js";
 import { serverLimitsFromEnv, serverPolicy } from "../policy/server-policy.js";
 import { jailReadableAgentDir } from "./agent-dir.js";
 import { egressAllowlistFromEnv, networkFromEnv } from "./network.js";
-import { setupCommand } from "./setup-command.js";
 
 export type IsolationChoice = "namespace" | "microvm";
 

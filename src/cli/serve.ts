@@ -5,8 +5,8 @@ import { discovery } from "../cluster/discovery.js";
 import { workerTokenFromEnv } from "../cluster/protocol.js";
 import { startWorkerRole } from "../cluster/worker-role.js";
 import { withImageConfig } from "../images/config-load.js";
-import { createEngineFromEnv, withEgressAllow } from "../setup/engine-factory.js";
-import { egressAllowlistFromEnv } from "../setup/network.js";
+import { createEngineFromEnv, withEgressAllow } from "../compose/engine-factory.js";
+import { egressAllowlistFromEnv } from "../compose/network.js";
 import { openDatabase } from "../store/db.js";
 import { scratchrunHome } from "../store/home.js";
 import { acquireHomeLock } from "../store/lock.js";
@@ -15,9 +15,9 @@ import { RunStore } from "../store/runs.js";
 import { SandboxStore } from "../store/sandboxes.js";
 import { hostCeiling, RECORDABLE_CEILING } from "../policy/host.js";
 import { serverLimitsFromEnv, serverPolicy, withServerLimits } from "../policy/server-policy.js";
-import { createLogger, type Logger } from "./log.js";
-import { reapOrphanSandboxes } from "./reap.js";
-import { startApiServer } from "./server.js";
+import { createLogger, type Logger } from "../http/log.js";
+import { reapOrphanSandboxes } from "../jail/reap.js";
+import { startApiServer } from "../api/server.js";
 
 export const SERVE_USAGE = `scratchrun serve [--role all|api|worker] [--host H] [--port N] [limits]
 
@@ -148,7 +148,7 @@ export async function runServe(
       host,
       port: int(values.port, "port", 8788, 0),
       token,
-      limits,
+      createEngine: () => createEngineFromEnv(engineEnv, limits),
     });
     process.stderr.write(
       `scratchrun: worker serving on ${worker.server.url} (isolation ${worker.isolation})\n`,

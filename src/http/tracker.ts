@@ -1,6 +1,6 @@
 import { detectCgroups, listScratchrunCgroups, type CgroupHost } from "../jail/cgroup.js";
 import type { SandboxStore } from "../store/sandboxes.js";
-import { ownedCgroups } from "./reap.js";
+import { ownedCgroups } from "../jail/reap.js";
 
 /**
  * Keeps the sandboxes table true: when a call's sandbox is running, every cgroup whose top

@@ -10,9 +10,9 @@
 import { readFileSync, readdirSync, readlinkSync, rmdirSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
-import { detectCgroups, listScratchrunCgroups, type CgroupHost } from "../jail/cgroup.js";
-import { isValidCgroupName } from "../jail/cgroup-detect.js";
-import { SANDBOX_UID_BASE, SANDBOX_UID_COUNT } from "../jail/uids.js";
+import { detectCgroups, listScratchrunCgroups, type CgroupHost } from "./cgroup.js";
+import { isValidCgroupName } from "./cgroup-detect.js";
+import { SANDBOX_UID_BASE, SANDBOX_UID_COUNT } from "./uids.js";
 
 /** Namespace sandboxes, then microVM QEMU processes: two blocks of SANDBOX_UID_COUNT. */
 const UID_MIN = SANDBOX_UID_BASE;

@@ -4,17 +4,16 @@ import { detectCgroups } from "../jail/cgroup.js";
 import { IMAGE_CONFIG_ENV } from "../images/config.js";
 import { selectRootfs, type SelectResult } from "../images/locate.js";
 
-import { imagesDir } from "../images/paths.js";
+import { imagesDir, setupCommand } from "../images/paths.js";
 import { DEFAULT_UPLINK } from "../net/index.js";
 import { detectAccel } from "../backends/microvm/accel.js";
-import { buildVmArtifacts } from "../backends/microvm/build.js";
+import { buildVmArtifacts } from "../images/vm/build.js";
 import type { Manifest } from "../images/manifest.js";
 import { noIndexReason } from "../images/wheel-cache.js";
-import { EXTRAS, runtimeEntry } from "../runtimes.js";
+import { EXTRAS, runtimeEntry } from "../runtimes/table.js";
 import { RUNTIMES, type RuntimeName } from "../schema/exec.js";
-import { AGENT_DIR } from "./engine-factory.js";
-import { egressBlocker } from "./network.js";
-import { setupCommand } from "./setup-command.js";
+import { AGENT_DIR } from "../compose/engine-factory.js";
+import { egressBlocker } from "../compose/network.js";
 
 export interface Check {
   name: string;
