@@ -4,7 +4,6 @@ import { TEST_BACKENDS } from "../helpers/backends.js";
 import { CUSTOM_CONFIG, CUSTOM_IMAGES_DIR, customImage, EXTRAS } from "../helpers/custom-image.js";
 import { textOf } from "../helpers/mcp-client.js";
 import { serverForSuite } from "../helpers/suite.js";
-import { PY } from "../helpers/pythons.js";
 
 // A server on the operator's image (test/helpers/custom-image.ts), called through MCP on each
 // backend: every runtime uses its extra (the microVM boots a root disk made from that image).
@@ -51,7 +50,7 @@ for (const backend of TEST_BACKENDS) {
 
     test("python3.11: the Debian python3-* package imports", async () => {
       const { s } = await h.exec({
-        runtime: PY,
+        runtime: "python3.11",
         code: `import ${EXTRAS.python311.module}\nprint(${EXTRAS.python311.module}.tabulate([["x", 1]], headers=["k", "v"], tablefmt="github"))`,
       });
       assert.equal(s.exit_reason, "ok", s.stderr);
