@@ -1,4 +1,5 @@
 import { PY } from "../helpers/pythons.js";
+import { runtimeArgv } from "../../src/runtimes/table.js";
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { rmSync, writeFileSync } from "node:fs";
@@ -255,8 +256,9 @@ for (const backend of SECURITY_BACKENDS) {
         // what must hold is that nothing but those runs beside the code.
         assert.equal(lines.get("init"), "/bin/busybox", "pid 1 is the guest's init");
         const names = user.map(([, cmd]) => cmd);
+        const code = `${runtimeArgv(PY)[0]} `;
         assert.deepEqual(
-          names.filter((c) => !/^\/usr\/bin\/python3\.11 /.test(c)),
+          names.filter((c) => !c.startsWith(code)),
           ["/bin/busybox sh /init", "/run/scratchrun-agent"],
           `only init, the agent and the code: ${JSON.stringify(user)}`,
         );
@@ -339,16 +341,16 @@ for (const backend of SECURITY_BACKENDS) {
       // all of them (hole H18 in docs/THREAT-MODEL.md: the guest had none). A process inherits its
       // filter, so the node case checks node itself (/proc/self/status) and a python it starts.
       const viaPython = (extra: Record<string, unknown> = {}) =>
-        s.run({ runtime: "python3.11", code: VALID_CALLS_PROBE, ...extra });
+        s.run({ runtime: PY, code: VALID_CALLS_PROBE, ...extra });
       const viaBash = () =>
-        s.run({ runtime: "bash", code: `exec python3.11 -c ${shellQuote(VALID_CALLS_PROBE)}` });
+        s.run({ runtime: "bash", code: `exec ${PY} -c ${shellQuote(VALID_CALLS_PROBE)}` });
       const viaNode = () =>
         s.run({
           runtime: "node20",
           code: [
             "const fs = require('fs'), cp = require('child_process');",
             "const status = fs.readFileSync('/proc/self/status', 'utf8');",
-            "const out = JSON.parse(cp.execFileSync('/usr/bin/python3.11', ['-c', process.env.PROBE], { encoding: 'utf8' }));",
+            `const out = JSON.parse(cp.execFileSync('${PY}', ['-c', process.env.PROBE], { encoding: 'utf8' }));`,
             "out.node_seccomp = /Seccomp:\\s+(\\d)/.exec(status)[1];",
             "out.node_argv1 = fs.readFileSync('/proc/self/cmdline', 'utf8').split('\\0')[1];",
             "console.log(JSON.stringify(out));",
@@ -365,8 +367,8 @@ for (const backend of SECURITY_BACKENDS) {
       // pre-started path is what this case is about, so it asks again until that path served it.
       const prestarted = async (call: () => Promise<ExecStructured>, key: string, want: string) => {
         let out = parse(await call());
-        for (let i = 0; out[key] !== want && i < 5; i++) {
-          await new Promise((r) => setTimeout(r, 300));
+        for (let i = 0; out[key] !== want && i < 60; i++) {
+          await new Promise((r) => setTimeout(r, 1000));
           out = parse(await call());
         }
         return out;
@@ -376,10 +378,10 @@ for (const backend of SECURITY_BACKENDS) {
       const prestartPy = vm ? "/run/scratchrun-prestart.py" : "/opt/scratchrun/prestart.py";
       const prestartJs = vm ? "/run/scratchrun-prestart.js" : "/opt/scratchrun/prestart.js";
       const runs: [string, Probe][] = [
-        ["python3.11", await prestarted(viaPython, "argv1", prestartPy)],
-        ["python3.11 + PYTHONHASHSEED", parse(await viaPython({ env: { PYTHONHASHSEED: "7" } }))],
-        ["bash → python3.11", parse(await viaBash())],
-        ["node20 → python3.11", await prestarted(viaNode, "node_argv1", prestartJs)],
+        [PY, await prestarted(viaPython, "argv1", prestartPy)],
+        [`${PY} + PYTHONHASHSEED`, parse(await viaPython({ env: { PYTHONHASHSEED: "7" } }))],
+        [`bash → ${PY}`, parse(await viaBash())],
+        [`node20 → ${PY}`, await prestarted(viaNode, "node_argv1", prestartJs)],
       ];
       // Which interpreter each call ran in, its Seccomp mode (2: a filter), and each call's errno
       // (0: it succeeded), compared whole so that a failure shows every run.
@@ -390,10 +392,10 @@ for (const backend of SECURITY_BACKENDS) {
         ...extra,
       });
       assert.deepEqual(Object.fromEntries(runs), {
-        "python3.11": want(prestartPy),
-        "python3.11 + PYTHONHASHSEED": want("/run/scratchrun/main.py"),
-        "bash → python3.11": want("-c"),
-        "node20 → python3.11": want("-c", {
+        [PY]: want(prestartPy),
+        [`${PY} + PYTHONHASHSEED`]: want("/run/scratchrun/main.py"),
+        [`bash → ${PY}`]: want("-c"),
+        [`node20 → ${PY}`]: want("-c", {
           node_seccomp: "2",
           node_argv1: prestartJs,
         }),
