@@ -1,6 +1,6 @@
 // Rewrites the generated blocks of the docs (limits quoted from src/schema/limits.ts).
 // Run after changing a limit: npm run build && node scripts/gen-docs.mjs
-// test/schema/docs.test.ts fails while a doc differs from what this writes.
+// test/schema/docs.unit.test.ts fails while a doc differs from what this writes.
 import { readFileSync, writeFileSync } from "node:fs";
 import { renderGeneratedBlocks } from "../dist/src/schema/limits-doc.js";
 import { GENERATED_DOCS } from "../dist/src/schema/doc-files.js";

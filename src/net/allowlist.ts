@@ -131,7 +131,7 @@ export function isAllowed(list: DomainAllowlist, name: string): boolean {
  * The names both lists allow, as a list (a key's allowlist on a server that has one: a key can
  * only take network away). Exact names stay when the other list allows them; `*.x` stays when the
  * other has `*.x` or a wider `*.y` (x under y). Any name both allow is matched by one of those,
- * and each kept entry is inside both (test/net/allowlist.test.ts, a property).
+ * and each kept entry is inside both (test/net/allowlist.unit.test.ts, a property).
  */
 export function intersectAllowlists(a: DomainAllowlist, b: DomainAllowlist): DomainAllowlist {
   const kept = new Set<string>();

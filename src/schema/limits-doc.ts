@@ -4,7 +4,7 @@ import { RUNTIMES } from "./exec.js";
 /**
  * The parts of the docs that quote limits, rendered from `LIMITS` so that no doc can say a number
  * the code does not have. A doc holds each block between `<!-- generated:NAME -->` and
- * `<!-- /generated:NAME -->`; `scripts/gen-docs.mjs` rewrites them and `test/schema/docs.test.ts`
+ * `<!-- /generated:NAME -->`; `scripts/gen-docs.mjs` rewrites them and `test/schema/docs.unit.test.ts`
  * fails when a doc differs from its rendering.
  */
 

@@ -243,7 +243,7 @@ test(
     // entry: int 0x80 faults (SIGSEGV) before any syscall, with the filter as without it, so
     // there is no call for the filter to see. Its i386 rule is proven
     // live in the microVM guest, whose kernel has the entry (test/microvm/guest-security.test.ts
-    // SEC-VM-IA32), and against the program in test/jail/seccomp-program.test.ts.
+    // SEC-VM-IA32), and against the program in test/jail/seccomp-program.unit.test.ts.
     assert.equal(control.code, 128 + 11, `unfiltered: SIGSEGV, not a call: ${control.code}`);
     assert.equal(r.code, 128 + 11, `filtered: the same fault: ${r.code} ${r.stderr}`);
   },
