@@ -94,17 +94,11 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
     // ready now), so a crash before any call still leaves nothing a restart cannot find.
     untrack = local.engine.backend.onSandboxReady(() => void tracker.sandboxRunning());
     void tracker.sandboxRunning();
-    service = new ExecService(
-      engine,
-      runs,
-      localAdmission(quota, runs),
-      metrics,
-      logger,
-      keyLimits,
-      tracker,
-    );
+    const admission = localAdmission(quota, runs);
+    service = new ExecService({ engine, runs, admission, metrics, log: logger, keyLimits, tracker });
   } else {
-    service = new ExecService(engine, runs, replica!.admission, metrics, logger, keyLimits);
+    const admission = replica!.admission;
+    service = new ExecService({ engine, runs, admission, metrics, log: logger, keyLimits });
   }
   const sessions = new McpSessions(service, {
     maxPerKey: 32,

@@ -84,16 +84,32 @@ export class ExecService {
 
   private readonly policies = new Map<string, CallerPolicy>();
 
-  constructor(
-    readonly engine: ServiceEngine,
-    private readonly runs: RunStore,
-    private readonly admission: CallAdmission,
-    private readonly metrics: Metrics,
-    private readonly log: Logger,
-    /** The server-wide per-key quota (a key's policy may set its own). */
-    private readonly keyLimits: KeyLimits,
-    private readonly tracker?: SandboxTracker,
-  ) {}
+  readonly engine: ServiceEngine;
+  private readonly runs: RunStore;
+  private readonly admission: CallAdmission;
+  private readonly metrics: Metrics;
+  private readonly log: Logger;
+  /** The server-wide per-key quota (a key's policy may set its own). */
+  private readonly keyLimits: KeyLimits;
+  private readonly tracker: SandboxTracker | undefined;
+
+  constructor(o: {
+    engine: ServiceEngine;
+    runs: RunStore;
+    admission: CallAdmission;
+    metrics: Metrics;
+    log: Logger;
+    keyLimits: KeyLimits;
+    tracker?: SandboxTracker | undefined;
+  }) {
+    this.engine = o.engine;
+    this.runs = o.runs;
+    this.admission = o.admission;
+    this.metrics = o.metrics;
+    this.log = o.log;
+    this.keyLimits = o.keyLimits;
+    this.tracker = o.tracker;
+  }
 
   /**
    * What a key may do: its policy (null: none) over the server's, capped by the ceiling of

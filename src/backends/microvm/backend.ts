@@ -177,17 +177,30 @@ export class MicrovmBackend implements Backend {
   /** Last template failure (the backend then cold-boots); for diagnostics. */
   templateError: unknown = null;
 
-  constructor(
-    private readonly ctx: HostContext,
-    private readonly bootTimeoutMs: number,
-    poolOptions: PoolOptions = {},
-    private readonly network: VmNetworkProvider | null = null,
-    /** Marks the kernel and root disk this backend boots as in use, for the cache's prune. */
-    private readonly lease: Lease | null = null,
-    private readonly preimport: Partial<Record<RuntimeName, Preimport>> = {},
-    cpus: number = availableParallelism(),
-  ) {
-    this.cpus = cpus;
+  private readonly ctx: HostContext;
+  private readonly bootTimeoutMs: number;
+  private readonly network: VmNetworkProvider | null;
+  /** Marks the kernel and root disk this backend boots as in use, for the cache's prune. */
+  private readonly lease: Lease | null;
+  private readonly preimport: Partial<Record<RuntimeName, Preimport>>;
+
+  constructor(o: {
+    ctx: HostContext;
+    bootTimeoutMs: number;
+    pool?: PoolOptions | undefined;
+    network?: VmNetworkProvider | null | undefined;
+    lease?: Lease | null;
+    preimport?: Partial<Record<RuntimeName, Preimport>> | undefined;
+    cpus?: number | undefined;
+  }) {
+    const { ctx } = o;
+    const poolOptions = o.pool ?? {};
+    this.ctx = ctx;
+    this.bootTimeoutMs = o.bootTimeoutMs;
+    this.network = o.network ?? null;
+    this.lease = o.lease ?? null;
+    this.preimport = o.preimport ?? {};
+    this.cpus = o.cpus ?? availableParallelism();
     this.isolation = isolationOf(ctx.accel);
     this.mode = poolOptions.mode ?? "restore";
     const memoryMb = poolOptions.memoryMb ?? LIMITS.memoryMb.default;
@@ -547,13 +560,13 @@ export async function createMicrovmBackend(
     kvmGid: accel === "kvm" ? kvmGroupId() : null,
     scratchMb: LIMITS.scratchMb,
   };
-  return new MicrovmBackend(
+  return new MicrovmBackend({
     ctx,
-    options.bootTimeoutMs ?? 30_000,
-    options.pool,
-    options.network ?? null,
+    bootTimeoutMs: options.bootTimeoutMs ?? 30_000,
+    pool: options.pool,
+    network: options.network,
     lease,
-    options.preimport ?? {},
-    options.cpus,
-  );
+    preimport: options.preimport,
+    cpus: options.cpus,
+  });
 }

@@ -129,23 +129,47 @@ export class MicroVm {
   private killing: Promise<void> | null = null;
   private stderrTail = "";
 
-  private constructor(
-    readonly id: string,
-    readonly memoryMb: number,
-    /** How it started: a clone is paused until activate(), a booted guest is running. */
-    readonly kind: StartMode["kind"],
-    /** The warm-up this clone ran before it was parked. */
-    readonly warmedUp: WarmUp,
-    private readonly ctx: HostContext,
-    private readonly uid: number,
-    private readonly dir: string,
-    private readonly cgroup: Cgroup,
-    readonly child: ChildProcess,
-    /** This VM's MAC (unique per VM; the guest sets it from the seed, clones included). */
-    readonly mac: string,
-    /** The VM's "public" network, or null (hub port: nothing behind the NIC). */
-    private net: VmNetwork | null,
-  ) {
+  readonly id: string;
+  readonly memoryMb: number;
+  /** How it started: a clone is paused until activate(), a booted guest is running. */
+  readonly kind: StartMode["kind"];
+  /** The warm-up this clone ran before it was parked. */
+  readonly warmedUp: WarmUp;
+  readonly child: ChildProcess;
+  /** This VM's MAC (unique per VM; the guest sets it from the seed, clones included). */
+  readonly mac: string;
+  private readonly ctx: HostContext;
+  private readonly uid: number;
+  private readonly dir: string;
+  private readonly cgroup: Cgroup;
+  /** The VM's "public" network, or null (hub port: nothing behind the NIC). */
+  private net: VmNetwork | null;
+
+  private constructor(o: {
+    id: string;
+    memoryMb: number;
+    kind: StartMode["kind"];
+    warmedUp: WarmUp;
+    ctx: HostContext;
+    uid: number;
+    dir: string;
+    cgroup: Cgroup;
+    child: ChildProcess;
+    mac: string;
+    net: VmNetwork | null;
+  }) {
+    this.id = o.id;
+    this.memoryMb = o.memoryMb;
+    this.kind = o.kind;
+    this.warmedUp = o.warmedUp;
+    this.ctx = o.ctx;
+    this.uid = o.uid;
+    this.dir = o.dir;
+    this.cgroup = o.cgroup;
+    this.child = o.child;
+    this.mac = o.mac;
+    this.net = o.net;
+    const { child } = o;
     this.exited = new Promise((resolve) => child.once("close", () => resolve()));
     child.on("error", () => {});
     for (const stream of child.stdio) stream?.on("error", () => {}); // EPIPE if QEMU dies early
@@ -261,10 +285,10 @@ export class MicroVm {
       });
       (child.stdio[QEMU_SECCOMP_FD] as NodeJS.WritableStream | null)?.end(QEMU_SECCOMP);
       const warmedUp = mode.kind === "clone" ? (mode.warmUp ?? "none") : "none";
-      vm = new MicroVm(
+      vm = new MicroVm({
         id,
-        opts.memoryMb,
-        mode.kind,
+        memoryMb: opts.memoryMb,
+        kind: mode.kind,
         warmedUp,
         ctx,
         uid,
@@ -273,7 +297,7 @@ export class MicroVm {
         child,
         mac,
         net,
-      );
+      });
       net = null; // the VM owns it now: destroy() tears it down
       const v = vm;
       const open = v.phase.name === "starting" ? v.phase.open : {};
