@@ -95,7 +95,15 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
     untrack = local.engine.backend.onSandboxReady(() => void tracker.sandboxRunning());
     void tracker.sandboxRunning();
     const admission = localAdmission(quota, runs);
-    service = new ExecService({ engine, runs, admission, metrics, log: logger, keyLimits, tracker });
+    service = new ExecService({
+      engine,
+      runs,
+      admission,
+      metrics,
+      log: logger,
+      keyLimits,
+      tracker,
+    });
   } else {
     const admission = replica!.admission;
     service = new ExecService({ engine, runs, admission, metrics, log: logger, keyLimits });
