@@ -9,6 +9,7 @@ import type { DomainAllowlist } from "../net/allowlist.js";
 import { runAgentSession } from "../protocol/session.js";
 import type { AgentRequest } from "../protocol/types.js";
 import type { BackendOutcome, Isolation, NetworkReport, RunOptions, SandboxJob } from "./types.js";
+import { egressAllowlist } from "./egress.js";
 
 /**
  * How long past the call's own timeout the host waits for the agent to report before it gives up
@@ -64,7 +65,7 @@ export async function runCall(
   ctx: { isolation: Isolation; startedAt: number; teardowns: Teardowns; request?: AgentRequest },
 ): Promise<BackendOutcome> {
   try {
-    const allow = job.network === "public" ? (job.egressAllowlist ?? null) : null;
+    const allow = egressAllowlist(job.egress);
     if (allow) await sandbox.useAllowlist(allow);
     const sandboxReadyMs = Date.now() - ctx.startedAt;
     const agent = await runAgentSession(

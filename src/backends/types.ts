@@ -1,4 +1,5 @@
 import type { DomainAllowlist } from "../net/allowlist.js";
+import type { Egress } from "./egress.js";
 import type { Refusal } from "../net/proxy/reasons.js";
 import type { AgentEvent, AgentOutcome, AgentRequest } from "../protocol/types.js";
 import type { RuntimeName } from "../schema/exec.js";
@@ -13,13 +14,8 @@ export type NetworkMode = "none" | "public";
 export interface SandboxJob {
   runtime: RuntimeName;
   memoryMb: number;
-  network: NetworkMode;
-  /**
-   * With network "public": the names the code may reach (through the egress proxy), or null for
-   * every public destination (also when absent). The engine's policy for this call (today the
-   * server's setting).
-   */
-  egressAllowlist?: DomainAllowlist | null;
+  /** Where its network goes: the engine's decision from the call, the server and the key. */
+  egress: Egress;
   request: AgentRequest;
   /**
    * "preimport": the code starts by importing what the runtime's pre-imported interpreter has

@@ -13,6 +13,7 @@ import { Admission } from "./admission.js";
 import { flavourFor } from "./preimport-route.js";
 import { toAgentRequest } from "./request.js";
 import { toExecOutcome, type ExecOutcome } from "./result.js";
+import { egressFor } from "../backends/egress.js";
 
 export interface EngineOptions {
   /** Sandboxes running at once; further calls queue. */
@@ -131,8 +132,10 @@ export class Engine {
         {
           runtime: req.runtime,
           memoryMb: req.memory_mb,
-          network: req.network,
-          egressAllowlist: req.network === "public" ? this.allowlistFor(options) : null,
+          egress: egressFor(
+            req.network,
+            req.network === "public" ? this.allowlistFor(options) : null,
+          ),
           request: toAgentRequest(req, null, this.options.seedFiles?.[req.runtime]),
           flavour: flavourFor(req, this.options.preimport?.[req.runtime]),
         },

@@ -111,7 +111,21 @@ for (const backend of TEST_BACKENDS) {
       test(`the product page's example runs in a pre-imported ${runtime} and returns its PNG`, async () => {
         // The microVM builds the pre-imported template after the server starts (imports under
         // TCG take seconds); until then calls run in the plain one.
+        // A runtime pooled once called (python3.13) starts its templates on this suite's first
+        // call: a cheap one waits for the plain pool, so that the plot is not drawn in a cold
+        // boot beside two template builds (over 30 s under TCG on two CPUs).
         let who = "";
+        for (let i = 0; i < 120 && who !== "prestarted"; i++) {
+          const { s } = await h.exec({
+            runtime,
+            code: `${WHO}\nprint(_who())`,
+            timeout_ms: 30_000,
+          });
+          assert.equal(s.exit_reason, "ok", s.stderr);
+          who = s.stdout.trim();
+          if (who !== "prestarted") await sleep(1000);
+        }
+        assert.equal(who, "prestarted", "the plain pool never served a call");
         let png = 0;
         for (let i = 0; i < 120 && who !== "preimported"; i++) {
           const { s, result } = await h.exec({

@@ -118,7 +118,7 @@ describe("python3.12 pre-imports what a wheel put in its image", () => {
       {
         runtime: "python3.12",
         memoryMb: req.memory_mb,
-        network: "none",
+        egress: { kind: "none" },
         request: toAgentRequest(req, null),
         flavour: flavourFor(req, pre ?? undefined),
       },

@@ -33,7 +33,7 @@ function job(
   return {
     runtime,
     memoryMb,
-    network: "none",
+    egress: { kind: "none" },
     request: toAgentRequest(req, null),
     flavour: flavourFor(req, preimport[runtime]),
   };

@@ -76,7 +76,7 @@ export function shJob(code: string, overrides: Partial<SandboxJob["request"]> = 
   return {
     runtime: "bash",
     memoryMb: 256,
-    network: "none",
+    egress: { kind: "none" },
     request: {
       timeoutMs: 10_000,
       maxStdoutBytes: 1 << 20,

@@ -273,7 +273,7 @@ describe(
           `echo tok | timeout 3 nc ${PUBLIC} 7; ip -o addr show eth0 | awk '{print $3}'; ` +
             "cat /proc/sys/net/ipv6/conf/eth0/disable_ipv6",
         );
-        job.network = "public";
+        job.egress = { kind: "public" };
         const r = await cold.run(job, { signal: new AbortController().signal });
         assert.equal(r.agent.failure, null);
         assert.equal(text(r.agent.stdout), "tok\ninet\n1\n");
@@ -305,8 +305,8 @@ describe(
           'echo "probed $(date +%s)"',
         { timeoutMs: 20_000 },
       );
-      server.network = "public";
-      client.network = "public";
+      server.egress = { kind: "public" };
+      client.egress = { kind: "public" };
       const run = (j: typeof server) => backend.run(j, { signal: new AbortController().signal });
       const [a, b] = await Promise.all([run(server), run(client)]);
       type Outcome = typeof a;

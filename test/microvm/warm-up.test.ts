@@ -86,7 +86,12 @@ describe(
     const run = (runtime: RuntimeName, code: string) => {
       const req = execInputSchema.parse({ runtime, code, network: "none" });
       return backend.run(
-        { runtime, memoryMb: req.memory_mb, network: "none", request: toAgentRequest(req, null) },
+        {
+          runtime,
+          memoryMb: req.memory_mb,
+          egress: { kind: "none" },
+          request: toAgentRequest(req, null),
+        },
         { signal: new AbortController().signal },
       );
     };

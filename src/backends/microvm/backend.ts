@@ -26,7 +26,6 @@ import {
 import { runtimeArgv } from "../../runtimes/table.js";
 import type { Preimport } from "../../images/preimport.js";
 import type { VmNetworkProvider } from "./guest-net.js";
-import type { DomainAllowlist } from "../../net/allowlist.js";
 import { WarmPool, type PoolConfig } from "../pool.js";
 import {
   PREIMPORT_MIN_MEMORY_MB,
@@ -37,6 +36,14 @@ import {
 import { CODE_UID } from "../../protocol/guest-header.js";
 import { createTemplate, type Template } from "./snapshot.js";
 import { MicroVm, type HostContext, type WarmUp } from "./vm.js";
+import {
+  egressAllowlist,
+  egressFor,
+  NO_EGRESS,
+  networkModeOf,
+  poolServes,
+  type Egress,
+} from "../egress.js";
 
 /** The unprivileged user inside the guest that runs the code (the image's `user`). */
 export const GUEST_UID = CODE_UID;
@@ -278,8 +285,8 @@ export class MicrovmBackend implements Backend {
    */
   private async prepare(kind: VmKind, memoryMb: number): Promise<MicroVm> {
     const [runtime, flavour] = parseVmKind(kind);
-    const publicNet = this.network !== null ? this.network.defaultAllowlist : false;
-    if (this.mode === "boot") return this.boot(memoryMb, this.closing.signal, publicNet);
+    const egress = this.network ? egressFor("public", this.network.defaultAllowlist) : NO_EGRESS;
+    if (this.mode === "boot") return this.boot(memoryMb, this.closing.signal, egress);
     if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
     const t = await this.template(runtime, memoryMb, flavour);
     let warmUp = await this.warmUpNow();
@@ -288,7 +295,7 @@ export class MicrovmBackend implements Backend {
     // (one bash on /dev/null) is as cheap as a rehearsal.
     if (warmUp === "rehearse" && !prestartInterpreter(runtime)) warmUp = "full";
     if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
-    return this.clone(t, memoryMb, this.closing.signal, publicNet, warmUp);
+    return this.clone(t, memoryMb, this.closing.signal, egress, warmUp);
   }
 
   /**
@@ -314,18 +321,13 @@ export class MicrovmBackend implements Backend {
     }
   }
 
-  /** publicNet: the allowlist the VM's network is made for (null: unrestricted), or false. */
-  private bootOptions(
-    memoryMb: number,
-    signal: AbortSignal | undefined,
-    publicNet: DomainAllowlist | null | false,
-  ) {
+  private bootOptions(memoryMb: number, signal: AbortSignal | undefined, egress: Egress) {
     return {
       memoryMb,
       readyTimeoutMs: this.bootTimeoutMs,
       ...(signal ? { signal } : {}),
-      ...(publicNet !== false && this.network
-        ? { network: this.network, egressAllowlist: publicNet }
+      ...(egress.kind !== "none" && this.network
+        ? { network: this.network, egressAllowlist: egressAllowlist(egress) }
         : {}),
     };
   }
@@ -334,10 +336,10 @@ export class MicrovmBackend implements Backend {
     t: Template,
     memoryMb: number,
     signal: AbortSignal | undefined,
-    publicNet: DomainAllowlist | null | false,
+    egress: Egress,
     warmUp: WarmUp = "none",
   ): Promise<MicroVm> {
-    const vm = await MicroVm.start(this.ctx, this.bootOptions(memoryMb, signal, publicNet), {
+    const vm = await MicroVm.start(this.ctx, this.bootOptions(memoryMb, signal, egress), {
       kind: "clone",
       image: t.image,
       warmUp,
@@ -351,24 +353,19 @@ export class MicrovmBackend implements Backend {
     flavour: Flavour,
     signal: AbortSignal,
   ): Promise<MicroVm | null> {
-    const publicNet = job.network === "public" ? (job.egressAllowlist ?? null) : false;
-    // Pooled VMs' networks are made for the server's allowlist: proxied or not is fixed then.
-    const poolable =
-      publicNet === false ||
-      (publicNet === null) === ((this.network?.defaultAllowlist ?? null) === null);
-    let vm = poolable
+    let vm = poolServes(job.egress, this.network?.defaultAllowlist ?? null)
       ? await this.pool.takeOrAwait(vmKind(job.runtime, flavour), job.memoryMb, signal, {
           refill: false,
           maxWaitMs: AWAIT_REFILL_MS,
         })
       : null;
-    if (vm && publicNet !== false && !vm.hasNetwork) {
+    if (vm && job.egress.kind !== "none" && !vm.hasNetwork) {
       void vm.destroy(); // cannot happen with a provider; never serve "public" without a network
       vm = null;
     }
     if (!vm && this.mode === "restore") {
       const t = this.built.get(`${job.runtime}/${job.memoryMb}/${flavour}`);
-      if (t) vm = await this.clone(t, job.memoryMb, signal, publicNet).catch(() => null);
+      if (t) vm = await this.clone(t, job.memoryMb, signal, job.egress).catch(() => null);
       else void this.template(job.runtime, job.memoryMb, flavour).catch(() => {});
     }
     return vm;
@@ -389,7 +386,7 @@ export class MicrovmBackend implements Backend {
     vm ??= await this.pooledOrRestored(job, "plain", signal);
     if (vm) {
       try {
-        await vm.activate(this.bootTimeoutMs, job.network);
+        await vm.activate(this.bootTimeoutMs, networkModeOf(job.egress));
         if (vm.kind === "clone") this.counters.clonedCalls++;
         else this.counters.bootedCalls++;
         if (fromPreimport) this.counters.preimportedCalls++;
@@ -400,13 +397,9 @@ export class MicrovmBackend implements Backend {
         await vm.destroy();
       }
     }
-    const booted = await this.boot(
-      job.memoryMb,
-      signal,
-      job.network === "public" ? (job.egressAllowlist ?? null) : false,
-    );
+    const booted = await this.boot(job.memoryMb, signal, job.egress);
     try {
-      await booted.activate(this.bootTimeoutMs, job.network);
+      await booted.activate(this.bootTimeoutMs, networkModeOf(job.egress));
     } catch (cause) {
       await booted.destroy();
       throw new ScratchRunError(
@@ -424,10 +417,10 @@ export class MicrovmBackend implements Backend {
   private async boot(
     memoryMb: number,
     signal: AbortSignal | undefined,
-    publicNet: DomainAllowlist | null | false,
+    egress: Egress,
   ): Promise<MicroVm> {
     if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
-    const vm = await MicroVm.boot(this.ctx, this.bootOptions(memoryMb, signal, publicNet));
+    const vm = await MicroVm.boot(this.ctx, this.bootOptions(memoryMb, signal, egress));
     return this.track(vm);
   }
 
@@ -445,7 +438,7 @@ export class MicrovmBackend implements Backend {
   }
 
   async run(job: SandboxJob, options: RunOptions): Promise<BackendOutcome> {
-    if (job.network === "public" && !this.network)
+    if (job.egress.kind !== "none" && !this.network)
       throw new ScratchRunError("INVALID_INPUT", "this microVM backend has no network provider", {
         fix: 'Pass network: "none", or start the server with public egress (SCRATCHRUN_NETWORK)',
       });

@@ -21,6 +21,7 @@ import type {
   SandboxJob,
 } from "../types.js";
 import { AGENT_MOUNT, renderBwrapArgs } from "./bwrap-args.js";
+import { egressAllowlist, networkModeOf, poolServes } from "../egress.js";
 
 export interface NamespaceBackendOptions {
   rootfsDir: string;
@@ -171,25 +172,24 @@ export class NamespaceBackend implements Backend {
    */
   private async acquire(job: SandboxJob, signal: AbortSignal): Promise<Jail | null> {
     if (job.flavour === "preimport") {
-      const kind = kindOf(job.network, job.runtime, "preimport");
+      const kind = kindOf(networkModeOf(job.egress), job.runtime, "preimport");
       const jail = await this.pool.takeOrAwait(kind, job.memoryMb, signal);
       if (jail) {
         this.counters.preimportedCalls++;
         return jail;
       }
     }
-    return this.pool.takeOrAwait(kindOf(job.network, job.runtime, "plain"), job.memoryMb, signal);
+    const kind = kindOf(networkModeOf(job.egress), job.runtime, "plain");
+    return this.pool.takeOrAwait(kind, job.memoryMb, signal);
   }
 
   private async runOnce(job: SandboxJob, options: RunOptions): Promise<BackendOutcome> {
     const started = Date.now();
-    const allow = job.network === "public" ? (job.egressAllowlist ?? null) : null;
-    // Pooled networks are made for the server's allowlist (or none): proxied or not is fixed then.
-    const poolable =
-      job.network === "none" ||
-      (allow === null) === ((this.options.network?.defaultAllowlist ?? null) === null);
+    const poolable = poolServes(job.egress, this.options.network?.defaultAllowlist ?? null);
     const pooled = poolable ? await this.acquire(job, options.signal) : null;
-    const jail = pooled ?? (await this.start(job.memoryMb, job.network, allow, []));
+    const jail =
+      pooled ??
+      (await this.start(job.memoryMb, networkModeOf(job.egress), egressAllowlist(job.egress), []));
     this.counters[pooled ? "pooledCalls" : "coldCalls"]++;
     return runCall(
       {
