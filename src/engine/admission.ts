@@ -77,8 +77,8 @@ export class Admission {
       signal?.addEventListener("abort", onAbort, { once: true });
       this.waiting.push(entry);
     });
+    // A granted waiter was handed the releasing call's slot: `running` already counts it.
     if (!granted) return { ok: false, reason: "cancelled" };
-    this.running++;
     return { ok: true, release: this.releaser() };
   }
 
@@ -87,8 +87,11 @@ export class Admission {
     return () => {
       if (released) return;
       released = true;
-      this.running--;
-      this.waiting[0]?.grant();
+      // The slot passes straight to the first waiter, so a call arriving before that waiter
+      // resumes cannot take it and run one more sandbox than maxConcurrent.
+      const next = this.waiting[0];
+      if (next) next.grant();
+      else this.running--;
     };
   }
 }

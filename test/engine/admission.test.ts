@@ -52,6 +52,22 @@ describe("Admission: bounded concurrency, bounded queue, deadlines, aborts", () 
     assert.equal(a.active, 0);
   });
 
+  it("a released slot goes to the first waiter: a call arriving in between queues behind it", async () => {
+    const a = new Admission(1, 10, 60_000);
+    const r1 = await slot(a.acquire());
+    const first = slot(a.acquire());
+    await tick();
+    r1();
+    // Before the waiter resumes: the newcomer must not take the slot it was handed.
+    const late = slot(a.acquire());
+    await tick();
+    assert.equal(a.active, 1, "never more than maxConcurrent");
+    assert.equal(a.queued, 1, "the newcomer waits");
+    (await first)();
+    (await late)();
+    assert.equal(a.active, 0);
+  });
+
   it("refuses with BUSY once the queue is full, and the queue never grows past it", async () => {
     const a = new Admission(1, 2, 60_000);
     const r = await slot(a.acquire());
