@@ -5,7 +5,8 @@
  * Codes:
  * - INVALID_INPUT      the request failed validation; nothing was started
  * - NOT_READY          the host cannot run sandboxes (missing image, bwrap, QEMU, cgroups)
- * - BUSY               admission refused: too many calls queued
+ * - BUSY               admission refused: the queue is full, or the call waited past its deadline
+ *                      (a call cancelled while queued is a result: `cancelled`)
  * - SANDBOX_FAILED     the sandbox could not be set up (boot, agent never ready) or torn down;
  *                      a sandbox that breaks off once the call runs is a result (`killed`)
  * - WORKER_LOST        (API replicas) the worker running the call stopped answering mid-call;

@@ -16,9 +16,10 @@ export type Flavour = "plain" | "preimport";
 
 /**
  * Calls asking for less memory than this get a plain interpreter: a pre-imported one's pages
- * (~75 MB for numpy, pandas and matplotlib, decision 0011) count against the call's memory_mb, and
- * below the default they would take more than a third of it. Pools hold sandboxes of the default
- * size; microVM templates of other sizes pre-import only at or above this.
+ * (~63 MB charged for numpy, pandas and matplotlib in a namespace jail, decision 0011) count
+ * against the call's memory_mb, and below the default they would take more than a third of it.
+ * Pools hold sandboxes of the default size; microVM templates of other sizes pre-import only at
+ * or above this.
  */
 export const PREIMPORT_MIN_MEMORY_MB = 256;
 

@@ -1,7 +1,7 @@
 import { Agent, request, type IncomingMessage } from "node:http";
 import { wireToError, wireToOutcome } from "../http/wire.js";
 import type { EngineOptions, ExecuteOptions } from "../engine/engine.js";
-import { toExecOutcome, type ExecOutcome } from "../engine/result.js";
+import { cancelledOutcome, type ExecOutcome } from "../engine/result.js";
 import { ScratchRunError } from "../errors.js";
 import { RECORDABLE_CEILING, type Ceiling } from "../policy/host.js";
 import type { ExecRequest } from "../schema/exec.js";
@@ -59,6 +59,7 @@ export class ClusterEngine {
   }
 
   async execute(req: ExecRequest, options: ExecuteOptions = {}): Promise<ExecOutcome> {
+    const arrived = Date.now();
     options.onProgress?.({ stage: "queued" });
     const tried = new Set<string>();
     let refusal: ScratchRunError | undefined;
@@ -77,7 +78,10 @@ export class ClusterEngine {
       if (!refusal || r.error.code === "BUSY") refusal = r.error;
       if (options.signal?.aborted) break;
     }
-    if (options.signal?.aborted) throw new ScratchRunError("BUSY", "Cancelled while queued");
+    // Cancelled between attempts: answered as the local engine answers a call cancelled in its
+    // queue, not refused.
+    if (options.signal?.aborted)
+      return cancelledOutcome(req, this.backend.isolation as Isolation, Date.now() - arrived);
     if (refusal) throw refusal;
     if (this.table.counts().up === 0)
       throw new ScratchRunError("NOT_READY", "No worker is available", {
@@ -110,7 +114,11 @@ export class ClusterEngine {
     };
     const cancelled = (): Attempt => ({
       kind: "done",
-      outcome: cancelledOutcome(req, (isolation ?? this.backend.isolation) as Isolation, started),
+      outcome: cancelledOutcome(
+        req,
+        (isolation ?? this.backend.isolation) as Isolation,
+        Date.now() - started,
+      ),
     });
     try {
       let res: IncomingMessage;
@@ -179,28 +187,6 @@ export class ClusterEngine {
       this.table.detach(addr, placed);
     }
   }
-}
-
-/** What a cancelled call returns, as the local engine would: exit_reason "cancelled". */
-function cancelledOutcome(req: ExecRequest, isolation: Isolation, started: number): ExecOutcome {
-  return toExecOutcome(
-    req,
-    {
-      agent: {
-        exit: null,
-        stdout: new Uint8Array(),
-        stderr: new Uint8Array(),
-        files: [],
-        failure: { kind: "aborted", detail: "cancelled" },
-        startedAfterMs: null,
-      },
-      isolation,
-      oomKilled: false,
-      sandboxReadyMs: 0,
-    },
-    Date.now() - started,
-    true,
-  );
 }
 
 function connectionRefused(e: unknown): boolean {

@@ -12,7 +12,7 @@ import { parseExecRequest } from "../schema/validate.js";
 import { Admission } from "./admission.js";
 import { flavourFor } from "./preimport-route.js";
 import { toAgentRequest } from "./request.js";
-import { toExecOutcome, type ExecOutcome } from "./result.js";
+import { cancelledOutcome, toExecOutcome, type ExecOutcome } from "./result.js";
 import { egressFor } from "../backends/egress.js";
 
 export interface EngineOptions {
@@ -120,7 +120,11 @@ export class Engine {
       throw new ScratchRunError("INVALID_INPUT", `Invalid request: ${beyond.join("; ")}`);
     const req: ExecRequest = { ...request, network: this.effectiveNetwork(request) };
     options.onProgress?.({ stage: "queued" });
-    const release = await this.admission.acquire(options.signal);
+    const queuedAt = Date.now();
+    const admitted = await this.admission.acquire(options.signal);
+    // Cancelled while queued: answered as a cancelled call is, not refused (no sandbox started).
+    if (!admitted.ok) return cancelledOutcome(req, this.backend.isolation, Date.now() - queuedAt);
+    const { release } = admitted;
     const controller = new AbortController();
     const onAbort = () => controller.abort();
     options.signal?.addEventListener("abort", onAbort, { once: true });

@@ -1,4 +1,4 @@
-import type { BackendOutcome } from "../backends/types.js";
+import type { BackendOutcome, Isolation } from "../backends/types.js";
 import type { ExecRequest, ExecResult, ExitReason } from "../schema/exec.js";
 import { isTextMime, mimeTypeOf } from "./mime.js";
 import { normaliseSandboxPath } from "../schema/paths.js";
@@ -141,4 +141,34 @@ export function toExecOutcome(
     if (net.refusedDropped) result.network_refused_omitted = net.refusedDropped;
   }
   return { result, files };
+}
+
+/**
+ * The answer to a call cancelled before any sandbox ran it (in the engine's queue, or between an
+ * API replica's attempts): what a call cancelled before its request reached the agent gets,
+ * `exit_reason: "cancelled"`, no output, and each requested return file `error`.
+ */
+export function cancelledOutcome(
+  req: ExecRequest,
+  isolation: Isolation,
+  wallMs: number,
+): ExecOutcome {
+  return toExecOutcome(
+    req,
+    {
+      agent: {
+        exit: null,
+        stdout: new Uint8Array(),
+        stderr: new Uint8Array(),
+        files: [],
+        failure: { kind: "aborted", detail: "cancelled before a sandbox ran it" },
+        startedAfterMs: null,
+      },
+      isolation,
+      oomKilled: false,
+      sandboxReadyMs: 0,
+    },
+    wallMs,
+    true,
+  );
 }

@@ -367,9 +367,30 @@ describe("HTTP service on one engine", () => {
     const second = new AbortController();
     const calls = [drop("sleep 25", first.signal), drop("sleep 26", second.signal)];
     await waitFor("both REST calls to run", () => countRunning() === 2);
+    // Both engine slots are taken (maxConcurrent 2): a third call waits in the engine's queue.
+    // Dropped there, it is answered and recorded as a cancelled call, not refused BUSY.
+    const queued = new AbortController();
+    calls.push(drop("sleep 27", queued.signal));
+    await waitFor("the third call to queue", () => h.engine.admission.queued === 1);
+    queued.abort();
+    const inQueue = await waitFor("the queued call to be cancelled", () =>
+      h.runs
+        .all()
+        .find(
+          (r) => r.transport === "rest" && r.exit_reason === "cancelled" && r.started_at === null,
+        ),
+    );
+    assert.equal(inQueue.status, "finished");
+    assert.equal(inQueue.error_code, null, "not BUSY");
+    assert.equal(h.engine.admission.queued, 0);
+    assert.equal(countRunning(), 2, "the running calls are untouched");
     first.abort();
     await waitFor("the dropped call to be cancelled", () =>
-      h.runs.all().find((r) => r.transport === "rest" && r.exit_reason === "cancelled"),
+      h.runs
+        .all()
+        .find(
+          (r) => r.transport === "rest" && r.exit_reason === "cancelled" && r.started_at !== null,
+        ),
     );
     assert.equal(countRunning(), 1, "the other call is untouched");
     second.abort();
