@@ -109,23 +109,21 @@ for (const backend of TEST_BACKENDS) {
     // The product page's runtime always, and the file's Python (the matrix's) when it differs.
     for (const runtime of [...new Set(["python3.12", PY])]) {
       test(`the product page's example runs in a pre-imported ${runtime} and returns its PNG`, async () => {
-        // The microVM builds the pre-imported template after the server starts (imports under
-        // TCG take seconds); until then calls run in the plain one.
-        // A runtime pooled once called (python3.13) starts its templates on this suite's first
-        // call: a cheap one waits for the plain pool, so that the plot is not drawn in a cold
-        // boot beside two template builds (over 30 s under TCG on two CPUs).
+        // Until the pre-imported template is built (for a runtime pooled once called, python3.13,
+        // that starts with this suite's first call) a call runs in a plain interpreter, beside
+        // the template builds: cheap calls the router sends to a pre-imported one wait for it,
+        // so that the plot is not drawn in a plain clone beside them (over 30 s under TCG on two
+        // CPUs in the matrix).
         let who = "";
-        for (let i = 0; i < 120 && who !== "prestarted"; i++) {
-          const { s } = await h.exec({
-            runtime,
-            code: `${WHO}\nprint(_who())`,
-            timeout_ms: 30_000,
-          });
+        for (let i = 0; i < 120 && who !== "preimported"; i++) {
+          const code = `import numpy\n${WHO}\nprint(_who())`;
+          const { s } = await h.exec({ runtime, code, timeout_ms: 30_000 });
           assert.equal(s.exit_reason, "ok", s.stderr);
           who = s.stdout.trim();
-          if (who !== "prestarted") await sleep(1000);
+          if (who !== "preimported") await sleep(1000);
         }
-        assert.equal(who, "prestarted", "the plain pool never served a call");
+        assert.equal(who, "preimported", "no call reached a pre-imported interpreter");
+        who = "";
         let png = 0;
         for (let i = 0; i < 120 && who !== "preimported"; i++) {
           const { s, result } = await h.exec({
@@ -208,8 +206,9 @@ for (const backend of TEST_BACKENDS) {
         // The same imports either way: which modules are loaded decides the order in which
         // finalizers run at exit (numpy's changes it, differently on 3.12 and 3.13). A leading
         // statement that is not an import sends the plain run to a plain interpreter.
+        // (Both heads are two lines, so that tracebacks name the same line.)
         const plain = await run("_plain = 1\nimport numpy", ending, false);
-        const pre = await run("import numpy", ending, true);
+        const pre = await run("import numpy\n_plain = 0", ending, true);
         assert.notEqual(plain.who, "preimported");
         assert.equal(pre.who, "preimported");
         assert.deepEqual(pre.seen, plain.seen, ending);
