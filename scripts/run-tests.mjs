@@ -45,6 +45,7 @@ const UNIT = [
   "schema/file-content",
   "schema/policy",
   "schema/runtime-table",
+  "schema/settings",
   "security/properties",
 ].map((name) => join("dist", "test", `${name}.test.js`));
 

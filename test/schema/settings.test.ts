@@ -1,0 +1,164 @@
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { existsSync, readFileSync, readdirSync, statSync } from "node:fs";
+import { join } from "node:path";
+import {
+  SETTINGS,
+  SETTING_NAMES,
+  type Setting,
+  type SettingName,
+} from "../../src/schema/settings/table.js";
+import { unsetText } from "../../src/schema/settings/doc.js";
+import { serverPolicy } from "../../src/policy/server-policy.js";
+import { uplinkConfig } from "../../src/net/uplink.js";
+import { DEFAULT_LEASE_TTL_MS } from "../../src/cluster/api-role.js";
+import { DEFAULT_POLL_MS } from "../../src/cluster/workers.js";
+import { scratchrunHome } from "../../src/store/home.js";
+import { imagesDir } from "../../src/images/paths.js";
+import { defaultCacheRoot } from "../../src/images/vm/build.js";
+import { isolationChoice, poolSizes } from "../../src/compose/engine-factory.js";
+import { RUNTIMES } from "../../src/runtimes/names.js";
+import { PYTHON_RUNTIMES } from "../helpers/pythons.js";
+
+const REPO = join(import.meta.dirname, "..", "..", "..");
+const read = (f: string) => readFileSync(join(REPO, f), "utf8");
+const entry = (name: SettingName): Setting => SETTINGS[name];
+const NAME = /SCRATCHRUN_[A-Z0-9_]*[A-Z0-9]/g;
+
+/** Every SCRATCHRUN_ name in these files and the files under these folders, with where. */
+function namesIn(paths: readonly string[]): Map<string, string[]> {
+  const out = new Map<string, string[]>();
+  const visit = (p: string) => {
+    if (statSync(join(REPO, p)).isDirectory()) {
+      for (const name of readdirSync(join(REPO, p))) visit(join(p, name));
+      return;
+    }
+    const text = read(p);
+    for (const m of text.matchAll(NAME)) {
+      // The warning's own example in a doc names a slip on purpose.
+      if (text.slice(0, m.index).endsWith("unknown setting ")) continue;
+      const where = out.get(m[0]) ?? [];
+      if (!where.includes(p)) out.set(m[0], [...where, p]);
+    }
+  };
+  for (const p of paths) if (existsSync(join(REPO, p))) visit(p);
+  return out;
+}
+
+describe("the settings schema", () => {
+  it("names are SCRATCHRUN_ words; a number's unit is in its name, and only a number's", () => {
+    for (const name of SETTING_NAMES) {
+      const s = entry(name);
+      assert.match(name, /^SCRATCHRUN_[A-Z0-9]+(_[A-Z0-9]+)*$/);
+      const unit = name.endsWith("_MS") ? "ms" : name.endsWith("_MB") ? "MB" : null;
+      if (s.kind === "number") assert.equal(s.unit, unit, name);
+      else assert.equal(unit, null, `${name} is a ${s.kind} with a unit in its name`);
+    }
+  });
+
+  it("every setting has readers and a one-line doc; an enum's default is one of its values", () => {
+    for (const name of SETTING_NAMES) {
+      const s = entry(name);
+      assert.ok(s.readers.length > 0, name);
+      assert.ok(s.doc.length > 10 && !/[\n|]/.test(s.doc), `${name}: ${s.doc}`);
+      if (s.kind === "enum" && "default" in s) assert.ok(s.values.includes(s.default), name);
+      if (s.kind === "number" && !("unset" in s))
+        assert.match("default" in s ? s.default : s.fallback, /^\d+$/, name);
+    }
+  });
+
+  it("a shared row is an earlier setting's, of the same readers", () => {
+    for (const name of SETTING_NAMES) {
+      const row = entry(name).rowOf;
+      if (row === undefined) continue;
+      assert.ok(Object.hasOwn(SETTINGS, row), `${name}: rowOf ${row}`);
+      const first = entry(row as SettingName);
+      assert.equal(first.rowOf, undefined, `${name}: ${row} shares a row itself`);
+      assert.ok(SETTING_NAMES.indexOf(row as SettingName) < SETTING_NAMES.indexOf(name), name);
+      assert.deepEqual([...first.readers].sort(), [...entry(name).readers].sort(), name);
+    }
+  });
+});
+
+describe("the defaults the README quotes are the code's", () => {
+  const shown = (name: SettingName) => unsetText(entry(name)).replaceAll("`", "");
+
+  it("the server-wide maxima fall back to the product's", () => {
+    const policy = serverPolicy({});
+    assert.equal(shown("SCRATCHRUN_MAX_TIMEOUT_MS"), String(policy.timeoutMs.max));
+    assert.equal(shown("SCRATCHRUN_MAX_MEMORY_MB"), String(policy.memoryMb.max));
+  });
+
+  it("the uplink's resolvers and prefix, the replicas' lease and poll", () => {
+    const uplink = uplinkConfig();
+    assert.equal(shown("SCRATCHRUN_DNS"), uplink.dnsResolvers.join(","));
+    assert.equal(shown("SCRATCHRUN_NET_PREFIX"), uplink.prefix);
+    assert.equal(shown("SCRATCHRUN_LEASE_TTL_MS"), String(DEFAULT_LEASE_TTL_MS));
+    assert.equal(shown("SCRATCHRUN_WORKER_POLL_MS"), String(DEFAULT_POLL_MS));
+  });
+
+  it("root's state, images and VM cache directories", () => {
+    const getuid = process.getuid;
+    process.getuid = () => 0;
+    try {
+      assert.equal(shown("SCRATCHRUN_HOME"), scratchrunHome({}));
+      assert.equal(shown("SCRATCHRUN_IMAGES"), imagesDir({}));
+      assert.equal(shown("SCRATCHRUN_VM_CACHE"), defaultCacheRoot({}));
+    } finally {
+      process.getuid = getuid;
+    }
+  });
+
+  it("the container's address and port (container/entrypoint.sh)", () => {
+    const entrypoint = read("container/entrypoint.sh");
+    for (const name of ["SCRATCHRUN_HOST", "SCRATCHRUN_PORT"] as const)
+      assert.ok(entrypoint.includes(`"\${${name}:-${shown(name)}}"`), name);
+  });
+
+  it("the backend, the pool size and the tests' Python", () => {
+    assert.equal(isolationChoice({}), SETTINGS.SCRATCHRUN_ISOLATION.default);
+    for (const v of SETTINGS.SCRATCHRUN_ISOLATION.values)
+      assert.equal(isolationChoice({ SCRATCHRUN_ISOLATION: v }), v);
+    assert.deepEqual(
+      Object.values(poolSizes({})),
+      RUNTIMES.map(() => Number(SETTINGS.SCRATCHRUN_POOL_SIZE.default)),
+    );
+    assert.deepEqual(SETTINGS.SCRATCHRUN_TEST_PYTHON.values, PYTHON_RUNTIMES);
+  });
+});
+
+describe("the schema knows every SCRATCHRUN_ name, and each is used", () => {
+  it("every name the code, scripts, test helpers, container, deploy files and docs say is a setting", () => {
+    const said = namesIn([
+      "src",
+      "scripts",
+      "test/helpers",
+      "container",
+      "deploy",
+      "docs",
+      "README.md",
+      "bench",
+    ]);
+    // The schema's own examples of a slip are unknown on purpose.
+    const unknown = [...said]
+      .map(
+        ([name, where]) =>
+          [name, where.filter((w) => !w.startsWith("src/schema/settings/"))] as const,
+      )
+      .filter(([name, where]) => where.length > 0 && !Object.hasOwn(SETTINGS, name));
+    assert.ok(said.size > 30, "names found");
+    assert.deepEqual(
+      unknown.map(([name, where]) => `${name} (${where.join(", ")})`),
+      [],
+      "declare these in src/schema/settings/table.ts",
+    );
+  });
+
+  it("every setting is read or set somewhere outside the schema", () => {
+    const used = namesIn(["src", "scripts", "test", "container"]);
+    const unused = SETTING_NAMES.filter(
+      (name) => !(used.get(name) ?? []).some((where) => !where.startsWith("src/schema/settings/")),
+    );
+    assert.deepEqual(unused, [], "remove these from the schema, or read them");
+  });
+});
