@@ -24,6 +24,7 @@ const UNIT = [
   "api/pure",
   "api/wire",
   "architecture/layers",
+  "architecture/settings-reads",
   "engine/admission",
   "engine/request",
   "engine/result",

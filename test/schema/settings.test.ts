@@ -2,6 +2,7 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync, readFileSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
+import { setting, settingOn } from "../../src/schema/settings/read.js";
 import {
   SETTINGS,
   SETTING_NAMES,
@@ -77,6 +78,32 @@ describe("the settings schema", () => {
       assert.ok(SETTING_NAMES.indexOf(row as SettingName) < SETTING_NAMES.indexOf(name), name);
       assert.deepEqual([...first.readers].sort(), [...entry(name).readers].sort(), name);
     }
+  });
+
+  it("setting(): the raw value, the schema's default when unset, an empty value kept", () => {
+    assert.equal(setting("SCRATCHRUN_POOL_SIZE", {}), "1");
+    assert.equal(
+      setting("SCRATCHRUN_POOL_SIZE", { SCRATCHRUN_POOL_SIZE: "python3.11=2" }),
+      "python3.11=2",
+    );
+    assert.equal(setting("SCRATCHRUN_NETWORK", { SCRATCHRUN_NETWORK: "" }), "");
+    assert.equal(setting("SCRATCHRUN_ISOLATION", {}), "microvm");
+    // A reader's own fallback is the reader's: the accessor says "unset".
+    assert.equal(setting("SCRATCHRUN_MAX_TIMEOUT_MS", {}), undefined);
+    assert.equal(setting("SCRATCHRUN_DNS", {}), undefined);
+    assert.equal(setting("SCRATCHRUN_URL", { SCRATCHRUN_URL: "http://x" }), "http://x");
+  });
+
+  it("settingOn(): an on-flag only by its value, an off-flag unless its value", () => {
+    assert.equal(settingOn("SCRATCHRUN_PREIMPORT", {}), true);
+    assert.equal(settingOn("SCRATCHRUN_PREIMPORT", { SCRATCHRUN_PREIMPORT: "0" }), false);
+    assert.equal(settingOn("SCRATCHRUN_PREIMPORT", { SCRATCHRUN_PREIMPORT: "no" }), true);
+    assert.equal(settingOn("SCRATCHRUN_ENABLE_FORWARDING", {}), false);
+    assert.equal(
+      settingOn("SCRATCHRUN_ENABLE_FORWARDING", { SCRATCHRUN_ENABLE_FORWARDING: "1" }),
+      true,
+    );
+    assert.equal(settingOn("SCRATCHRUN_DEBUG_JAIL", { SCRATCHRUN_DEBUG_JAIL: "true" }), false);
   });
 });
 

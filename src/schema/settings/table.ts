@@ -5,7 +5,10 @@ import { LIMITS, RAISE_CEILINGS } from "../limits.js";
 /**
  * Every `SCRATCHRUN_*` environment variable ScratchRun knows, with its kind, what it means when
  * unset, who reads it and its line in the README's configuration table (generated from this:
- * `settings/doc.ts`).
+ * `settings/doc.ts`). Code reads a variable only through `setting()` / `settingOn()`
+ * (`settings/read.ts`); `test/architecture/settings-reads.test.ts` fails on a literal
+ * `env.SCRATCHRUN_…` anywhere else in src/. Parsing stays with the reader (the pool size spec,
+ * the allowlist, the limits), which names the variable in its errors.
  */
 
 /**
