@@ -1,5 +1,6 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { setting, settingOn } from "../../src/schema/settings/read.js";
@@ -9,6 +10,12 @@ import {
   type Setting,
   type SettingName,
 } from "../../src/schema/settings/table.js";
+import {
+  editDistance,
+  nearestSetting,
+  unknownSettingWarnings,
+  unknownSettings,
+} from "../../src/schema/settings/unknown.js";
 import { unsetText } from "../../src/schema/settings/doc.js";
 import { serverPolicy } from "../../src/policy/server-policy.js";
 import { uplinkConfig } from "../../src/net/uplink.js";
@@ -187,5 +194,114 @@ describe("the schema knows every SCRATCHRUN_ name, and each is used", () => {
       (name) => !(used.get(name) ?? []).some((where) => !where.startsWith("src/schema/settings/")),
     );
     assert.deepEqual(unused, [], "remove these from the schema, or read them");
+  });
+});
+
+describe("unknown settings are warned about at start", () => {
+  it("editDistance counts insertions, deletions, substitutions and neighbour swaps", () => {
+    assert.equal(editDistance("", "abc"), 3);
+    assert.equal(editDistance("abc", ""), 3);
+    assert.equal(editDistance("abc", "abc"), 0);
+    assert.equal(editDistance("ab", "ba"), 1);
+    assert.equal(editDistance("kitten", "sitting"), 3);
+    assert.equal(editDistance("POOLSIZE", "POOL_SIZE"), 1);
+    assert.equal(editDistance("POOL_SZIE", "POOL_SIZE"), 1);
+  });
+
+  it("nearestSetting suggests a slip's name, and nothing for a stranger or an ambiguity", () => {
+    const cases: [string, SettingName | null][] = [
+      ["SCRATCHRUN_POOLSIZE", "SCRATCHRUN_POOL_SIZE"],
+      ["SCRATCHRUN_POOL_SZIE", "SCRATCHRUN_POOL_SIZE"],
+      ["SCRATCHRUN_ISOLATON", "SCRATCHRUN_ISOLATION"],
+      ["SCRATCHRUN_isolation", "SCRATCHRUN_ISOLATION"],
+      ["scratchrun_pool_size", "SCRATCHRUN_POOL_SIZE"],
+      ["SCRATCHRUN_IMAGE", "SCRATCHRUN_IMAGES"],
+      ["SCRATCHRUN_TIMEOUT_MS", "SCRATCHRUN_MAX_TIMEOUT_MS"],
+      ["SCRATCHRUN_MAX_TIMEOUT", "SCRATCHRUN_MAX_TIMEOUT_MS"],
+      ["SCRATCHRUN_EGRESS_ALLOWLIST", "SCRATCHRUN_EGRESS_ALLOW"],
+      ["SCRATCHRUN_POOL", null],
+      ["SCRATCHRUN_TOKEN", null],
+      ["SCRATCHRUN_DSN", "SCRATCHRUN_DNS"],
+      ["SCRATCHRUN_", null],
+      ["SCRATCHRUN_XYZZY_FROBNICATE", null],
+    ];
+    for (const [name, want] of cases) assert.equal(nearestSetting(name), want, name);
+  });
+
+  it("unknownSettings: names only (never values), sorted, any case of the prefix", () => {
+    const env = {
+      SCRATCHRUN_POOL_SIZE: "2",
+      SCRATCHRUN_POOLSIZE: "secret-value-1",
+      scratchrun_network: "none",
+      SCRATCHRUN_ZZZ: undefined,
+      MY_SCRATCHRUN_THING: "x",
+      PATH: "/bin",
+      SCRATCHRUN_AAA_UNHEARD_OF_THING: "secret-value-2",
+    };
+    const found = unknownSettings(env);
+    assert.deepEqual(found, [
+      { name: "SCRATCHRUN_AAA_UNHEARD_OF_THING", suggestion: null },
+      { name: "SCRATCHRUN_POOLSIZE", suggestion: "SCRATCHRUN_POOL_SIZE" },
+      { name: "scratchrun_network", suggestion: "SCRATCHRUN_NETWORK" },
+    ]);
+    assert.doesNotMatch(unknownSettingWarnings(env, "scratchrun").join("\n"), /secret-value/);
+    assert.deepEqual(unknownSettings({}), []);
+    const known = Object.fromEntries(SETTING_NAMES.map((n) => [n, "x"]));
+    assert.deepEqual(unknownSettings(known), []);
+  });
+
+  it("one line each, naming the program and the suggestion", () => {
+    assert.deepEqual(
+      unknownSettingWarnings(
+        { SCRATCHRUN_POOLSIZE: "2", SCRATCHRUN_FOO_BAR_BAZ: "1" },
+        "scratchrun",
+      ),
+      [
+        "scratchrun: unknown setting SCRATCHRUN_FOO_BAR_BAZ",
+        "scratchrun: unknown setting SCRATCHRUN_POOLSIZE (did you mean SCRATCHRUN_POOL_SIZE?)",
+      ],
+    );
+  });
+
+  it("the executables warn once on stderr and keep stdout as it was", () => {
+    const clean = Object.fromEntries(
+      Object.entries(process.env).filter(([k]) => !k.toUpperCase().startsWith("SCRATCHRUN_")),
+    );
+    const bin = (name: string) => join(REPO, "dist", "src", "bin", name);
+    const usage = spawnSync(process.execPath, [bin("scratchrun.js"), "help"], {
+      encoding: "utf8",
+      env: clean,
+    });
+    const warned = spawnSync(process.execPath, [bin("scratchrun.js"), "help"], {
+      encoding: "utf8",
+      env: { ...clean, SCRATCHRUN_POOLSIZE: "2" },
+    });
+    assert.equal(warned.status, 0, warned.stderr);
+    assert.equal(warned.stdout, usage.stdout);
+    assert.equal(
+      warned.stderr,
+      "scratchrun: unknown setting SCRATCHRUN_POOLSIZE (did you mean SCRATCHRUN_POOL_SIZE?)\n",
+    );
+    // The stdio MCP server (remote mode, a server that is not there: it stops at once).
+    const mcp = spawnSync(process.execPath, [bin("scratchrun-mcp.js")], {
+      encoding: "utf8",
+      input: "",
+      timeout: 20_000,
+      env: {
+        ...clean,
+        SCRATCHRUN_URL: "http://127.0.0.1:1",
+        SCRATCHRUN_API_KEY: "k",
+        SCRATCHRUN_ISOLATON: "namespace",
+      },
+    });
+    assert.equal(mcp.status, 1, mcp.stderr);
+    assert.equal(mcp.stdout, "");
+    const lines = mcp.stderr.trimEnd().split("\n");
+    assert.equal(
+      lines[0],
+      "scratchrun-mcp: unknown setting SCRATCHRUN_ISOLATON (did you mean SCRATCHRUN_ISOLATION?)",
+    );
+    assert.match(lines[1] ?? "", /^scratchrun-mcp: cannot reach the ScratchRun server/);
+    assert.equal(lines.length, 2, mcp.stderr);
   });
 });

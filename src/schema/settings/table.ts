@@ -8,7 +8,8 @@ import { LIMITS, RAISE_CEILINGS } from "../limits.js";
  * `settings/doc.ts`). Code reads a variable only through `setting()` / `settingOn()`
  * (`settings/read.ts`); `test/architecture/settings-reads.test.ts` fails on a literal
  * `env.SCRATCHRUN_…` anywhere else in src/. Parsing stays with the reader (the pool size spec,
- * the allowlist, the limits), which names the variable in its errors.
+ * the allowlist, the limits), which names the variable in its errors. A `SCRATCHRUN_*` variable
+ * in the environment that is not here gets one warning at start (`settings/unknown.ts`).
  */
 
 /**
