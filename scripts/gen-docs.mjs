@@ -1,5 +1,6 @@
-// Rewrites the generated blocks of the docs (limits quoted from src/schema/limits.ts).
-// Run after changing a limit: npm run build && node scripts/gen-docs.mjs
+// Rewrites the generated blocks of the docs (limits quoted from src/schema/limits.ts, the
+// README's configuration table from src/schema/settings/table.ts).
+// Run after changing a limit or a setting: npm run build && node scripts/gen-docs.mjs
 // test/schema/docs.unit.test.ts fails while a doc differs from what this writes.
 import { readFileSync, writeFileSync } from "node:fs";
 import { renderGeneratedBlocks } from "../dist/src/schema/limits-doc.js";

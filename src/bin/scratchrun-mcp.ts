@@ -2,9 +2,14 @@
 // `scratchrun-mcp` and `mcp-server` (what `npx @scratchrun/mcp-server` runs): the stdio MCP server,
 // or, given a command first (`npx @scratchrun/mcp-server setup`), that `scratchrun` command.
 import { runMcpStdio } from "../cli/mcp.js";
+import { unknownSettingWarnings } from "../schema/settings/unknown.js";
 
 const COMMANDS = new Set(["setup", "doctor", "serve", "keys", "run", "help", "--help", "-h"]);
 const argv = process.argv.slice(2);
+
+// Once, before any command or the server starts; stderr only (stdout is the server's JSON-RPC).
+for (const line of unknownSettingWarnings(process.env, "scratchrun-mcp"))
+  process.stderr.write(`${line}\n`);
 
 if (argv[0] !== undefined && COMMANDS.has(argv[0])) {
   const { main } = await import("../cli/main.js");

@@ -14,6 +14,7 @@ import { EXTRAS, runtimeEntry } from "../runtimes/table.js";
 import { RUNTIMES, type RuntimeName } from "../schema/exec.js";
 import { AGENT_DIR } from "../compose/engine-factory.js";
 import { egressBlocker } from "../compose/network.js";
+import { setting, settingOn } from "../schema/settings/read.js";
 
 export interface Check {
   name: string;
@@ -108,11 +109,11 @@ export async function runChecks(env: NodeJS.ProcessEnv = process.env): Promise<C
       fix: apt("qemu-system-x86"),
     })),
     check("network egress", false, () => {
-      if (env.SCRATCHRUN_NETWORK === "none")
+      if (setting("SCRATCHRUN_NETWORK", env) === "none")
         return { ok: true, detail: "disabled by SCRATCHRUN_NETWORK=none" };
       const blocker = egressBlocker({
         ...DEFAULT_UPLINK,
-        enableForwarding: env.SCRATCHRUN_ENABLE_FORWARDING === "1",
+        enableForwarding: settingOn("SCRATCHRUN_ENABLE_FORWARDING", env),
       });
       return blocker
         ? { ok: false, detail: `calls get network "none": ${blocker.problem}`, fix: blocker.fix }
@@ -160,7 +161,7 @@ export function imageConfigCheck(
   env: NodeJS.ProcessEnv,
   r: SelectResult,
 ): { ok: boolean; detail: string; fix?: string } {
-  const path = env[IMAGE_CONFIG_ENV];
+  const path = setting(IMAGE_CONFIG_ENV, env);
   if (!r.ok)
     return path
       ? { ok: false, detail: `${path}: no image yet`, fix: "scratchrun image build (as root)" }

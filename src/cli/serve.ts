@@ -18,6 +18,7 @@ import { serverLimitsFromEnv, serverPolicy, withServerLimits } from "../policy/s
 import { createLogger, type Logger } from "../http/log.js";
 import { reapOrphanSandboxes } from "../jail/reap.js";
 import { startApiServer } from "../api/server.js";
+import { setting } from "../schema/settings/read.js";
 
 export const SERVE_USAGE = `scratchrun serve [--role all|api|worker] [--host H] [--port N] [limits]
 
@@ -161,11 +162,13 @@ export async function runServe(
   }
 
   if (role === "api") {
-    const spec = values.workers ?? env.SCRATCHRUN_WORKERS;
+    const spec = values.workers ?? setting("SCRATCHRUN_WORKERS", env);
     if (!spec) throw new Error("--role api needs --workers NAME:PORT (or SCRATCHRUN_WORKERS)");
     if (databaseUrl(env) === null)
       throw new Error("--role api keeps its records in Postgres: set SCRATCHRUN_DATABASE_URL");
     const token = workerTokenFromEnv(env, (p) => readFileSync(p, "utf8"));
+    const leaseTtl = setting("SCRATCHRUN_LEASE_TTL_MS", env);
+    const pollEvery = setting("SCRATCHRUN_WORKER_POLL_MS", env);
     const store = await openStore(env, {
       onError: (e) => logger.warn({ err: e.message }, "database connection dropped"),
     });
@@ -179,12 +182,8 @@ export async function runServe(
       keyLimits,
       policy: serverPolicy(serverLimits),
       bodyCapBytes,
-      ...(env.SCRATCHRUN_LEASE_TTL_MS
-        ? { leaseTtlMs: int(env.SCRATCHRUN_LEASE_TTL_MS, "lease-ttl-ms", 15_000, 100) }
-        : {}),
-      ...(env.SCRATCHRUN_WORKER_POLL_MS
-        ? { pollMs: int(env.SCRATCHRUN_WORKER_POLL_MS, "worker-poll-ms", 1000, 50) }
-        : {}),
+      ...(leaseTtl ? { leaseTtlMs: int(leaseTtl, "lease-ttl-ms", 15_000, 100) } : {}),
+      ...(pollEvery ? { pollMs: int(pollEvery, "worker-poll-ms", 1000, 50) } : {}),
     });
     process.stderr.write(
       `scratchrun: api replica ${replica.replicaId} serving on ${replica.api.url}\n`,

@@ -32,6 +32,9 @@ export interface ApiReplicaOptions {
   drainTimeoutMs?: number;
 }
 
+/** A replica's lease without `leaseTtlMs` (SCRATCHRUN_LEASE_TTL_MS). */
+export const DEFAULT_LEASE_TTL_MS = 15_000;
+
 export interface ApiReplica {
   readonly api: ApiServer;
   readonly replicaId: string;
@@ -47,7 +50,7 @@ export interface ApiReplica {
  */
 export async function startApiReplica(o: ApiReplicaOptions): Promise<ApiReplica> {
   const replicaId = o.replicaId ?? `${hostname()}-${randomBytes(4).toString("hex")}`;
-  const ttl = o.leaseTtlMs ?? 15_000;
+  const ttl = o.leaseTtlMs ?? DEFAULT_LEASE_TTL_MS;
   const { store, logger } = o;
   await store.leases.renew(replicaId, ttl);
   let goodSince: number | null = Date.now();

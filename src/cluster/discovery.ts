@@ -1,5 +1,6 @@
 import { isIP } from "node:net";
 import { promises as dns } from "node:dns";
+import { setting } from "../schema/settings/read.js";
 
 /**
  * Finding workers: `--workers NAME:PORT[,NAME:PORT...]`. A NAME that is a DNS name is resolved on
@@ -34,7 +35,7 @@ const NO_ANSWER = new Set(["ENOTFOUND", "ENODATA", "NXDOMAIN"]);
 
 export function discovery(spec: string, env: NodeJS.ProcessEnv = process.env) {
   const sources = parseWorkersSpec(spec);
-  const server = env.SCRATCHRUN_WORKERS_DNS_SERVER;
+  const server = setting("SCRATCHRUN_WORKERS_DNS_SERVER", env);
   const resolver = server ? new dns.Resolver({ timeout: 1000, tries: 2 }) : null;
   resolver?.setServers([server!]);
   const resolve = async (host: string): Promise<string[]> => {

@@ -17,6 +17,7 @@ import { z } from "zod";
 import { wireResultSchema } from "../http/wire.js";
 import { ERROR_CODES } from "../errors.js";
 import { ISOLATIONS, RUNTIMES } from "../schema/exec.js";
+import { setting } from "../schema/settings/read.js";
 
 export const WORKER_PATHS = {
   status: "/v1/worker/status",
@@ -80,8 +81,8 @@ export function tokenMatches(presented: string | null, secret: string): boolean 
 
 /** The shared secret: SCRATCHRUN_WORKER_TOKEN, or the file SCRATCHRUN_WORKER_TOKEN_FILE names. */
 export function workerTokenFromEnv(env: NodeJS.ProcessEnv, read: (path: string) => string): string {
-  const file = env.SCRATCHRUN_WORKER_TOKEN_FILE;
-  const token = (file ? read(file) : (env.SCRATCHRUN_WORKER_TOKEN ?? "")).trim();
+  const file = setting("SCRATCHRUN_WORKER_TOKEN_FILE", env);
+  const token = (file ? read(file) : (setting("SCRATCHRUN_WORKER_TOKEN", env) ?? "")).trim();
   if (token.length < 16)
     throw new Error(
       "the API and worker roles need a shared secret of at least 16 characters: set SCRATCHRUN_WORKER_TOKEN (or SCRATCHRUN_WORKER_TOKEN_FILE)",

@@ -4,6 +4,9 @@ import type { RuntimeName } from "../schema/exec.js";
 import type { Candidate } from "./choose.js";
 import { WORKER_PATHS, workerStatusSchema, type WorkerStatus } from "./protocol.js";
 
+/** How often each worker's status is polled without `pollMs` (SCRATCHRUN_WORKER_POLL_MS). */
+export const DEFAULT_POLL_MS = 1000;
+
 /**
  * An API replica's view of the workers: addresses from discovery (DNS of the headless Service:
  * the ready worker pods), each polled for its status about once a second. A worker that misses
@@ -58,7 +61,7 @@ export class WorkerTable {
   private stopped = false;
 
   constructor(private readonly options: WorkerTableOptions) {
-    this.pollMs = options.pollMs ?? 1000;
+    this.pollMs = options.pollMs ?? DEFAULT_POLL_MS;
     this.pollTimeoutMs = options.pollTimeoutMs ?? Math.min(900, this.pollMs);
     this.missLimit = options.missLimit ?? 3;
   }

@@ -27,6 +27,7 @@ import type { CallPolicy } from "../schema/policy.js";
 import { serverLimitsFromEnv, serverPolicy } from "../policy/server-policy.js";
 import { jailReadableAgentDir } from "./agent-dir.js";
 import { egressAllowlistFromEnv, networkFromEnv } from "./network.js";
+import { setting, settingOn } from "../schema/settings/read.js";
 
 export type IsolationChoice = "namespace" | "microvm";
 
@@ -49,7 +50,7 @@ export function withEgressAllow(
 export function isolationChoice(env: NodeJS.ProcessEnv = process.env): IsolationChoice {
   // The product's promise is a microVM per call: that is the default, KVM where it works, TCG
   // otherwise (every result says which). "namespace" is the faster, weaker choice.
-  const v = env.SCRATCHRUN_ISOLATION ?? "microvm";
+  const v = setting("SCRATCHRUN_ISOLATION", env);
   if (v === "namespace" || v === "microvm") return v;
   throw new ScratchRunError(
     "NOT_READY",
@@ -101,7 +102,9 @@ export function namespacePreflight(env: NodeJS.ProcessEnv = process.env): Prefli
  */
 export function poolOnceCalled(env: NodeJS.ProcessEnv = process.env): RuntimeName[] {
   const named = new Set(
-    (env.SCRATCHRUN_POOL_SIZE ?? "").split(",").map((part) => part.split("=")[0]?.trim()),
+    setting("SCRATCHRUN_POOL_SIZE", env)
+      .split(",")
+      .map((part) => part.split("=")[0]?.trim()),
   );
   return ONCE_CALLED.filter((r) => !named.has(r));
 }
@@ -112,7 +115,7 @@ export function poolOnceCalled(env: NodeJS.ProcessEnv = process.env): RuntimeNam
  * The namespace backend's jails serve any runtime: its pool holds the largest of these.
  */
 export function poolSizes(env: NodeJS.ProcessEnv = process.env): Record<RuntimeName, number> {
-  const spec = env.SCRATCHRUN_POOL_SIZE ?? "1";
+  const spec = setting("SCRATCHRUN_POOL_SIZE", env);
   const sizes = Object.fromEntries(RUNTIMES.map((r) => [r, 0])) as Record<RuntimeName, number>;
   const bad = () =>
     new ScratchRunError("NOT_READY", `SCRATCHRUN_POOL_SIZE=${JSON.stringify(spec)} is not valid`, {
@@ -188,7 +191,7 @@ export function preimportsOf(
   manifest: Manifest,
   env: NodeJS.ProcessEnv = process.env,
 ): Partial<Record<RuntimeName, Preimport>> {
-  if (env.SCRATCHRUN_PREIMPORT === "0") return {};
+  if (!settingOn("SCRATCHRUN_PREIMPORT", env)) return {};
   const out: Partial<Record<RuntimeName, Preimport>> = {};
   for (const runtime of RUNTIMES) {
     const p = preimportFor(manifest.runtimes[runtime], WORKDIR);
@@ -259,7 +262,7 @@ async function engineOn(
             pool: {
               sizes: poolSizes(env),
               onceCalled: poolOnceCalled(env),
-              mode: env.SCRATCHRUN_POOL_MODE === "boot" ? "boot" : "restore",
+              mode: setting("SCRATCHRUN_POOL_MODE", env) === "boot" ? "boot" : "restore",
             },
             preimport,
             ...(network.provider ? { network: network.provider } : {}),

@@ -16,6 +16,7 @@ import {
   type UplinkConfig,
 } from "../net/index.js";
 import { EgressProxy, PROXY_UID_BASE, PROXY_UID_COUNT } from "../net/proxy/supervisor.js";
+import { setting, settingOn } from "../schema/settings/read.js";
 
 export type NetworkSetting = "auto" | "public" | "none";
 
@@ -54,7 +55,7 @@ function allowlistSummary(allow: DomainAllowlist): string {
 export function egressAllowlistFromEnv(
   env: NodeJS.ProcessEnv = process.env,
 ): DomainAllowlist | null {
-  const spec = env.SCRATCHRUN_EGRESS_ALLOW;
+  const spec = setting("SCRATCHRUN_EGRESS_ALLOW", env);
   if (spec === undefined) return null;
   try {
     return parseAllowlist(spec);
@@ -110,16 +111,16 @@ export async function egressOf(
  */
 export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Promise<NetworkPlan> {
   const allowlist = egressAllowlistFromEnv(env);
-  const setting = (env.SCRATCHRUN_NETWORK ?? "auto") as NetworkSetting;
-  if (!["auto", "public", "none"].includes(setting))
+  const mode = setting("SCRATCHRUN_NETWORK", env) as NetworkSetting;
+  if (!["auto", "public", "none"].includes(mode))
     throw new ScratchRunError(
       "NOT_READY",
-      `SCRATCHRUN_NETWORK=${JSON.stringify(setting)} is not valid`,
+      `SCRATCHRUN_NETWORK=${JSON.stringify(mode)} is not valid`,
       {
         fix: 'Use "auto", "public" or "none"',
       },
     );
-  if (setting === "none")
+  if (mode === "none")
     return {
       provider: null,
       allowlist,
@@ -127,21 +128,24 @@ export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
       reason: "disabled by SCRATCHRUN_NETWORK=none",
     };
 
+  const dns = setting("SCRATCHRUN_DNS", env);
+  const prefix = setting("SCRATCHRUN_NET_PREFIX", env);
+  const poolV6 = setting("SCRATCHRUN_NET_POOL_V6", env);
   let uplink: UplinkConfig;
   try {
     uplink = uplinkConfig({
-      netns: env.SCRATCHRUN_UPLINK_NETNS ?? null,
-      ...(env.SCRATCHRUN_DNS ? { dnsResolvers: env.SCRATCHRUN_DNS.split(",") } : {}),
-      ...(env.SCRATCHRUN_NET_PREFIX ? { prefix: env.SCRATCHRUN_NET_PREFIX } : {}),
-      ...(env.SCRATCHRUN_NET_POOL_V6 ? { poolV6: env.SCRATCHRUN_NET_POOL_V6 } : {}),
-      enableForwarding: env.SCRATCHRUN_ENABLE_FORWARDING === "1",
+      netns: setting("SCRATCHRUN_UPLINK_NETNS", env) ?? null,
+      ...(dns ? { dnsResolvers: dns.split(",") } : {}),
+      ...(prefix ? { prefix } : {}),
+      ...(poolV6 ? { poolV6 } : {}),
+      enableForwarding: settingOn("SCRATCHRUN_ENABLE_FORWARDING", env),
     });
   } catch (e) {
     throw new ScratchRunError("NOT_READY", `network configuration: ${(e as Error).message}`);
   }
   const missing = egressBlocker(uplink);
   if (missing) {
-    if (setting === "public")
+    if (mode === "public")
       throw new ScratchRunError("NOT_READY", missing.problem, { fix: missing.fix });
     return {
       provider: null,

@@ -12,6 +12,7 @@ import {
   type ImageConfig,
 } from "./config.js";
 import { unpinnedRequirements } from "./pip-index.js";
+import { setting } from "../schema/settings/read.js";
 
 /** Problems with what the config names on disk (missing files, an unhashed requirements file). */
 export function configSourceProblems(config: ImageConfig): string[] {
@@ -90,7 +91,7 @@ export function loadImageConfig(path: string): ConfigResult {
 export function imageConfigFromEnv(
   env: NodeJS.ProcessEnv,
 ): { ok: true; config: ImageConfig | null } | { ok: false; error: string } {
-  const path = env[IMAGE_CONFIG_ENV];
+  const path = setting(IMAGE_CONFIG_ENV, env);
   if (!path) return { ok: true, config: null };
   return loadImageConfig(path);
 }

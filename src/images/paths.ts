@@ -2,6 +2,7 @@ import { existsSync } from "node:fs";
 import { homedir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { setting } from "../schema/settings/read.js";
 
 /** The package root (holds images/, scripts/, dist/); this file lives at dist/src/images/. */
 export const PACKAGE_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
@@ -33,7 +34,8 @@ export const BUILD_SCRIPT = join(PACKAGE_ROOT, "scripts", "build-images.mjs");
  * $XDG_CACHE_HOME/scratchrun/images, else ~/.cache/scratchrun/images.
  */
 export function imagesDir(env: NodeJS.ProcessEnv = process.env): string {
-  if (env.SCRATCHRUN_IMAGES) return resolve(env.SCRATCHRUN_IMAGES);
+  const set = setting("SCRATCHRUN_IMAGES", env);
+  if (set) return resolve(set);
   if (process.getuid?.() === 0) return "/var/cache/scratchrun/images";
   const cache = env.XDG_CACHE_HOME ? resolve(env.XDG_CACHE_HOME) : join(homedir(), ".cache");
   return join(cache, "scratchrun", "images");
@@ -44,7 +46,8 @@ export function imagesDir(env: NodeJS.ProcessEnv = process.env): string {
  * $SCRATCHRUN_WHEEL_CACHE, else `wheels` beside the images directory.
  */
 export function wheelCacheDir(env: NodeJS.ProcessEnv = process.env): string {
-  if (env.SCRATCHRUN_WHEEL_CACHE) return resolve(env.SCRATCHRUN_WHEEL_CACHE);
+  const set = setting("SCRATCHRUN_WHEEL_CACHE", env);
+  if (set) return resolve(set);
   return join(dirname(imagesDir(env)), "wheels");
 }
 

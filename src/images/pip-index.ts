@@ -1,4 +1,5 @@
 import { existsSync, readFileSync, realpathSync } from "node:fs";
+import { setting } from "../schema/settings/read.js";
 
 /** A package index for python3.12's packages (a PyPI mirror) and the hash-pinned list to install. */
 export interface PipIndex {
@@ -43,9 +44,10 @@ export function pipIndexFromEnv(
   env: NodeJS.ProcessEnv,
   defaultRequirements: string,
 ): PipIndexResult {
-  const url = env.SCRATCHRUN_PIP_INDEX_URL;
+  const url = setting("SCRATCHRUN_PIP_INDEX_URL", env);
+  const requirements = setting("SCRATCHRUN_PYTHON312_REQUIREMENTS", env);
   if (!url) {
-    if (env.SCRATCHRUN_PYTHON312_REQUIREMENTS)
+    if (requirements)
       return {
         ok: false,
         error:
@@ -62,7 +64,7 @@ export function pipIndexFromEnv(
       error: `SCRATCHRUN_PIP_INDEX_URL=${JSON.stringify(url)} is not an http(s) URL`,
     };
   }
-  const file = env.SCRATCHRUN_PYTHON312_REQUIREMENTS ?? defaultRequirements;
+  const file = requirements ?? defaultRequirements;
   if (!existsSync(file))
     return { ok: false, error: `SCRATCHRUN_PYTHON312_REQUIREMENTS=${file} does not exist` };
   const bad = unpinnedRequirements(readFileSync(file, "utf8"));

@@ -9,6 +9,7 @@ import { configRecipe } from "./config-hash.js";
 import { BUILD_SCRIPT, PYTHON_LOCK_FILE, RECIPE_DIR } from "./paths.js";
 import { listWheels } from "./wheels.js";
 import { pipIndexFromEnv, type PipIndex } from "./pip-index.js";
+import { setting } from "../schema/settings/read.js";
 
 /** What the image is built from on this host, besides the Debian packages. */
 export interface HostSources {
@@ -50,7 +51,7 @@ const COPIED_PYTHONS = {
 
 function candidatePrefixes(minor: keyof typeof COPIED_PYTHONS, env: NodeJS.ProcessEnv): string[] {
   const { pyenv: version, variable } = COPIED_PYTHONS[minor];
-  const set = env[variable];
+  const set = setting(variable, env);
   if (set) return [set];
   const out: string[] = [];
   // pyenv's prefix, never its shim (which runs whatever version the directory selects).
@@ -113,16 +114,15 @@ export function resolveHostSources(env: NodeJS.ProcessEnv = process.env): Source
   if ("error" in python313) return { ok: false, error: python313.error };
 
   let node: { path: string; version: string } | null = null;
-  if (env.SCRATCHRUN_NODE20) {
-    const out = existsSync(env.SCRATCHRUN_NODE20)
-      ? versionOf(env.SCRATCHRUN_NODE20, ["--version"])
-      : null;
+  const node20 = setting("SCRATCHRUN_NODE20", env);
+  if (node20) {
+    const out = existsSync(node20) ? versionOf(node20, ["--version"]) : null;
     if (!out || !/^v20\.\d+\.\d+$/.test(out))
       return {
         ok: false,
-        error: `SCRATCHRUN_NODE20=${env.SCRATCHRUN_NODE20} is not a Node.js 20 binary (--version said ${JSON.stringify(out)})`,
+        error: `SCRATCHRUN_NODE20=${node20} is not a Node.js 20 binary (--version said ${JSON.stringify(out)})`,
       };
-    node = { path: realpathSync(env.SCRATCHRUN_NODE20), version: out };
+    node = { path: realpathSync(node20), version: out };
   } else if (process.versions.node.startsWith("20.")) {
     node = { path: realpathSync(process.execPath), version: process.version };
   } else {
@@ -133,31 +133,25 @@ export function resolveHostSources(env: NodeJS.ProcessEnv = process.env): Source
   }
 
   let node24: HostSources["node24"];
-  if (env.SCRATCHRUN_NODE24) {
-    const out = existsSync(env.SCRATCHRUN_NODE24)
-      ? versionOf(env.SCRATCHRUN_NODE24, ["--version"])
-      : null;
+  const node24Binary = setting("SCRATCHRUN_NODE24", env);
+  if (node24Binary) {
+    const out = existsSync(node24Binary) ? versionOf(node24Binary, ["--version"]) : null;
     if (!out || !/^v24\.\d+\.\d+$/.test(out))
       return {
         ok: false,
-        error: `SCRATCHRUN_NODE24=${env.SCRATCHRUN_NODE24} is not a Node.js 24 binary (--version said ${JSON.stringify(out)})`,
+        error: `SCRATCHRUN_NODE24=${node24Binary} is not a Node.js 24 binary (--version said ${JSON.stringify(out)})`,
       };
-    node24 = { path: realpathSync(env.SCRATCHRUN_NODE24), version: out };
+    node24 = { path: realpathSync(node24Binary), version: out };
   } else {
     node24 = readNodePin();
   }
 
   let wheelhouse: string | null = null;
-  if (env.SCRATCHRUN_WHEELHOUSE) {
-    if (
-      !existsSync(env.SCRATCHRUN_WHEELHOUSE) ||
-      !statSync(env.SCRATCHRUN_WHEELHOUSE).isDirectory()
-    )
-      return {
-        ok: false,
-        error: `SCRATCHRUN_WHEELHOUSE=${env.SCRATCHRUN_WHEELHOUSE} is not a directory`,
-      };
-    wheelhouse = realpathSync(env.SCRATCHRUN_WHEELHOUSE);
+  const wheelDir = setting("SCRATCHRUN_WHEELHOUSE", env);
+  if (wheelDir) {
+    if (!existsSync(wheelDir) || !statSync(wheelDir).isDirectory())
+      return { ok: false, error: `SCRATCHRUN_WHEELHOUSE=${wheelDir} is not a directory` };
+    wheelhouse = realpathSync(wheelDir);
   }
   const index = pipIndexFromEnv(env, join(RECIPE_DIR, PYTHON_LOCK_FILE));
   if (!index.ok) return { ok: false, error: index.error };

@@ -2,6 +2,7 @@ import { ScratchRunError } from "../errors.js";
 import { LIMITS, RAISE_CEILINGS } from "../schema/limits.js";
 import { DEFAULT_POLICY, rangeWithMax, type CallPolicy } from "../schema/policy.js";
 import type { Ceiling } from "./host.js";
+import { setting } from "../schema/settings/read.js";
 
 /**
  * The server-wide policy: the product's (DEFAULT_POLICY) with the maxima an operator raised (or
@@ -46,7 +47,7 @@ export function serverLimitsFromEnv(env: NodeJS.ProcessEnv, ceiling: Ceiling): S
     why: string,
   ): number | undefined => {
     const name = LIMIT_VARIABLES[field];
-    const raw = env[name];
+    const raw = setting(name, env);
     if (raw === undefined || raw === "") return undefined;
     const flag = field === "maxTimeoutMs" ? "--max-timeout-ms" : "--max-memory-mb";
     const what = `${name} (${flag}) = ${JSON.stringify(raw)}`;

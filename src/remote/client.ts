@@ -6,6 +6,7 @@ import { ScratchRunError } from "../errors.js";
 import type { ExecRequest } from "../schema/exec.js";
 import { DEFAULT_POLICY, type CallPolicy } from "../schema/policy.js";
 import { policyFromWire, wireToError, wireToOutcome } from "../http/wire.js";
+import { setting } from "../schema/settings/read.js";
 
 export interface RemoteOptions {
   /** Base URL of a ScratchRun server, e.g. https://scratchrun.example.com */
@@ -156,9 +157,10 @@ function request(
  * and quietly running sandboxes here instead would not be what the user configured either.
  */
 export function remoteOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): RemoteOptions | null {
-  const url = env.SCRATCHRUN_URL;
+  const url = setting("SCRATCHRUN_URL", env);
+  const apiKey = setting("SCRATCHRUN_API_KEY", env);
   if (!url) {
-    if (env.SCRATCHRUN_API_KEY)
+    if (apiKey)
       throw new ScratchRunError(
         "NOT_READY",
         "SCRATCHRUN_API_KEY is set but SCRATCHRUN_URL is not, and there is no hosted default",
@@ -168,7 +170,6 @@ export function remoteOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): Remo
       );
     return null;
   }
-  const apiKey = env.SCRATCHRUN_API_KEY;
   if (!apiKey)
     throw new ScratchRunError("NOT_READY", "SCRATCHRUN_URL is set but SCRATCHRUN_API_KEY is not", {
       fix: "Set SCRATCHRUN_API_KEY to a key from `scratchrun keys create --name N`",

@@ -1,4 +1,7 @@
-/** The docs whose limits `test/schema/docs.unit.test.ts` checks, relative to the repository root. */
+/**
+ * The docs whose limits and settings `test/schema/docs.unit.test.ts` checks, relative to the repository
+ * root.
+ */
 export const GENERATED_DOCS = [
   "README.md",
   "docs/ARCHITECTURE.md",

@@ -1,9 +1,10 @@
 import { LIMITS } from "./limits.js";
 import { RUNTIMES } from "./exec.js";
+import { settingsTable } from "./settings/doc.js";
 
 /**
- * The parts of the docs that quote limits, rendered from `LIMITS` so that no doc can say a number
- * the code does not have. A doc holds each block between `<!-- generated:NAME -->` and
+ * The parts of the docs that quote limits or settings, rendered from `LIMITS` and `SETTINGS` so
+ * that no doc can say a number or a variable the code does not have. A doc holds each block between `<!-- generated:NAME -->` and
  * `<!-- /generated:NAME -->`; `scripts/gen-docs.mjs` rewrites them and `test/schema/docs.unit.test.ts`
  * fails when a doc differs from its rendering.
  */
@@ -87,6 +88,7 @@ function resultLimits(): string {
 export const GENERATED_BLOCKS: Readonly<Record<string, () => string>> = {
   "parameter-table": parameterTable,
   "result-limits": resultLimits,
+  "settings-table": settingsTable,
 };
 
 const BLOCK = /(<!-- generated:([a-z-]+) -->\n)([\s\S]*?)(\n<!-- \/generated:\2 -->)/g;

@@ -6,6 +6,7 @@ import { LeaseStore } from "./leases.js";
 import { migratePostgres, PostgresDriver } from "./postgres.js";
 import { RECORD_RETRY_MS, RunStore } from "./runs.js";
 import { SqliteDriver, type SqlDriver } from "./sql.js";
+import { setting } from "../schema/settings/read.js";
 
 /**
  * The records of keys, runs, quotas and replica leases behind one interface: SQLite in
@@ -35,7 +36,7 @@ export function storeOn(sql: SqlDriver, retryMs = RECORD_RETRY_MS): Store {
 
 /** SCRATCHRUN_DATABASE_URL when set (it must be a postgres:// URL), else null. */
 export function databaseUrl(env: NodeJS.ProcessEnv = process.env): string | null {
-  const url = env.SCRATCHRUN_DATABASE_URL;
+  const url = setting("SCRATCHRUN_DATABASE_URL", env);
   if (!url) return null;
   if (!/^postgres(ql)?:\/\//.test(url))
     throw new ScratchRunError("NOT_READY", "SCRATCHRUN_DATABASE_URL is not a postgres:// URL", {

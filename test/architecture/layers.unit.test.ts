@@ -27,7 +27,7 @@ export const LAYERS = [
   "protocol", // the host side of the guest agent's protocol
   "images", // rootfs and VM image builds, manifest, locator
   "policy", // caller policy and quotas
-  "schema", // the zod schemas and limits
+  "schema", // the zod schemas, limits and settings
   "runtimes", // what a runtime is: names, table, paths in the image
   "net", // per-sandbox network, nftables, egress proxy
   "jail", // cgroups, seccomp, uids, reaping

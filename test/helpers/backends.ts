@@ -1,3 +1,5 @@
+import { setting } from "../../src/schema/settings/read.js";
+
 /**
  * The backends the shared suites run against. Every backend the product ships is listed here;
  * a suite runs once per backend (parametrised, never copied), and nothing is skipped because a
@@ -7,10 +9,10 @@
 const ALL = ["namespace", "microvm"] as const;
 export type TestBackend = (typeof ALL)[number];
 
+const narrowed = setting("SCRATCHRUN_TEST_BACKENDS", process.env);
+
 export const TEST_BACKENDS: readonly TestBackend[] =
-  process.env.CI === "true" || !process.env.SCRATCHRUN_TEST_BACKENDS
-    ? ALL
-    : ALL.filter((b) => process.env.SCRATCHRUN_TEST_BACKENDS?.split(",").includes(b));
+  process.env.CI === "true" || !narrowed ? ALL : ALL.filter((b) => narrowed.split(",").includes(b));
 
 /** Names of env vars whose values tests plant in the server and then hunt for. */
 export const SERVER_SECRET = "sr-test-server-secret-4f1c9a";

@@ -4,6 +4,7 @@ import { ensureRootDisk } from "../../src/images/vm/build.js";
 import { buildRootfs } from "../../src/images/build.js";
 import type { Manifest } from "../../src/images/manifest.js";
 import { imagesDir } from "../../src/images/paths.js";
+import { setting } from "../../src/schema/settings/read.js";
 import { writeWheel } from "../images/wheel-fixture.js";
 
 /**
@@ -14,7 +15,7 @@ import { writeWheel } from "../images/wheel-fixture.js";
  * every time, so its hash only changes when the code or the recipe does.
  */
 export const CUSTOM_IMAGES_DIR =
-  process.env.SCRATCHRUN_TEST_CUSTOM_IMAGES ?? `${imagesDir()}-custom`;
+  setting("SCRATCHRUN_TEST_CUSTOM_IMAGES", process.env) ?? `${imagesDir()}-custom`;
 export const FIXTURE_DIR = `${CUSTOM_IMAGES_DIR}-fixture`;
 export const CUSTOM_CONFIG = join(FIXTURE_DIR, "image.json");
 

@@ -1,4 +1,5 @@
 import { RUNTIMES, type RuntimeName } from "../../src/runtimes/names.js";
+import { setting } from "../../src/schema/settings/read.js";
 
 /**
  * The Python runtimes, and the one the e2e and security cases written for "a Python" run on:
@@ -9,7 +10,7 @@ import { RUNTIMES, type RuntimeName } from "../../src/runtimes/names.js";
 export const PYTHON_RUNTIMES = RUNTIMES.filter((r) => r.startsWith("python"));
 
 function chosen(): RuntimeName {
-  const name = process.env.SCRATCHRUN_TEST_PYTHON ?? "python3.11";
+  const name = setting("SCRATCHRUN_TEST_PYTHON", process.env);
   const found = PYTHON_RUNTIMES.find((r) => r === name);
   if (!found)
     throw new Error(

@@ -1,6 +1,6 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { readdirSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import {
   GENERATED_BLOCKS,
@@ -10,6 +10,8 @@ import {
   renderGeneratedBlocks,
 } from "../../src/schema/limits-doc.js";
 import { GENERATED_DOCS } from "../../src/schema/doc-files.js";
+import { settingsTable } from "../../src/schema/settings/doc.js";
+import { SETTING_NAMES } from "../../src/schema/settings/table.js";
 import { LIMITS } from "../../src/schema/limits.js";
 import { MAX_AGENT_FRAME, MAX_REQUEST_FRAME } from "../../src/protocol/codec.js";
 
@@ -38,7 +40,7 @@ describe("docs quote the limits the code has (generated from LIMITS)", () => {
     }
   });
 
-  it("the README carries the parameter table and the result limits as generated blocks", () => {
+  it("the README carries the parameter table, the result limits and the settings as generated blocks", () => {
     const names = generatedBlockNames(read("README.md"));
     for (const name of Object.keys(GENERATED_BLOCKS)) assert.ok(names.includes(name), name);
   });
@@ -85,24 +87,20 @@ describe("docs quote the limits the code has (generated from LIMITS)", () => {
     );
   });
 
-  it("every SCRATCHRUN_* variable the code reads is in the README's configuration table", () => {
+  it("the README's configuration table is the settings schema's, every variable in it", () => {
     const readme = read("README.md");
-    const table = /<!-- settings -->([\s\S]*?)<!-- \/settings -->/.exec(readme)?.[1] ?? "";
-    const named = new Set(table.match(/SCRATCHRUN_[A-Z0-9_]+/g) ?? []);
-    const read_: string[] = [];
-    const walk = (dir: string) => {
-      for (const e of readdirSync(join(REPO, dir), { withFileTypes: true })) {
-        const p = join(dir, e.name);
-        if (e.isDirectory()) walk(p);
-        else if (/\.(ts|mjs|sh)$/.test(e.name))
-          for (const m of read(p).matchAll(/SCRATCHRUN_[A-Z0-9_]*[A-Z0-9]/g))
-            read_.push(`${m[0]} (${p})`);
-      }
-    };
-    walk("src");
-    walk("scripts");
-    const missing = [...new Set(read_.filter((v) => !named.has(v.split(" ")[0]!)))];
-    assert.ok(named.size > 10, "the table was found");
-    assert.deepEqual(missing, [], "document these in README.md's Configuration table");
+    const block =
+      /<!-- generated:settings-table -->\n([\s\S]*?)\n<!-- \/generated:settings-table -->/.exec(
+        readme,
+      )?.[1] ?? "";
+    assert.equal(block, settingsTable(), "README.md is stale: node scripts/gen-docs.mjs");
+    for (const name of SETTING_NAMES) assert.ok(block.includes(`\`${name}\``), name);
+    // A row typed by hand, or one the schema no longer has, is caught.
+    const edited = readme.replace(
+      "| `SCRATCHRUN_POOL_SIZE` | `1` |",
+      "| `SCRATCHRUN_POOL_SIZE` | `2` |",
+    );
+    assert.notEqual(edited, readme);
+    assert.notEqual(renderGeneratedBlocks(edited), edited);
   });
 });

@@ -5,6 +5,7 @@
 import { spawn } from "node:child_process";
 import { closeSync, openSync, readFileSync } from "node:fs";
 import type { Isolation } from "../types.js";
+import { setting } from "../../schema/settings/read.js";
 
 export type Accel = "kvm" | "tcg";
 
@@ -75,7 +76,7 @@ export async function detectAccel(
   initramfs: string,
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<Accel> {
-  const forced = env.SCRATCHRUN_ACCEL;
+  const forced = setting("SCRATCHRUN_ACCEL", env);
   if (forced === "tcg" || forced === "kvm") return forced;
   if (!kvmDeviceUsable()) return "tcg";
   const key = `${kernel}\0${initramfs}`;

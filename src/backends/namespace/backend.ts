@@ -22,6 +22,7 @@ import type {
 } from "../types.js";
 import { AGENT_MOUNT, renderBwrapArgs } from "./bwrap-args.js";
 import { egressAllowlist, networkModeOf, poolServes } from "../egress.js";
+import { settingOn } from "../../schema/settings/read.js";
 
 export interface NamespaceBackendOptions {
   rootfsDir: string;
@@ -310,7 +311,7 @@ export class NamespaceBackend implements Backend {
       const seccompPipe = child.stdio[3] as NodeJS.WritableStream | null;
       seccompPipe?.end(this.seccomp);
       // Agent diagnostics are sandbox-controlled bytes: drained, never logged.
-      if (process.env.SCRATCHRUN_DEBUG_JAIL === "1") child.stderr?.pipe(process.stderr);
+      if (settingOn("SCRATCHRUN_DEBUG_JAIL", process.env)) child.stderr?.pipe(process.stderr);
       else child.stderr?.resume();
 
       let killed: Promise<void> | undefined;

@@ -26,6 +26,7 @@ import { PRESTART_SCRIPTS } from "../../runtimes/table.js";
 import { writeCpioNewc, type CpioEntry } from "./cpio.js";
 import { extractVmlinux } from "./kernel.js";
 import { resolveModuleOrder } from "./modules.js";
+import { setting } from "../../schema/settings/read.js";
 
 /** The repository (or installed package) root: this file is dist/src/images/vm/build.js. */
 export const PACKAGE_ROOT = fileURLToPath(new URL("../../../../", import.meta.url));
@@ -60,7 +61,8 @@ export class NotBuiltError extends Error {}
  * else ~/.cache/scratchrun/vm.
  */
 export function defaultCacheRoot(env: NodeJS.ProcessEnv = process.env): string {
-  if (env.SCRATCHRUN_VM_CACHE) return env.SCRATCHRUN_VM_CACHE;
+  const set = setting("SCRATCHRUN_VM_CACHE", env);
+  if (set) return set;
   if (process.getuid?.() === 0) return "/var/cache/scratchrun/vm";
   return join(env.XDG_CACHE_HOME || join(homedir(), ".cache"), "scratchrun", "vm");
 }
