@@ -149,12 +149,10 @@ def _scratchrun_preimport(spec, os=os, sys=sys, time=time):
     return warm, reset, remake
 
 
-def _scratchrun_rehearse(aside, os=os, time=time):
+def _scratchrun_rehearse(os=os, time=time):
     """The call's path through this file on a scratch call (a pooled clone's warm-up, "T"): under
     TCG its code is then translated in this clone before the call comes. It leaves the
-    environment, the directory and the descriptors as they were and imports nothing. ASIDE: the
-    collector runs in a child, so that this interpreter's objects are not aged by a collection a
-    plain start would not have had (an older generation changes the order of finalizers at exit)."""
+    environment, the directory and the descriptors as they were and imports nothing."""
     r, w = os.pipe()
     os.write(w, b"/\0/dev/null\0SCRATCHRUN_REHEARSAL=1\0")
     os.close(w)
@@ -172,18 +170,9 @@ def _scratchrun_rehearse(aside, os=os, time=time):
         exec(code, {"out": out})
     os.read(r, 16)
     os.close(r)
-    # Enough containers for the collector to run, as the call's finalisation will. A child runs
-    # the same code at the same addresses, so TCG translates it for this interpreter too. (A
-    # pre-imported interpreter has frozen its objects, so the collection ages none; and fork()
-    # beside its libraries' threads would warn.)
-    child = os.fork() if aside else None
-    if child is None or child == 0:
-        junk = [[i] for i in range(5000)]
-        del junk
-        if child == 0:
-            os._exit(0)
-    else:
-        os.waitpid(child, 0)
+    # Enough containers for the collector to run, as the call's finalisation will.
+    junk = [[i] for i in range(5000)]
+    del junk
 
 
 def _scratchrun_main(os=os, sys=sys, time=time, here=__file__, main=sys.modules["__main__"]):
@@ -195,7 +184,7 @@ def _scratchrun_main(os=os, sys=sys, time=time, here=__file__, main=sys.modules[
     while True:
         chunk = os.read(3, 1 << 16)
         if not chunks and chunk in (b"T", b"R"):
-            _scratchrun_rehearse(aside=warm is None)
+            _scratchrun_rehearse()
             if warm is not None and chunk == b"T":
                 warm()
             os.write(4, b"w")
