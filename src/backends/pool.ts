@@ -15,6 +15,11 @@ export interface PooledVm {
   destroy(): Promise<void>;
   /** Its host processes and the memory its cgroup is charged now (what an idle one costs). */
   usage?(): Promise<{ pids: number[]; memoryBytes: number }>;
+  /**
+   * Raises it from the background CPU weight it was started at to a call's (takeOrAwait does,
+   * before handing it to its call).
+   */
+  promote?(): Promise<void>;
 }
 
 export interface PoolConfig<K extends string = RuntimeName> {
@@ -34,6 +39,14 @@ export interface PoolConfig<K extends string = RuntimeName> {
    * CPU for a runtime nobody calls). Absent, or null for a key: its size counts from the start.
    */
   onceCalled?: (key: K) => string | null;
+  /**
+   * Which keys are refilled first when several are short (lower first; absent: 0 for all). The
+   * backends give a pre-imported flavour 1 and a plain one 0: every runtime gets a plain sandbox
+   * before any runtime gets the costlier variant.
+   */
+  tier?: (key: K) => number;
+  /** A key's runtime, for refill order (default: the key itself). */
+  groupOf?: (key: K) => string;
 }
 
 export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
@@ -52,6 +65,10 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
   private readonly destroying = new Set<Promise<void>>();
   /** The groups of `onceCalled` keys that have been called (their sizes count from then on). */
   private readonly called = new Set<string>();
+  /** When each group (runtime) was last taken from: refills favour the most recently called. */
+  private readonly calledAt = new Map<string, number>();
+  /** Keys a take found empty, until a sandbox of theirs is ready: refilled before all others. */
+  private readonly wanted = new Set<K>();
 
   constructor(
     private readonly boot: (runtime: K, memoryMb: number) => Promise<V>,
@@ -63,11 +80,13 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
   }
 
   /**
-   * A ready VM for this call, removed from the pool (never handed out twice), or null. With
+   * A ready VM for this call, removed from the pool (never handed out twice), or null; still at
+   * the background CPU weight (takeOrAwait promotes it). With
    * `refill: false` the caller calls refillNow() once its call is done, so refilling (CPU-heavy
    * under TCG) does not compete with the call on a small host.
    */
   take(runtime: K, memoryMb: number, opts: { refill?: boolean } = {}): V | null {
+    this.calledAt.set(this.groupOf(runtime), Date.now());
     this.noteCalled(runtime, opts.refill !== false);
     if (memoryMb !== this.config.memoryMb) return null;
     this.noteTake(runtime);
@@ -77,6 +96,7 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
       if (!vm.dead) break;
       this.discard(vm);
     }
+    if (!vm && this.size(runtime) > 0) this.wanted.add(runtime);
     if (opts.refill !== false) this.refill();
     return vm ?? null;
   }
@@ -91,6 +111,18 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
     memoryMb: number,
     signal?: AbortSignal,
     opts: { refill?: boolean; maxWaitMs?: number } = {},
+  ): Promise<V | null> {
+    const vm = await this.takeOrAwaitAny(key, memoryMb, signal, opts);
+    // A sandbox whose cgroup is gone fails its call on its own; its weight does not matter then.
+    await vm?.promote?.().catch(() => {});
+    return vm;
+  }
+
+  private async takeOrAwaitAny(
+    key: K,
+    memoryMb: number,
+    signal: AbortSignal | undefined,
+    opts: { refill?: boolean; maxWaitMs?: number },
   ): Promise<V | null> {
     const now = this.take(key, memoryMb, opts);
     if (now || memoryMb !== this.config.memoryMb) return now;
@@ -242,18 +274,38 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
   /** Callers of takeOrAwait waiting for a start in flight, per key. */
   private readonly claimed = new Map<K, number>();
 
-  /** The key furthest below its target, counting boots already in flight. */
+  private groupOf(key: K): string {
+    return this.config.groupOf?.(key) ?? key;
+  }
+
+  /**
+   * The key to start a sandbox for next, of those below their target (counting starts in
+   * flight): one a call found empty first, then by tier (plain before pre-imported), then the
+   * runtime called most recently (one never called last), then the largest shortfall, then the
+   * configured order. Calls first: what is being asked for is built before what might be.
+   */
   private neediestAfterInflight(): K | null {
-    let best: K | null = null;
-    let deficit = 0;
-    for (const [r] of this.sizes()) {
-      const d = this.target(r) - this.readyCount(r) - (this.inflight.get(r) ?? 0);
-      if (d > deficit) {
-        deficit = d;
-        best = r;
-      }
-    }
-    return best;
+    const short = this.sizes()
+      .map(([key], order) => ({
+        key,
+        order,
+        deficit: this.target(key) - this.readyCount(key) - (this.inflight.get(key) ?? 0),
+      }))
+      .filter((c) => c.deficit > 0);
+    const rank = (c: (typeof short)[number]): number[] => [
+      this.wanted.has(c.key) ? 0 : 1,
+      this.config.tier?.(c.key) ?? 0,
+      -(this.calledAt.get(this.groupOf(c.key)) ?? 0),
+      -c.deficit,
+      c.order,
+    ];
+    const before = (a: number[], b: number[]) => {
+      for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return a[i]! < b[i]!;
+      return false;
+    };
+    let best: (typeof short)[number] | null = null;
+    for (const c of short) if (!best || before(rank(c), rank(best))) best = c;
+    return best?.key ?? null;
   }
 
   private async bootOne(runtime: K): Promise<void> {
@@ -266,6 +318,7 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
         const list = this.ready.get(runtime) ?? [];
         list.push(vm);
         this.ready.set(runtime, list);
+        this.wanted.delete(runtime);
         for (const listener of this.readyListeners) listener();
         // A pooled VM that dies (QEMU crash, OOM) is dropped and replaced.
         void vm.exited.then(() => {

@@ -13,7 +13,20 @@ export interface CgroupLimits {
   pids: number;
   /** CPU time per wall time, percent of one core (100 = one full core). Omitted: unlimited. */
   cpuQuotaPercent?: number;
+  /**
+   * Share of contended CPU against sibling sandboxes, on cgroup v2's scale (1..10000, the
+   * kernel's default 100). Omitted: the kernel's default.
+   */
+  cpuWeight?: number;
 }
+
+/**
+ * The CPU weights sandboxes run at (siblings under the one parent cgroup). A sandbox started
+ * ahead of time (a pooled one, a snapshot template) runs at BACKGROUND until a call takes it, so
+ * warm-up work gets what calls leave of the CPUs (issue 30).
+ */
+export const CPU_WEIGHT = { call: 100, background: 10 } as const;
+export type CpuPriority = keyof typeof CPU_WEIGHT;
 
 export interface CgroupFileWrite {
   /** Hierarchy the file lives in (v2: all in the same directory). */
@@ -44,12 +57,33 @@ export function validateCgroupLimits(limits: CgroupLimits): void {
   if (!Number.isSafeInteger(pids) || pids < 1 || pids > MAX_PIDS) {
     throw new RangeError(`cgroup pids must be an integer in 1..${MAX_PIDS}: ${pids}`);
   }
+  if (limits.cpuWeight !== undefined) assertCpuWeight(limits.cpuWeight);
   if (
     cpuQuotaPercent !== undefined &&
     (!Number.isFinite(cpuQuotaPercent) || cpuQuotaPercent < 1 || cpuQuotaPercent > 100 * 1024)
   ) {
     throw new RangeError(`cgroup cpuQuotaPercent must be in 1..102400: ${cpuQuotaPercent}`);
   }
+}
+
+function assertCpuWeight(weight: number): void {
+  if (!Number.isSafeInteger(weight) || weight < 1 || weight > 10_000)
+    throw new RangeError(`cgroup cpuWeight must be an integer in 1..10000: ${weight}`);
+}
+
+/**
+ * The file that sets a CPU weight: v2 `cpu.weight` as given; v1 `cpu.shares` on its own scale
+ * (default 1024 where v2's is 100; at least 2, the kernel's minimum).
+ */
+export function cpuWeightFile(version: CgroupVersion, weight: number): CgroupFileWrite {
+  assertCpuWeight(weight);
+  return version === 2
+    ? { controller: "cpu", file: "cpu.weight", value: String(weight) }
+    : {
+        controller: "cpu",
+        file: "cpu.shares",
+        value: String(Math.max(2, Math.round((weight * 1024) / 100))),
+      };
 }
 
 /** The files to write, in order, right after the sandbox's cgroup directories are created. */
@@ -87,6 +121,7 @@ export function planCgroupFiles(
       plan.push({ controller: "cpu", file: "cpu.max", value: `${quotaUs} ${CPU_PERIOD_US}` });
     }
   }
+  if (limits.cpuWeight !== undefined) plan.push(cpuWeightFile(version, limits.cpuWeight));
   return plan;
 }
 

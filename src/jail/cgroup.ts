@@ -11,6 +11,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { ScratchRunError } from "../errors.js";
 import { assertCgroupName, isValidCgroupName, type CgroupHost } from "./cgroup-detect.js";
 import {
+  cpuWeightFile,
   parseFlatKeyed,
   parsePids,
   planCgroupFiles,
@@ -20,8 +21,8 @@ import {
 
 export { detectCgroups, parseCgroupMounts, DEFAULT_PARENT_NAME } from "./cgroup-detect.js";
 export type { CgroupHost, CgroupMount, DetectOptions } from "./cgroup-detect.js";
-export { planCgroupFiles } from "./cgroup-plan.js";
-export type { CgroupLimits, CgroupFileWrite, CgroupVersion } from "./cgroup-plan.js";
+export { planCgroupFiles, CPU_WEIGHT } from "./cgroup-plan.js";
+export type { CgroupLimits, CgroupFileWrite, CgroupVersion, CpuPriority } from "./cgroup-plan.js";
 
 export interface CgroupStats {
   /** Highest memory charge seen (v1 memory.max_usage_in_bytes, v2 memory.peak; 0 if unknown). */
@@ -46,6 +47,8 @@ export interface Cgroup {
   killAll(): Promise<void>;
   /** killAll, then removes every directory. Idempotent. */
   destroy(): Promise<void>;
+  /** Sets the CPU weight (cgroup-plan's CPU_WEIGHT); a host without the cpu controller: no-op. */
+  setCpuWeight(weight: number): Promise<void>;
 }
 
 /** How long killAll keeps trying before it reports processes it could not kill. */
@@ -231,6 +234,12 @@ function openCgroup(host: CgroupHost, name: string): Cgroup {
     };
   };
 
+  const setCpuWeight = async (weight: number): Promise<void> => {
+    const step = cpuWeightFile(host.version, weight);
+    const dir = byController.get("cpu");
+    if (dir !== undefined) await writeCgroupFile(join(dir, step.file), step.value);
+  };
+
   return {
     name,
     dirs,
@@ -239,6 +248,7 @@ function openCgroup(host: CgroupHost, name: string): Cgroup {
     pids: () => readPids(dirs),
     killAll,
     destroy,
+    setCpuWeight,
   };
 }
 

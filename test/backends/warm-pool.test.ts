@@ -258,4 +258,102 @@ describe("WarmPool", () => {
     assert.equal(pool.readyCount("old/plain"), 1);
     await pool.close();
   });
+
+  /** A pool of four keys (two runtimes, two tiers) starting one at a time, started by hand. */
+  function tiered() {
+    type Key = "a/plain" | "a/preimport" | "b/plain" | "b/preimport";
+    const starts: { key: Key; resolve: (v: Fake) => void }[] = [];
+    const pool = new WarmPool<Fake, Key>(
+      (key) => new Promise<Fake>((resolve) => starts.push({ key, resolve })),
+      {
+        sizes: { "a/plain": 1, "a/preimport": 1, "b/plain": 1, "b/preimport": 1 },
+        memoryMb: 256,
+        maxConcurrentBoots: 1,
+        tier: (key) => (key.endsWith("/preimport") ? 1 : 0),
+        groupOf: (key) => key.split("/")[0]!,
+      },
+    );
+    const tick = () => new Promise((r) => setImmediate(r));
+    /** Finishes the start in flight and says which key the next one is for. */
+    const next = async (): Promise<Key | undefined> => {
+      await tick();
+      starts.shift()?.resolve(new Fake());
+      await tick();
+      return starts[0]?.key;
+    };
+    return { pool, starts, next, tick };
+  }
+
+  test("refill order: every runtime's plain sandbox before any pre-imported one", async () => {
+    const { pool, starts, next, tick } = tiered();
+    pool.start();
+    await tick();
+    // Configured order a/plain, a/preimport, b/plain: b's plain one comes before a's variant.
+    assert.equal(starts[0]?.key, "a/plain");
+    assert.equal(await next(), "b/plain");
+    assert.equal(await next(), "a/preimport");
+    assert.equal(await next(), "b/preimport");
+    await next();
+    await pool.close();
+  });
+
+  test("refill order: the runtime called gets its variant before one nobody called", async () => {
+    const { pool, starts, next, tick } = tiered();
+    pool.start();
+    await tick();
+    assert.equal(await next(), "b/plain");
+    // b is called (its plain sandbox still starting): b's variant goes before a's.
+    assert.equal(pool.take("b/plain", 256, { refill: false }), null);
+    assert.equal(await next(), "b/preimport");
+    assert.equal(await next(), "a/preimport");
+    await next();
+    assert.equal(starts.length, 0);
+    await pool.close();
+  });
+
+  test("refill order: a key a call found empty comes first, whatever its tier", async () => {
+    const { pool, starts, next, tick } = tiered();
+    pool.start();
+    await tick();
+    assert.equal(await next(), "b/plain");
+    assert.equal(await next(), "a/preimport");
+    // a's variant is being started; a call finds b's variant empty and a's plain one taken.
+    assert.ok(pool.take("a/plain", 256, { refill: false }));
+    assert.equal(pool.take("b/preimport", 256, { refill: false }), null);
+    // b/preimport was wanted by a call: before a/plain (tier 0, called more recently).
+    assert.equal(await next(), "b/preimport");
+    assert.equal(await next(), "a/plain");
+    await next();
+    assert.equal(starts.length, 0);
+    await pool.close();
+  });
+
+  test("takeOrAwait promotes the sandbox it hands out (take leaves that to its caller)", async () => {
+    class Promotable extends Fake {
+      promoted = 0;
+      async promote(): Promise<void> {
+        this.promoted++;
+      }
+    }
+    const made: Promotable[] = [];
+    const pool = new WarmPool<Promotable, "k">(
+      async () => {
+        const p = new Promotable();
+        made.push(p);
+        return p;
+      },
+      { sizes: { k: 2 }, memoryMb: 256, maxConcurrentBoots: 1 },
+    );
+    pool.start();
+    await pool.whenFull();
+    assert.deepEqual(
+      made.map((p) => p.promoted),
+      [0, 0],
+      "pooled sandboxes stay at the background weight",
+    );
+    const vm = await pool.takeOrAwait("k", 256);
+    assert.equal(vm?.promoted, 1);
+    assert.equal(made.filter((p) => p.promoted > 0).length, 1);
+    await pool.close();
+  });
 });

@@ -13,6 +13,7 @@ import { join } from "node:path";
 import { after, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import {
+  CPU_WEIGHT,
   createCgroup,
   detectCgroups,
   listOrphanCgroups,
@@ -257,6 +258,70 @@ test(
     await cg.killAll();
     assert.deepEqual(await cg.pids(), []);
     await assert.rejects(createCgroup(h(), "../escape", PROVEN), /invalid cgroup name/);
+    await assertNoCgroupLeft();
+  },
+);
+
+test(
+  "cpu weight: files read back; on one contended CPU a call's weight gets ~10x a background's",
+  { skip },
+  async (t) => {
+    const limits = { memoryBytes: 64 * MiB, pids: 16 };
+    const bg = await createCgroup(h(), uniqueName("bg"), {
+      ...limits,
+      cpuWeight: CPU_WEIGHT.background,
+    });
+    const call = await createCgroup(h(), uniqueName("call"), {
+      ...limits,
+      cpuWeight: CPU_WEIGHT.background,
+    });
+    const weightFile = (cg: Cgroup) =>
+      join(
+        h().hierarchies.cpu!,
+        h().parentName,
+        cg.name,
+        h().version === 2 ? "cpu.weight" : "cpu.shares",
+      );
+    const runs: Promise<unknown>[] = [];
+    try {
+      assert.equal(readFileSync(weightFile(bg), "utf8").trim(), h().version === 2 ? "10" : "102");
+      // A pooled sandbox taken by a call is promoted.
+      await call.setCpuWeight(CPU_WEIGHT.call);
+      assert.equal(
+        readFileSync(weightFile(call), "utf8").trim(),
+        h().version === 2 ? "100" : "1024",
+      );
+      // Both spin on CPU 0 for the same wall time (a bound on the run, not an assertion), counting
+      // the loops they got through: the CPU each received.
+      const spin = [
+        "import time",
+        "end, n = time.time() + 2, 0",
+        "while time.time() < end: n += 1",
+        "print(n)",
+      ].join("\n");
+      const spins = [bg, call].map((cg) =>
+        runJailed({
+          argv: ["taskset", "-c", "0", PYTHON311, "-c", spin],
+          procsFiles: cg.procsFiles,
+          killAfterMs: 30_000,
+        }),
+      );
+      runs.push(...spins);
+      const [b, c] = (await Promise.all(spins)).map((r) => {
+        assert.equal(r.code, 0, r.stderr);
+        return Number(r.stdout.trim());
+      }) as [number, number];
+      const share = c / (b + c);
+      t.diagnostic(
+        `CPU 0 shared: call ${c} loops, background ${b} (call ${Math.round(share * 100)}%)`,
+      );
+      // 100:10 weights give the call ~91%; equal weights would give it ~50%.
+      assert.ok(share > 0.75, `a call's share of a contended CPU: ${share.toFixed(2)}`);
+    } finally {
+      await Promise.allSettled(runs);
+      await bg.destroy();
+      await call.destroy();
+    }
     await assertNoCgroupLeft();
   },
 );

@@ -3,7 +3,12 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { isValidCgroupName, parseCgroupMounts } from "../../src/jail/cgroup-detect.js";
 import { detectCgroups, planCgroupFiles } from "../../src/jail/cgroup.js";
-import { parseFlatKeyed, parsePids } from "../../src/jail/cgroup-plan.js";
+import {
+  CPU_WEIGHT,
+  cpuWeightFile,
+  parseFlatKeyed,
+  parsePids,
+} from "../../src/jail/cgroup-plan.js";
 
 const MiB = 1024 * 1024;
 
@@ -153,4 +158,24 @@ test("parsers: flat-keyed files and cgroup.procs", () => {
   assert.equal(parseFlatKeyed("oom_kill x\nbad line here\n").size, 0);
   assert.deepEqual(parsePids("12\n345\n\n7\n"), [12, 345, 7]);
   assert.deepEqual(parsePids(""), []);
+});
+
+test("cpu weight: v2 cpu.weight as given, v1 cpu.shares on its 1024 scale; bad weights refused", () => {
+  assert.deepEqual(cpuWeightFile(2, CPU_WEIGHT.background), {
+    controller: "cpu",
+    file: "cpu.weight",
+    value: "10",
+  });
+  assert.equal(cpuWeightFile(1, CPU_WEIGHT.background).value, "102");
+  assert.equal(cpuWeightFile(1, CPU_WEIGHT.call).value, "1024");
+  assert.equal(cpuWeightFile(1, 1).value, "10");
+  assert.equal(cpuWeightFile(1, 10_000).value, "102400");
+  const plan = planCgroupFiles(1, { memoryBytes: 64 * MiB, pids: 16, cpuWeight: 10 });
+  assert.deepEqual(plan.at(-1), { controller: "cpu", file: "cpu.shares", value: "102" });
+  for (const bad of [0, 10_001, 1.5, Number.NaN])
+    assert.throws(
+      () => planCgroupFiles(2, { memoryBytes: 64 * MiB, pids: 16, cpuWeight: bad }),
+      RangeError,
+    );
+  assert.ok(CPU_WEIGHT.background < CPU_WEIGHT.call);
 });

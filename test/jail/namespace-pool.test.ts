@@ -9,6 +9,8 @@ import { execInputSchema } from "../../src/schema/exec.js";
 import { LIMITS } from "../../src/schema/limits.js";
 import { AGENT_DIR, preimportsOf } from "../../src/compose/engine-factory.js";
 import { flavourFor } from "../../src/engine/preimport-route.js";
+import { CPU_WEIGHT } from "../../src/jail/cgroup.js";
+import { cpuWeightOfPid } from "../helpers/cpu-weight.js";
 import { assertNoLeaks, SANDBOX_UID_MAX, SANDBOX_UID_MIN, snapshot } from "../helpers/leaks.js";
 
 /**
@@ -171,6 +173,32 @@ describe("namespace backend: warm pool and teardown", () => {
     assert.equal(backend.counters.coldCalls, cold + 1);
     assert.equal(out.oomKilled, true, "96 MiB in a 64 MiB jail");
     assert.doesNotMatch(stdout(out), /allocated/);
+  });
+
+  test("a pooled jail waits at the background CPU weight; the call that takes it runs at a call's", async () => {
+    await backend.pool.whenFull();
+    const pooled = backend.pool.readySandboxes().flatMap(([, jails]) => jails);
+    assert.ok(pooled.length > 0);
+    for (const jail of pooled)
+      assert.equal(cpuWeightOfPid(jail.child.pid!), CPU_WEIGHT.background, "a pooled jail");
+    const calls = backend.counters.pooledCalls;
+    const marker = `sr-weight-${process.pid}`;
+    const running = run(job("bash", `exec -a ${marker} sleep 3`));
+    let pid: number | undefined;
+    for (let i = 0; i < 200 && pid === undefined; i++) {
+      await new Promise((r) => setTimeout(r, 25));
+      pid = procs().find((p) => {
+        try {
+          return readFileSync(`/proc/${p.pid}/cmdline`, "utf8").startsWith(marker);
+        } catch {
+          return false;
+        }
+      })?.pid;
+    }
+    assert.ok(pid !== undefined, "the call's code is running");
+    assert.equal(cpuWeightOfPid(pid), CPU_WEIGHT.call, "the call's code");
+    await running;
+    assert.equal(backend.counters.pooledCalls, calls + 1, "the call took a pooled jail");
   });
 
   test("a pooled jail holds the default memory limit", async () => {

@@ -3,6 +3,8 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
 import { createMicrovmBackend, type MicrovmBackend } from "../../src/backends/microvm/backend.js";
+import { CPU_WEIGHT } from "../../src/jail/cgroup.js";
+import { cpuWeightOfPid } from "../helpers/cpu-weight.js";
 import {
   canRunMicrovm,
   assertNoLeftovers,
@@ -52,6 +54,47 @@ describe("microvm backend", { skip: skip ?? false, timeout: 300_000 }, () => {
       assert.match(a, /^1000\n[0-9a-f-]{36}\n$/);
       assert.match(b, /^1000\n[0-9a-f-]{36}\n$/);
       assert.notEqual(a.split("\n")[1], b.split("\n")[1], "both calls ran in the same kernel");
+    } finally {
+      await backend.close();
+    }
+  });
+
+  test("templates and pooled clones run at the background CPU weight; a call's VM at a call's", async () => {
+    const backend = await createMicrovmBackend({
+      rootfsDir: root.rootfs,
+      disk: root.disk,
+      pool: { sizes: { bash: 1 } },
+    });
+    try {
+      await backend.pool.whenFull();
+      const pooled = backend.pool.readySandboxes().flatMap(([, vms]) => vms);
+      assert.equal(pooled.length, 1);
+      assert.equal(cpuWeightOfPid(pooled[0]!.child.pid!), CPU_WEIGHT.background, "pooled clone");
+      const running = backend.run(shJob("sleep 2; echo done"), { signal: signal() });
+      let serving: number[] = [];
+      for (let i = 0; i < 200 && serving.length === 0; i++) {
+        await new Promise((r) => setTimeout(r, 25));
+        serving = await backend.livePids(true);
+      }
+      assert.ok(serving.length > 0, "a VM is serving the call");
+      for (const pid of serving) assert.equal(cpuWeightOfPid(pid), CPU_WEIGHT.call, "call's VM");
+      const r = await running;
+      assert.equal(text(r.agent.stdout), "done\n");
+      assert.equal(backend.counters.clonedCalls, 1, "the call took the pooled clone");
+      // A cold boot for a call (another memory size) starts at a call's weight; the template
+      // for that size is built in the background meanwhile.
+      const cold = backend.run(
+        { ...shJob("sleep 1; echo cold"), memoryMb: 192 },
+        { signal: signal() },
+      );
+      let coldPids: number[] = [];
+      for (let i = 0; i < 400 && coldPids.length === 0; i++) {
+        await new Promise((r) => setTimeout(r, 25));
+        coldPids = await backend.livePids(true);
+      }
+      assert.ok(coldPids.length > 0, "a VM is serving the cold call");
+      for (const pid of coldPids) assert.equal(cpuWeightOfPid(pid), CPU_WEIGHT.call, "cold VM");
+      assert.equal(text((await cold).agent.stdout), "cold\n");
     } finally {
       await backend.close();
     }

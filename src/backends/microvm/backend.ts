@@ -10,7 +10,7 @@ import { existsSync } from "node:fs";
 import { dirname } from "node:path";
 import { takeLease, type Lease } from "../../images/lease.js";
 import { ScratchRunError } from "../../errors.js";
-import { detectCgroups } from "../../jail/cgroup.js";
+import { detectCgroups, type CpuPriority } from "../../jail/cgroup.js";
 import { SANDBOX_UID_BASE, SANDBOX_UID_COUNT, UidPool } from "../../jail/uids.js";
 import { runCall, Teardowns } from "../call.js";
 import type { RuntimeName } from "../../schema/exec.js";
@@ -224,6 +224,8 @@ export class MicrovmBackend implements Backend {
         const [runtime] = parseVmKind(kind);
         return poolOptions.onceCalled?.includes(runtime) ? runtime : null;
       },
+      tier: (kind) => (parseVmKind(kind)[1] === "preimport" ? 1 : 0),
+      groupOf: (kind) => parseVmKind(kind)[0],
       ...(this.mode === "restore" ? { burst: poolOptions.burst ?? BURST } : {}),
     });
     this.pool.start();
@@ -286,7 +288,7 @@ export class MicrovmBackend implements Backend {
   private async prepare(kind: VmKind, memoryMb: number): Promise<MicroVm> {
     const [runtime, flavour] = parseVmKind(kind);
     const egress = this.network ? egressFor("public", this.network.defaultAllowlist) : NO_EGRESS;
-    if (this.mode === "boot") return this.boot(memoryMb, this.closing.signal, egress);
+    if (this.mode === "boot") return this.boot(memoryMb, this.closing.signal, egress, "background");
     if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
     const t = await this.template(runtime, memoryMb, flavour);
     let warmUp = await this.warmUpNow();
@@ -295,7 +297,7 @@ export class MicrovmBackend implements Backend {
     // (one bash on /dev/null) is as cheap as a rehearsal.
     if (warmUp === "rehearse" && !prestartInterpreter(runtime)) warmUp = "full";
     if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
-    return this.clone(t, memoryMb, this.closing.signal, egress, warmUp);
+    return this.clone(t, memoryMb, this.closing.signal, egress, warmUp, "background");
   }
 
   /**
@@ -321,9 +323,15 @@ export class MicrovmBackend implements Backend {
     }
   }
 
-  private bootOptions(memoryMb: number, signal: AbortSignal | undefined, egress: Egress) {
+  private bootOptions(
+    memoryMb: number,
+    signal: AbortSignal | undefined,
+    egress: Egress,
+    priority: CpuPriority,
+  ) {
     return {
       memoryMb,
+      priority,
       readyTimeoutMs: this.bootTimeoutMs,
       ...(signal ? { signal } : {}),
       ...(egress.kind !== "none" && this.network
@@ -337,9 +345,10 @@ export class MicrovmBackend implements Backend {
     memoryMb: number,
     signal: AbortSignal | undefined,
     egress: Egress,
-    warmUp: WarmUp = "none",
+    warmUp: WarmUp,
+    priority: CpuPriority,
   ): Promise<MicroVm> {
-    const vm = await MicroVm.start(this.ctx, this.bootOptions(memoryMb, signal, egress), {
+    const vm = await MicroVm.start(this.ctx, this.bootOptions(memoryMb, signal, egress, priority), {
       kind: "clone",
       image: t.image,
       warmUp,
@@ -365,7 +374,10 @@ export class MicrovmBackend implements Backend {
     }
     if (!vm && this.mode === "restore") {
       const t = this.built.get(`${job.runtime}/${job.memoryMb}/${flavour}`);
-      if (t) vm = await this.clone(t, job.memoryMb, signal, job.egress).catch(() => null);
+      if (t)
+        vm = await this.clone(t, job.memoryMb, signal, job.egress, "none", "call").catch(
+          () => null,
+        );
       else void this.template(job.runtime, job.memoryMb, flavour).catch(() => {});
     }
     return vm;
@@ -397,7 +409,7 @@ export class MicrovmBackend implements Backend {
         await vm.destroy();
       }
     }
-    const booted = await this.boot(job.memoryMb, signal, job.egress);
+    const booted = await this.boot(job.memoryMb, signal, job.egress, "call");
     try {
       await booted.activate(this.bootTimeoutMs, networkModeOf(job.egress));
     } catch (cause) {
@@ -418,9 +430,10 @@ export class MicrovmBackend implements Backend {
     memoryMb: number,
     signal: AbortSignal | undefined,
     egress: Egress,
+    priority: CpuPriority,
   ): Promise<MicroVm> {
     if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
-    const vm = await MicroVm.boot(this.ctx, this.bootOptions(memoryMb, signal, egress));
+    const vm = await MicroVm.boot(this.ctx, this.bootOptions(memoryMb, signal, egress, priority));
     return this.track(vm);
   }
 

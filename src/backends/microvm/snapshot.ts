@@ -48,6 +48,8 @@ export async function createTemplate(ctx: HostContext, opts: TemplateOptions): P
         {
           memoryMb: opts.memoryMb,
           readyTimeoutMs: opts.timeoutMs,
+          // No call waits for a template (calls cold-boot meanwhile): calls come first.
+          priority: "background",
           ...(opts.signal ? { signal: opts.signal } : {}),
         },
         {

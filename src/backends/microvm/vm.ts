@@ -13,7 +13,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { ChildProcess } from "node:child_process";
 import { ScratchRunError } from "../../errors.js";
-import { createCgroup, type Cgroup, type CgroupHost } from "../../jail/cgroup.js";
+import {
+  CPU_WEIGHT,
+  createCgroup,
+  type Cgroup,
+  type CgroupHost,
+  type CpuPriority,
+} from "../../jail/cgroup.js";
 import type { UidPool } from "../../jail/uids.js";
 import type { DomainAllowlist } from "../../net/allowlist.js";
 import type { NetworkReport } from "../types.js";
@@ -97,6 +103,11 @@ export interface BootOptions {
   network?: VmNetworkProvider;
   /** With `network`: the allowlist its network is made for (null: unrestricted egress). */
   egressAllowlist?: DomainAllowlist | null;
+  /**
+   * Its CPU weight (default "call"): a template or a pooled VM starts at "background" and a
+   * pooled one is promoted when a call takes it.
+   */
+  priority?: CpuPriority;
 }
 
 /** The sockets a VM is driven through before its call: the seed port and (not booted) QMP. */
@@ -221,6 +232,7 @@ export class MicroVm {
         memoryBytes: ((mode.kind === "boot" ? 1 : 2) * guestMb + QEMU_OVERHEAD_MB) * MiB,
         pids: QEMU_PIDS,
         cpuQuotaPercent: 100,
+        cpuWeight: CPU_WEIGHT[opts.priority ?? "call"],
       });
       if (opts.network) {
         if (mode.kind === "template") throw new Error("a template has no network");
@@ -397,6 +409,11 @@ export class MicroVm {
     // kill() may have run meanwhile: a stopped VM stays stopped.
     if (this.phase.name === "activating")
       this.phase = { name: "serving", channel: control.channel, network };
+  }
+
+  /** Raises a VM started at the background CPU weight to a call's (the pool, on take). */
+  promote(): Promise<void> {
+    return this.cgroup.setCpuWeight(CPU_WEIGHT.call);
   }
 
   /** True when the VM has a sandbox network (pooled VMs on a server with egress). */

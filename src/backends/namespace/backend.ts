@@ -1,6 +1,13 @@
 import { randomBytes } from "node:crypto";
 import type { ChildProcess } from "node:child_process";
-import { createCgroup, detectCgroups, type Cgroup, type CgroupHost } from "../../jail/cgroup.js";
+import {
+  CPU_WEIGHT,
+  createCgroup,
+  detectCgroups,
+  type Cgroup,
+  type CgroupHost,
+  type CpuPriority,
+} from "../../jail/cgroup.js";
 import { renderSeccompFilter } from "../../jail/seccomp.js";
 import { spawnJailed } from "../../jail/spawn.js";
 import { UidPool } from "../../jail/uids.js";
@@ -132,6 +139,8 @@ export class NamespaceBackend implements Backend {
         const runtime = parseKind(kind)[1];
         return options.poolOnceCalled?.includes(runtime) ? runtime : null;
       },
+      tier: (kind) => (parseKind(kind)[2] === "preimport" ? 1 : 0),
+      groupOf: (kind) => parseKind(kind)[1],
       // Back-to-back calls of one kind keep one more jail ready (a pre-imported one takes ~0.6 s
       // to start), until 20 s pass without one.
       burst: { extra: 1, takes: 2, windowMs: 20_000 },
@@ -190,7 +199,13 @@ export class NamespaceBackend implements Backend {
     const pooled = poolable ? await this.acquire(job, options.signal) : null;
     const jail =
       pooled ??
-      (await this.start(job.memoryMb, networkModeOf(job.egress), egressAllowlist(job.egress), []));
+      (await this.start(
+        job.memoryMb,
+        networkModeOf(job.egress),
+        egressAllowlist(job.egress),
+        [],
+        "call",
+      ));
     this.counters[pooled ? "pooledCalls" : "coldCalls"]++;
     return runCall(
       {
@@ -235,6 +250,7 @@ export class NamespaceBackend implements Backend {
       network,
       this.options.network?.defaultAllowlist ?? null,
       args,
+      "background",
     );
     const ready = await waitForReady(
       jail.child.stdout!,
@@ -247,12 +263,16 @@ export class NamespaceBackend implements Backend {
     return jail;
   }
 
-  /** Starts a jail: uid, cgroup, network, then bwrap with the agent as its pid 1. */
+  /**
+   * Starts a jail: uid, cgroup, network, then bwrap with the agent as its pid 1. A pooled jail
+   * starts at the background CPU weight and is promoted when a call takes it.
+   */
   private async start(
     memoryMb: number,
     network: NetworkMode,
     allowlist: DomainAllowlist | null,
     agentArgs: string[],
+    priority: CpuPriority,
   ): Promise<Jail> {
     const id = `ns-${randomBytes(6).toString("hex")}`;
     const uid = this.uids.acquire();
@@ -271,6 +291,7 @@ export class NamespaceBackend implements Backend {
         memoryBytes: memoryMb * MiB,
         pids: LIMITS.pids,
         cpuQuotaPercent: 100,
+        cpuWeight: CPU_WEIGHT[priority],
       });
       undo.unshift(() => cgroup.destroy());
 
@@ -337,6 +358,7 @@ export class NamespaceBackend implements Backend {
           return dead;
         },
         kill,
+        promote: () => cgroup.setCpuWeight(CPU_WEIGHT.call),
         destroy: () => (destroyed ??= unwind()),
         usage: async () => ({
           pids: await cgroup.pids(),
