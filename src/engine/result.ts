@@ -77,6 +77,20 @@ function verdict(req: ExecRequest, outcome: BackendOutcome, cancelled: boolean):
   };
 }
 
+/** Why the host stopped reading a session, in words for a result (never sandbox-chosen text). */
+function lostReason(failure: NonNullable<BackendOutcome["agent"]["failure"]>): string {
+  switch (failure.kind) {
+    case "host_deadline":
+      return "the sandbox did not finish sending files before the call's deadline (timeout_ms plus the host's grace)";
+    case "eof":
+      return "the sandbox's connection closed while files were being sent (the sandbox stopped)";
+    case "aborted":
+      return "the call was cancelled while files were being sent";
+    case "protocol":
+      return "the sandbox sent a malformed file report";
+  }
+}
+
 /** Maps what the backend saw onto the one result shape, shaped for a model to read. */
 export function toExecOutcome(
   req: ExecRequest,
@@ -103,13 +117,31 @@ export function toExecOutcome(
       }
       files.push({ path: f.path, mimeType, content });
     }
-    return { path: f.path, status: f.status, size_bytes: f.size, mime_type: mimeType };
+    return {
+      path: f.path,
+      status: f.status,
+      size_bytes: f.size,
+      mime_type: mimeType,
+      ...(f.status === "error"
+        ? { message: "the sandbox could not read it (an I/O error inside the sandbox)" }
+        : {}),
+    };
   });
-  // A sandbox that broke off after its exit report still owes the files it never sent.
+  // A sandbox that broke off after its exit report still owes the files it never sent: each says
+  // why the host stopped listening (the session's failure as the host saw it).
+  const lost = agent.failure
+    ? `never sent: ${lostReason(agent.failure)}`
+    : "never sent: the sandbox ended before sending it";
   for (const path of req.return_files) {
     const p = normaliseSandboxPath(path);
     if (p.ok && !received.has(p.path))
-      infos.push({ path: p.path, status: "error", size_bytes: 0, mime_type: mimeTypeOf(p.path) });
+      infos.push({
+        path: p.path,
+        status: "error",
+        size_bytes: 0,
+        mime_type: mimeTypeOf(p.path),
+        message: lost,
+      });
   }
 
   const exit = agent.exit;

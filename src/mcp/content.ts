@@ -74,7 +74,7 @@ export function summaryText(outcome: ExecOutcome, tag?: string): string {
     const bigImage = isInlineImage(f.mime_type) && f.size_bytes > LIMITS.inlineImageBytes.max;
     lines.push(
       f.status !== "ok"
-        ? `file ${path}: not returned (${describeStatus(f.status)})`
+        ? `file ${path}: not returned (${f.message ? oneLine(f.message) : describeStatus(f.status)})`
         : bigImage
           ? `file ${path}: ${f.size_bytes} bytes, ${f.mime_type}, over ${LIMITS.inlineImageBytes.max} bytes so returned as a resource, not inline (save a smaller image to see it)`
           : `file ${path}: ${f.size_bytes} bytes, ${f.mime_type}`,

@@ -231,6 +231,8 @@ export const returnedFileShape = z.object({
   status: z.enum(["ok", "missing", "not_regular", "too_large", "total_limit", "error"]),
   size_bytes: z.number().int(),
   mime_type: z.string(),
+  /** Why, for status "error": a file the code wrote is never lost without a reason. */
+  message: z.string().optional(),
 });
 
 export const execOutputShape = {

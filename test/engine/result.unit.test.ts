@@ -213,6 +213,37 @@ describe("toExecOutcome: output, files and accounting", () => {
     );
     assert.equal(result.exit_reason, "ok", "the code finished: its verdict stands");
     assert.match(result.message ?? "", /broke off after the code finished/);
+    // A file with status error always says why; the others carry no message.
+    assert.match(result.files[2]?.message ?? "", /never sent: .*connection closed/);
+    assert.equal(result.files[0]?.message, undefined);
+    assert.equal(result.files[1]?.message, undefined);
+  });
+
+  it("every file with status error carries its reason: read error, deadline, cancel", () => {
+    const read = toExecOutcome(
+      req({ return_files: ["a.bin"] }),
+      outcome({
+        exit: exited("exited"),
+        files: [{ path: "/home/user/a.bin", status: "error", size: 0, content: new Uint8Array() }],
+      }),
+      1,
+      false,
+    );
+    assert.match(read.result.files[0]?.message ?? "", /could not read it/);
+    for (const [kind, said] of [
+      ["host_deadline", /deadline/],
+      ["aborted", /cancelled/],
+      ["protocol", /malformed/],
+    ] as const) {
+      const r = toExecOutcome(
+        req({ return_files: ["b.bin"] }),
+        outcome({ exit: exited("exited"), files: [], failure: { kind, detail: "x" } }),
+        1,
+        false,
+      );
+      assert.equal(r.result.files[0]?.status, "error");
+      assert.match(r.result.files[0]?.message ?? "", said, kind);
+    }
   });
 
   it("blocked packets are reported only when the backend counted them", () => {
