@@ -252,7 +252,11 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
         status = warming ? "warming" : "ready";
       } else status = replica!.readiness().status;
       const ready = status === "ready";
-      sendJson(res, ready ? 200 : 503, { status, isolation: engine.backend.isolation });
+      sendJson(res, ready ? 200 : 503, {
+        status,
+        isolation: engine.backend.isolation,
+        ...(local ? { pools: local.engine.backend.pools() } : {}),
+      });
       return path;
     }
     if (path === "/metrics" && method === "GET") {

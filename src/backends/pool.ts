@@ -49,6 +49,22 @@ export interface PoolConfig<K extends string = RuntimeName> {
   groupOf?: (key: K) => string;
 }
 
+/**
+ * One key's state: "full" (its size ready), "building" (short, a start in flight), "empty"
+ * (short, nothing in flight: queued behind other keys or backing off after a failed start), "off"
+ * (kept at size 0: a pool of 0, or a runtime pooled once called that nobody has called).
+ */
+export type PoolState = "full" | "building" | "empty" | "off";
+
+export interface PoolKeyStatus<K extends string = string> {
+  key: K;
+  state: PoolState;
+  ready: number;
+  size: number;
+  /** When the key entered this state (ms since the epoch). */
+  sinceMs: number;
+}
+
 export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
   private readonly ready = new Map<K, V[]>();
   private booting = 0;
@@ -70,13 +86,47 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
   /** Keys a take found empty, until a sandbox of theirs is ready: refilled before all others. */
   private readonly wanted = new Set<K>();
 
+  /** Each key's last state and since when (status()). */
+  private readonly states = new Map<K, { state: PoolState; sinceMs: number }>();
+  private startedAt = Date.now();
+  /** ms from start() until every key first had its size ready; null until then. */
+  fullAfterMs: number | null = null;
+
   constructor(
     private readonly boot: (runtime: K, memoryMb: number) => Promise<V>,
     readonly config: PoolConfig<K>,
   ) {}
 
   start(): void {
+    this.startedAt = Date.now();
     this.refill();
+    this.noteStates();
+  }
+
+  /** Every key's state now, and since when, in configured order. */
+  status(): PoolKeyStatus<K>[] {
+    this.noteStates();
+    return this.sizes().map(([key, size]) => {
+      const s = this.states.get(key)!;
+      return { key, state: s.state, ready: this.readyCount(key), size, sinceMs: s.sinceMs };
+    });
+  }
+
+  private stateOf(key: K, size: number): PoolState {
+    if (size === 0) return "off";
+    if (this.readyCount(key) >= size) return "full";
+    return (this.inflight.get(key) ?? 0) > 0 ? "building" : "empty";
+  }
+
+  /** Records state changes (with their time) and the first moment every key was full. */
+  private noteStates(): void {
+    const now = Date.now();
+    for (const [key, size] of this.sizes()) {
+      const state = this.stateOf(key, size);
+      if (this.states.get(key)?.state !== state) this.states.set(key, { state, sinceMs: now });
+    }
+    if (this.fullAfterMs === null && !this.closed && this.full())
+      this.fullAfterMs = now - this.startedAt;
   }
 
   /**
@@ -256,6 +306,7 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
   }
 
   private notify(): void {
+    this.noteStates();
     for (const w of this.waiters.splice(0)) w();
   }
 
@@ -268,6 +319,7 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
       this.inflight.set(runtime, (this.inflight.get(runtime) ?? 0) + 1);
       void this.bootOne(runtime);
     }
+    this.noteStates();
   }
 
   private readonly inflight = new Map<K, number>();

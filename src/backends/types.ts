@@ -1,3 +1,4 @@
+import type { PoolState } from "./pool.js";
 import type { DomainAllowlist } from "../net/allowlist.js";
 import type { Egress } from "./egress.js";
 import type { Refusal } from "../net/proxy/reasons.js";
@@ -78,6 +79,24 @@ export interface Backend {
   onSandboxReady(listener: () => void): () => void;
   /** Warm sandboxes that could serve a call of this runtime now, and how many the pool keeps. */
   warm(runtime: RuntimeName): { ready: number; target: number };
+  /**
+   * Each pool's state (/readyz): its kind, full / building / empty / off and since when, and
+   * `fullAfterMs`, how long after start every pool was first full (null: not yet).
+   */
+  pools(): { kinds: PoolStatus[]; fullAfterMs: number | null };
+  /** Resolves with `fullAfterMs` once every pool is first full, or null if closed first. */
+  whenPoolsFull(): Promise<number | null>;
   /** Stops background work (pools) and destroys every sandbox this backend still owns. */
   close(): Promise<void>;
+}
+
+/** One warm pool (a runtime, its flavour and, namespace backend, its network mode). */
+export interface PoolStatus {
+  kind: string;
+  runtime: RuntimeName;
+  state: PoolState;
+  ready: number;
+  size: number;
+  /** When it entered this state (ISO 8601). */
+  since: string;
 }

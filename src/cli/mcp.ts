@@ -4,6 +4,7 @@ import { LIMITS } from "../schema/limits.js";
 import { createMcpServer, type ExecEngine } from "../mcp/server.js";
 import { RemoteEngine, remoteOptionsFromEnv } from "../remote/client.js";
 import { ScratchRunError } from "../errors.js";
+import { logWhenPoolsFull } from "./pools-full.js";
 import { withServerLimits } from "../policy/server-policy.js";
 
 /** --max-timeout-ms and --max-memory-mb: the server-wide maxima of local mode. */
@@ -34,6 +35,11 @@ async function startLocal(
     egressAllow,
   );
   const engine = await createEngineFromEnv(env, {}, "existing");
+  logWhenPoolsFull(engine.backend, (ms) =>
+    process.stderr.write(
+      `scratchrun-mcp: every warm pool full, ${(ms / 1000).toFixed(1)} s after start\n`,
+    ),
+  );
   return { engine, networkLine: engine.options.networkReason ?? engine.networkNote };
 }
 

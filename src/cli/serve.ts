@@ -1,3 +1,4 @@
+import { logWhenPoolsFull } from "./pools-full.js";
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { startApiReplica } from "../cluster/api-role.js";
@@ -227,6 +228,7 @@ export async function runServe(
   process.stderr.write(
     `scratchrun: serving on ${api.url} (isolation ${engine.backend.isolation})\n`,
   );
+  logWhenPoolsFull(engine.backend, (ms) => logger.info({ after_ms: ms }, "every warm pool full"));
   return untilSignal(
     logger,
     async () => {

@@ -191,7 +191,11 @@ export async function startWorkerServer(options: WorkerServerOptions): Promise<W
         RUNTIMES.some((r) => engine.backend.warm(r).target > 0) &&
         RUNTIMES.every((r) => engine.backend.warm(r).ready === 0);
       const state = draining ? "draining" : warming ? "warming" : "ready";
-      sendJson(res, state === "ready" ? 200 : 503, { status: state, worker_id: workerId });
+      sendJson(res, state === "ready" ? 200 : 503, {
+        status: state,
+        worker_id: workerId,
+        pools: engine.backend.pools(),
+      });
       return path;
     }
     if (path === "/metrics" && method === "GET") {

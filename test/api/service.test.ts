@@ -65,9 +65,34 @@ describe("HTTP service on one engine", () => {
       RUNTIMES.every((r) => h.engine.backend.warm(r).ready === h.engine.backend.warm(r).target);
     await waitFor("every runtime's warm jails", full, 60_000);
     const res = await fetch(`${h.api.url}/readyz`);
-    assert.deepEqual(
-      [res.status, await res.json()],
-      [200, { status: "ready", isolation: "namespace" }],
+    const body = (await res.json()) as {
+      status: string;
+      isolation: string;
+      pools: {
+        kinds: {
+          kind: string;
+          runtime: string;
+          state: string;
+          ready: number;
+          size: number;
+          since: string;
+        }[];
+        fullAfterMs: number | null;
+      };
+    };
+    assert.deepEqual([res.status, body.status, body.isolation], [200, "ready", "namespace"]);
+    // Each pool says its state and since when: full ones have their size ready, a once-called
+    // runtime nobody called is off; every pool was full at some point after start.
+    assert.ok(body.pools.kinds.length >= RUNTIMES.length, JSON.stringify(body.pools));
+    for (const k of body.pools.kinds) {
+      const want = ONCE_CALLED.includes(k.runtime as (typeof RUNTIMES)[number]) ? "off" : "full";
+      assert.equal(k.state, want, JSON.stringify(k));
+      if (want === "full") assert.ok(k.ready >= k.size && k.size >= 1, JSON.stringify(k));
+      assert.ok(Date.parse(k.since) <= Date.now(), k.since);
+    }
+    assert.ok(
+      typeof body.pools.fullAfterMs === "number" && body.pools.fullAfterMs > 0,
+      `fullAfterMs ${body.pools.fullAfterMs}`,
     );
     const metrics = await h.api.metrics.render();
     for (const r of RUNTIMES) {

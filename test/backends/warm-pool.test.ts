@@ -356,4 +356,38 @@ describe("WarmPool", () => {
     assert.equal(made.filter((p) => p.promoted > 0).length, 1);
     await pool.close();
   });
+
+  test("status: each key's state and since when; fullAfterMs once every key was full", async () => {
+    const { pool, starts, next, tick } = tiered();
+    assert.equal(pool.fullAfterMs, null);
+    pool.start();
+    await tick();
+    const states = () => Object.fromEntries(pool.status().map((k) => [k.key, k.state]));
+    assert.deepEqual(states(), {
+      "a/plain": "building",
+      "a/preimport": "empty",
+      "b/plain": "empty",
+      "b/preimport": "empty",
+    });
+    const since = pool.status()[0]!.sinceMs;
+    await next();
+    assert.equal(states()["a/plain"], "full");
+    assert.ok(pool.status()[0]!.sinceMs >= since);
+    assert.equal(states()["b/plain"], "building");
+    assert.equal(pool.fullAfterMs, null, "not every key is full yet");
+    await next();
+    await next();
+    await next();
+    assert.equal(starts.length, 0);
+    assert.ok(
+      Object.values(states()).every((s) => s === "full"),
+      JSON.stringify(states()),
+    );
+    assert.ok(pool.fullAfterMs !== null && pool.fullAfterMs >= 0);
+    // A take leaves its key short and refilling.
+    assert.ok(pool.take("a/plain", 256));
+    assert.equal(states()["a/plain"], "building");
+    await next();
+    await pool.close();
+  });
 });

@@ -177,6 +177,12 @@ class HeldBackend implements Backend {
   warm() {
     return { ready: 0, target: 0 };
   }
+  pools() {
+    return { kinds: [], fullAfterMs: null };
+  }
+  async whenPoolsFull() {
+    return null;
+  }
   async close(): Promise<void> {}
 }
 

@@ -15,7 +15,14 @@ import { SANDBOX_UID_BASE, SANDBOX_UID_COUNT, UidPool } from "../../jail/uids.js
 import { runCall, Teardowns } from "../call.js";
 import type { RuntimeName } from "../../schema/exec.js";
 import { LIMITS } from "../../schema/limits.js";
-import type { Backend, BackendOutcome, Isolation, RunOptions, SandboxJob } from "../types.js";
+import type {
+  Backend,
+  BackendOutcome,
+  Isolation,
+  PoolStatus,
+  RunOptions,
+  SandboxJob,
+} from "../types.js";
 import { detectAccel, hostTscKhz, isolationOf, QEMU_BINARY, type Accel } from "./accel.js";
 import {
   buildVmArtifacts,
@@ -439,6 +446,23 @@ export class MicrovmBackend implements Backend {
 
   onSandboxReady(listener: () => void): () => void {
     return this.pool.onReady(listener);
+  }
+
+  async whenPoolsFull(): Promise<number | null> {
+    await this.pool.whenFull();
+    return this.pool.fullAfterMs;
+  }
+
+  pools(): { kinds: PoolStatus[]; fullAfterMs: number | null } {
+    const kinds = this.pool.status().map((k) => ({
+      kind: k.key,
+      runtime: parseVmKind(k.key)[0],
+      state: k.state,
+      ready: k.ready,
+      size: k.size,
+      since: new Date(k.sinceMs).toISOString(),
+    }));
+    return { kinds, fullAfterMs: this.pool.fullAfterMs };
   }
 
   /** Pooled clones that would serve this runtime, of both flavours. */

@@ -24,6 +24,7 @@ import type {
   BackendOutcome,
   NetworkEgress,
   NetworkMode,
+  PoolStatus,
   RunOptions,
   SandboxJob,
 } from "../types.js";
@@ -150,6 +151,23 @@ export class NamespaceBackend implements Backend {
 
   onSandboxReady(listener: () => void): () => void {
     return this.pool.onReady(listener);
+  }
+
+  async whenPoolsFull(): Promise<number | null> {
+    await this.pool.whenFull();
+    return this.pool.fullAfterMs;
+  }
+
+  pools(): { kinds: PoolStatus[]; fullAfterMs: number | null } {
+    const kinds = this.pool.status().map((k) => ({
+      kind: k.key,
+      runtime: parseKind(k.key)[1],
+      state: k.state,
+      ready: k.ready,
+      size: k.size,
+      since: new Date(k.sinceMs).toISOString(),
+    }));
+    return { kinds, fullAfterMs: this.pool.fullAfterMs };
   }
 
   /** Pooled jails that would serve this runtime, of every network mode and flavour. */
