@@ -83,7 +83,7 @@ export interface Backend {
    * Each pool's state (/readyz): its kind, full / building / empty / off and since when, and
    * `fullAfterMs`, how long after start every pool was first full (null: not yet).
    */
-  pools(): { kinds: PoolStatus[]; fullAfterMs: number | null };
+  pools(): PoolsReport;
   /** Resolves with `fullAfterMs` once every pool is first full, or null if closed first. */
   whenPoolsFull(): Promise<number | null>;
   /** Stops background work (pools) and destroys every sandbox this backend still owns. */
@@ -99,4 +99,10 @@ export interface PoolStatus {
   size: number;
   /** When it entered this state (ISO 8601). */
   since: string;
+}
+
+/** Every pool's state and how long after start they were all first full (null: not yet). */
+export interface PoolsReport {
+  kinds: PoolStatus[];
+  fullAfterMs: number | null;
 }

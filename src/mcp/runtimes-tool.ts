@@ -1,3 +1,4 @@
+import type { PoolsReport } from "../backends/types.js";
 import type { EngineOptions } from "../engine/engine.js";
 import { EXTRAS } from "../runtimes/table.js";
 
@@ -12,6 +13,18 @@ export const runtimesToolDefinition = {
   annotations: { readOnlyHint: true, openWorldHint: false, idempotentHint: true },
 };
 
+/** One line: each warm pool's state and since when, and when they were all first full. */
+function poolsLine(pools: PoolsReport): string {
+  const kinds = pools.kinds
+    .filter((k) => k.state !== "off")
+    .map((k) => `${k.kind} ${k.state} (${k.ready}/${k.size}) since ${k.since}`);
+  const full =
+    pools.fullAfterMs === null
+      ? "not all full yet"
+      : `all first full ${(pools.fullAfterMs / 1000).toFixed(1)} s after start`;
+  return `warm pools: ${kinds.length > 0 ? kinds.join(", ") : "none kept"}; ${full}`;
+}
+
 function versions(pkgs: Record<string, string> | undefined): string {
   return Object.entries(pkgs ?? {})
     .map(([p, v]) => `${p} ${v}`)
@@ -19,8 +32,12 @@ function versions(pkgs: Record<string, string> | undefined): string {
 }
 
 /** The image manifest as text a model can read, plus the same data structured. */
-export function callRuntimesTool(engine: { readonly options: Pick<EngineOptions, "runtimes"> }) {
+export function callRuntimesTool(engine: {
+  readonly options: Pick<EngineOptions, "runtimes">;
+  readonly backend?: { pools?(): PoolsReport };
+}) {
   const info = engine.options.runtimes;
+  const pools = engine.backend?.pools?.();
   if (!info)
     return { content: [{ type: "text" as const, text: "No runtime information on this server." }] };
   const lines: string[] = [];
@@ -42,12 +59,14 @@ export function callRuntimesTool(engine: { readonly options: Pick<EngineOptions,
       );
   }
   for (const note of info.notes) lines.push(`note: ${note}`);
+  if (pools) lines.push(poolsLine(pools));
   return {
     content: [{ type: "text" as const, text: lines.join("\n") }],
     structuredContent: {
       runtimes: info.runtimes,
       notes: info.notes,
       ...(extras ? { extras } : {}),
+      ...(pools ? { pools } : {}),
     },
   };
 }

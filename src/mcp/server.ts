@@ -11,6 +11,7 @@ import type { Engine, EngineOptions } from "../engine/engine.js";
 import { policyKey } from "../schema/policy.js";
 import { VERSION } from "../version.js";
 import { callExecTool, EXEC_TOOL_NAME, execToolDefinition } from "./exec-tool.js";
+import type { PoolsReport } from "../backends/types.js";
 import { callRuntimesTool, RUNTIMES_TOOL_NAME, runtimesToolDefinition } from "./runtimes-tool.js";
 
 /**
@@ -18,7 +19,7 @@ import { callRuntimesTool, RUNTIMES_TOOL_NAME, runtimesToolDefinition } from "./
  * it, or the remote client that forwards to a ScratchRun server.
  */
 export type ExecEngine = Pick<Engine, "execute" | "networkNote" | "policy"> & {
-  readonly backend: { readonly isolation: string };
+  readonly backend: { readonly isolation: string; pools?(): PoolsReport };
   readonly options: Pick<EngineOptions, "runtimes">;
 };
 

@@ -132,6 +132,8 @@ for (const backend of TEST_BACKENDS) {
       assert.match(text, /^python3\.12: 3\.12\.\d+/m);
       assert.match(text, /^python3\.11: 3\.11\.\d+; packages: .*numpy \d/m);
       assert.match(text, /^node20: v20\./m);
+      // The server's warm pools, as /readyz has them (a real backend's, not a fixture's).
+      assert.match(text, /^warm pools: .*bash\/plain (full|building|empty) \(\d+\/\d+\) since /m);
       const { tools } = await h.client.listTools();
       const exec = tools.find((t) => t.name === "scratchrun_exec");
       assert.equal(exec?.annotations?.openWorldHint, true);

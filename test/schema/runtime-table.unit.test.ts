@@ -221,6 +221,55 @@ describe("what the table's readers say (pinned: these reach models and operators
     );
   });
 
+  it("scratchrun_runtimes says each kept warm pool's state and when they were all first full", () => {
+    const pools = {
+      kinds: [
+        {
+          kind: "bash/plain",
+          runtime: "bash" as const,
+          state: "full" as const,
+          ready: 1,
+          size: 1,
+          since: "2026-12-04T04:00:01.000Z",
+        },
+        {
+          kind: "python3.12/preimport",
+          runtime: "python3.12" as const,
+          state: "building" as const,
+          ready: 0,
+          size: 1,
+          since: "2026-12-04T04:00:02.000Z",
+        },
+        {
+          kind: "node24/plain",
+          runtime: "node24" as const,
+          state: "off" as const,
+          ready: 0,
+          size: 0,
+          since: "2026-12-04T04:00:00.000Z",
+        },
+      ],
+      fullAfterMs: null,
+    };
+    const r = callRuntimesTool({
+      options: { runtimes: { runtimes: MANIFEST.runtimes, notes: [] } },
+      backend: { pools: () => pools },
+    });
+    assert.equal(
+      r.content[0]!.text.split("\n").at(-1),
+      "warm pools: bash/plain full (1/1) since 2026-12-04T04:00:01.000Z, python3.12/preimport building (0/1) since 2026-12-04T04:00:02.000Z; not all full yet",
+    );
+    assert.deepEqual((r.structuredContent as { pools?: unknown }).pools, pools);
+    const full = callRuntimesTool({
+      options: { runtimes: { runtimes: MANIFEST.runtimes, notes: [] } },
+      backend: { pools: () => ({ kinds: [], fullAfterMs: 41_234 }) },
+    });
+    assert.match(
+      full.content[0]!.text,
+      /warm pools: none kept; all first full 41\.2 s after start$/,
+    );
+  });
+
   it("the doctor marks added packages, and lists python3.11's Debian packages apart", () => {
     assert.equal(
       runtimeContents(MANIFEST, "bash"),

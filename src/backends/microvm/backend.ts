@@ -19,7 +19,7 @@ import type {
   Backend,
   BackendOutcome,
   Isolation,
-  PoolStatus,
+  PoolsReport,
   RunOptions,
   SandboxJob,
 } from "../types.js";
@@ -453,7 +453,7 @@ export class MicrovmBackend implements Backend {
     return this.pool.fullAfterMs;
   }
 
-  pools(): { kinds: PoolStatus[]; fullAfterMs: number | null } {
+  pools(): PoolsReport {
     const kinds = this.pool.status().map((k) => ({
       kind: k.key,
       runtime: parseVmKind(k.key)[0],

@@ -24,7 +24,7 @@ import type {
   BackendOutcome,
   NetworkEgress,
   NetworkMode,
-  PoolStatus,
+  PoolsReport,
   RunOptions,
   SandboxJob,
 } from "../types.js";
@@ -158,7 +158,7 @@ export class NamespaceBackend implements Backend {
     return this.pool.fullAfterMs;
   }
 
-  pools(): { kinds: PoolStatus[]; fullAfterMs: number | null } {
+  pools(): PoolsReport {
     const kinds = this.pool.status().map((k) => ({
       kind: k.key,
       runtime: parseKind(k.key)[1],
