@@ -39,11 +39,19 @@ export interface AgentSessionOptions {
   alreadyReady?: boolean;
   /** After `K` for an abort, how long to wait for `X`..`D`. Default 2000 ms. */
   killGraceMs?: number;
+  /**
+   * From `X` on, the returned files get at least this long to arrive (default
+   * DEFAULT_COLLECT_MS), whatever is left of hardDeadlineMs: the code's deadline bounds the
+   * code, and on a loaded TCG host a few MiB of files can take seconds to cross the channel.
+   */
+  collectMs?: number;
 }
 
 export type ReadyResult = { ok: true; version: number } | { ok: false; failure: SessionFailure };
 
 const DEFAULT_KILL_GRACE_MS = 2000;
+/** The files' own bound after `X`: 6 MiB at most, at ~0.3 MiB/s on a host loaded with warm-ups. */
+export const DEFAULT_COLLECT_MS = 20_000;
 
 /** Streams get one permanent no-op error listener: a late EPIPE must not crash the server. */
 const guarded = new WeakSet<object>();
@@ -147,6 +155,7 @@ export function runAgentSession(
     let killSent = false;
     let graceTimer: NodeJS.Timeout | undefined;
     let settled = false;
+    let collectFrom = () => {};
 
     const emit = (e: AgentEvent) => {
       try {
@@ -263,6 +272,7 @@ export function runAgentSession(
         return "output_limit without a truncated stream";
       exit = e;
       phase = "files";
+      collectFrom();
       emit({ type: "exited" });
       emit({ type: "collecting" });
       return null;
@@ -302,10 +312,22 @@ export function runAgentSession(
         options.killGraceMs ?? DEFAULT_KILL_GRACE_MS,
       );
     };
-    const deadline = setTimeout(() => {
+    const sessionStart = Date.now();
+    const expire = (detail: string) => () => {
       sendKill();
-      finish({ kind: "host_deadline", detail: `no D within ${options.hardDeadlineMs} ms` });
-    }, options.hardDeadlineMs);
+      finish({ kind: "host_deadline", detail });
+    };
+    let deadline = setTimeout(
+      expire(`no D within ${options.hardDeadlineMs} ms`),
+      options.hardDeadlineMs,
+    );
+    /** At X: the files get collectMs from now unless the session's own deadline is later. */
+    collectFrom = () => {
+      const collect = options.collectMs ?? DEFAULT_COLLECT_MS;
+      if (sessionStart + options.hardDeadlineMs - Date.now() >= collect) return;
+      clearTimeout(deadline);
+      deadline = setTimeout(expire(`no D within ${collect} ms of X`), collect);
+    };
 
     guardErrors(input);
     guardErrors(output);

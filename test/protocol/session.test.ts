@@ -282,6 +282,29 @@ describe("runAgentSession: deadlines and cancellation", () => {
     assert.ok(p.written().subarray(-5).equals(encodeKill()));
   });
 
+  it("after X the files get their own bound, not what is left of the code's deadline", async () => {
+    const p = peer();
+    p.send(R, S, exited({ value: 0 }));
+    // The files arrive 150 ms after X, well past the 50 ms session deadline.
+    setTimeout(() => p.send(...FILES, D), 150);
+    const o = await runAgentSession(p.io, request, opts({ hardDeadlineMs: 50, collectMs: 2000 }));
+    assert.equal(o.failure, null);
+    assert.deepEqual(
+      o.files.map((f) => f.status),
+      ["ok", "missing"],
+    );
+  });
+
+  it("a sandbox that stalls after X still ends: host_deadline once the files' bound passes", async () => {
+    const p = peer();
+    p.send(R, S, exited({ value: 0 }), FILES[0]!);
+    const o = await runAgentSession(p.io, request, opts({ hardDeadlineMs: 50, collectMs: 100 }));
+    assert.equal(o.failure?.kind, "host_deadline");
+    assert.match(o.failure?.detail ?? "", /within 100 ms of X/);
+    assert.equal(o.files.length, 1, "what arrived is kept");
+    assert.ok(p.written().subarray(-5).equals(encodeKill()));
+  });
+
   it("fails with host_deadline before READY without writing anything", async () => {
     const p = peer();
     const o = await runAgentSession(p.io, request, opts({ hardDeadlineMs: 50 }));
