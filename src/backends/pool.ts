@@ -56,13 +56,22 @@ export interface PoolConfig<K extends string = RuntimeName> {
  */
 export type PoolState = "full" | "building" | "empty" | "off";
 
-export interface PoolKeyStatus<K extends string = string> {
-  key: K;
+/** One warm pool (a key: a runtime, its flavour and, namespace backend, its network mode). */
+export interface PoolStatus {
+  kind: string;
+  /** The key's group (its runtime). */
+  runtime: string;
   state: PoolState;
   ready: number;
   size: number;
-  /** When the key entered this state (ms since the epoch). */
-  sinceMs: number;
+  /** When it entered this state (ISO 8601). */
+  since: string;
+}
+
+/** Every pool's state and how long after start they were all first full (null: not yet). */
+export interface PoolsReport {
+  kinds: PoolStatus[];
+  fullAfterMs: number | null;
 }
 
 export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
@@ -103,13 +112,27 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
     this.noteStates();
   }
 
-  /** Every key's state now, and since when, in configured order. */
-  status(): PoolKeyStatus<K>[] {
+  /** Every key's state now and since when, in configured order, and fullAfterMs. */
+  report(): PoolsReport {
     this.noteStates();
-    return this.sizes().map(([key, size]) => {
+    const kinds = this.sizes().map(([key, size]) => {
       const s = this.states.get(key)!;
-      return { key, state: s.state, ready: this.readyCount(key), size, sinceMs: s.sinceMs };
+      return {
+        kind: key,
+        runtime: this.groupOf(key),
+        state: s.state,
+        ready: this.readyCount(key),
+        size,
+        since: new Date(s.sinceMs).toISOString(),
+      };
     });
+    return { kinds, fullAfterMs: this.fullAfterMs };
+  }
+
+  /** Resolves with fullAfterMs once every key is first full, or null if closed first. */
+  async whenFirstFull(): Promise<number | null> {
+    await this.whenFull();
+    return this.fullAfterMs;
   }
 
   private stateOf(key: K, size: number): PoolState {

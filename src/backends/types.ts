@@ -1,4 +1,4 @@
-import type { PoolState } from "./pool.js";
+import type { PoolsReport } from "./pool.js";
 import type { DomainAllowlist } from "../net/allowlist.js";
 import type { Egress } from "./egress.js";
 import type { Refusal } from "../net/proxy/reasons.js";
@@ -90,19 +90,4 @@ export interface Backend {
   close(): Promise<void>;
 }
 
-/** One warm pool (a runtime, its flavour and, namespace backend, its network mode). */
-export interface PoolStatus {
-  kind: string;
-  runtime: RuntimeName;
-  state: PoolState;
-  ready: number;
-  size: number;
-  /** When it entered this state (ISO 8601). */
-  since: string;
-}
-
-/** Every pool's state and how long after start they were all first full (null: not yet). */
-export interface PoolsReport {
-  kinds: PoolStatus[];
-  fullAfterMs: number | null;
-}
+export type { PoolsReport, PoolStatus } from "./pool.js";

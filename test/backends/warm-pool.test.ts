@@ -362,17 +362,18 @@ describe("WarmPool", () => {
     assert.equal(pool.fullAfterMs, null);
     pool.start();
     await tick();
-    const states = () => Object.fromEntries(pool.status().map((k) => [k.key, k.state]));
+    const states = () => Object.fromEntries(pool.report().kinds.map((k) => [k.kind, k.state]));
     assert.deepEqual(states(), {
       "a/plain": "building",
       "a/preimport": "empty",
       "b/plain": "empty",
       "b/preimport": "empty",
     });
-    const since = pool.status()[0]!.sinceMs;
+    const since = Date.parse(pool.report().kinds[0]!.since);
     await next();
     assert.equal(states()["a/plain"], "full");
-    assert.ok(pool.status()[0]!.sinceMs >= since);
+    assert.ok(Date.parse(pool.report().kinds[0]!.since) >= since);
+    assert.equal(pool.report().kinds[0]!.runtime, "a", "the key's group");
     assert.equal(states()["b/plain"], "building");
     assert.equal(pool.fullAfterMs, null, "not every key is full yet");
     await next();

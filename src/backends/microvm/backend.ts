@@ -448,21 +448,12 @@ export class MicrovmBackend implements Backend {
     return this.pool.onReady(listener);
   }
 
-  async whenPoolsFull(): Promise<number | null> {
-    await this.pool.whenFull();
-    return this.pool.fullAfterMs;
+  whenPoolsFull(): Promise<number | null> {
+    return this.pool.whenFirstFull();
   }
 
   pools(): PoolsReport {
-    const kinds = this.pool.status().map((k) => ({
-      kind: k.key,
-      runtime: parseVmKind(k.key)[0],
-      state: k.state,
-      ready: k.ready,
-      size: k.size,
-      since: new Date(k.sinceMs).toISOString(),
-    }));
-    return { kinds, fullAfterMs: this.pool.fullAfterMs };
+    return this.pool.report();
   }
 
   /** Pooled clones that would serve this runtime, of both flavours. */

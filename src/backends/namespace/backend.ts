@@ -153,21 +153,12 @@ export class NamespaceBackend implements Backend {
     return this.pool.onReady(listener);
   }
 
-  async whenPoolsFull(): Promise<number | null> {
-    await this.pool.whenFull();
-    return this.pool.fullAfterMs;
+  whenPoolsFull(): Promise<number | null> {
+    return this.pool.whenFirstFull();
   }
 
   pools(): PoolsReport {
-    const kinds = this.pool.status().map((k) => ({
-      kind: k.key,
-      runtime: parseKind(k.key)[1],
-      state: k.state,
-      ready: k.ready,
-      size: k.size,
-      since: new Date(k.sinceMs).toISOString(),
-    }));
-    return { kinds, fullAfterMs: this.pool.fullAfterMs };
+    return this.pool.report();
   }
 
   /** Pooled jails that would serve this runtime, of every network mode and flavour. */
