@@ -1,7 +1,18 @@
 import { randomUUID } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
-import { isInitializeRequest, type JSONRPCMessage } from "@modelcontextprotocol/sdk/types.js";
+import {
+  NodeStreamableHTTPServerTransport as StreamableHTTPServerTransport,
+  toNodeHandler,
+  toWebRequest,
+  type NodeMcpRequestHandler,
+} from "@modelcontextprotocol/node";
+import {
+  createMcpHandler,
+  isInitializeRequest,
+  isLegacyRequest,
+  type AuthInfo,
+  type JSONRPCMessage,
+} from "@modelcontextprotocol/server";
 import { createMcpServer } from "../mcp/server.js";
 import type { Caller, ExecService } from "./service.js";
 
@@ -16,23 +27,49 @@ export interface McpSessionLimits {
   maxPerKey: number;
   maxTotal: number;
   idleMs: number;
+  /** The largest request body /mcp takes (the service's body cap). */
+  maxBodyBytes: number;
 }
 
+/** The caller a 2026 request's server is built for, carried where the SDK passes auth through. */
+const CALLER = Symbol("scratchrun caller");
+type CallerAuth = AuthInfo & { [CALLER]: Caller };
+
 /**
- * MCP over Streamable HTTP at /mcp: one MCP server per session, bound to the API key that opened
- * it (another key gets 404 for it). Sessions let `notifications/cancelled` reach the call it
- * cancels; a client whose response stream drops mid-call has that call cancelled as well.
+ * MCP over Streamable HTTP at /mcp, in both protocol eras.
+ *
+ * 2026-07-28 requests carry their protocol version and client capabilities in `_meta`: each is
+ * served by a server built for that request's caller and dropped after it, so any replica answers
+ * any request and nothing is kept between them. Closing a request's response stream cancels its
+ * call (the revision's cancellation).
+ *
+ * 2025-11-25 clients open a session with `initialize`: one MCP server per session, bound to the
+ * API key that opened it (another key gets 404 for it). Sessions let `notifications/cancelled`
+ * reach the call it cancels; a client whose response stream drops mid-call has that call
+ * cancelled as well. A session lives in one replica's memory, so legacy clients need affinity.
  */
 export class McpSessions {
   private readonly sessions = new Map<string, Session>();
   private pending = 0;
   private readonly sweeper: NodeJS.Timeout;
+  private readonly modern: ReturnType<typeof createMcpHandler>;
+  private readonly serveModern: NodeMcpRequestHandler;
 
   constructor(
     private readonly service: ExecService,
     private readonly limits: McpSessionLimits,
   ) {
     this.sweeper = setInterval(() => this.sweep(), Math.min(60_000, limits.idleMs)).unref();
+    this.modern = createMcpHandler(
+      (ctx) => {
+        const caller = (ctx.authInfo as CallerAuth | undefined)?.[CALLER];
+        // Unreachable: every request reaches here through handle(), which sets it.
+        if (!caller) throw new Error("a 2026 request reached the MCP handler without its caller");
+        return createMcpServer(service.forCaller(() => caller));
+      },
+      { legacy: "reject", maxRequestBodySize: limits.maxBodyBytes },
+    );
+    this.serveModern = toNodeHandler(this.modern, { maxRequestBodySize: limits.maxBodyBytes });
   }
 
   get size(): number {
@@ -51,6 +88,10 @@ export class McpSessions {
   ): Promise<void> {
     const { keyId } = caller;
     const sid = req.headers["mcp-session-id"];
+    if (typeof sid !== "string" && !(await isLegacyRequest(await toWebRequest(req, body), body))) {
+      const auth: CallerAuth = { token: "", clientId: keyId, scopes: [], [CALLER]: caller };
+      return this.serveModern(Object.assign(req, { auth }), res, body);
+    }
     if (typeof sid === "string") {
       const s = this.sessions.get(sid);
       if (!s || s.caller.keyId !== keyId) return rpcError(res, 404, -32001, "Session not found");
@@ -106,6 +147,7 @@ export class McpSessions {
   /** Closes every session; calls still running in them are aborted (their sandboxes end). */
   async closeAll(): Promise<void> {
     clearInterval(this.sweeper);
+    await this.modern.close();
     const all = [...this.sessions.values()];
     this.sessions.clear();
     await Promise.all(all.map((s) => s.transport.close().catch(() => {})));

@@ -108,14 +108,15 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
     const admission = replica!.admission;
     service = new ExecService({ engine, runs, admission, metrics, log: logger, keyLimits });
   }
+  const bodyCap = options.bodyCapBytes ?? DEFAULT_BODY_CAP_BYTES;
   const sessions = new McpSessions(service, {
     maxPerKey: 32,
     maxTotal: 1024,
     idleMs: 15 * 60_000,
+    maxBodyBytes: bodyCap,
     ...options.sessions,
   });
   const failures = new FailureLimiter();
-  const bodyCap = options.bodyCapBytes ?? DEFAULT_BODY_CAP_BYTES;
   if (local) {
     const warm = (r: RuntimeName) => local.engine.backend.warm(r);
     metrics.addGauge({

@@ -1,4 +1,4 @@
-import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
+import { serveStdio, StdioServerTransport } from "@modelcontextprotocol/server/stdio";
 import { parseArgs } from "node:util";
 import { LIMITS } from "../schema/limits.js";
 import { createMcpServer, type ExecEngine } from "../mcp/server.js";
@@ -80,10 +80,6 @@ export async function runMcpStdio(argv: string[] = []): Promise<void> {
   const { engine, networkLine }: Started = remote
     ? await startRemote(remote)
     : await startLocal(values.isolation, values["image-config"], limits, values["egress-allow"]);
-  const server = createMcpServer(engine);
-  const transport = new StdioServerTransport(process.stdin, process.stdout, {
-    maxBufferSize: LIMITS.requestLineBytes.max,
-  });
   let closing = false;
   const shutdown = async () => {
     if (closing) return;
@@ -91,12 +87,28 @@ export async function runMcpStdio(argv: string[] = []): Promise<void> {
     await engine.close();
     process.exit(0);
   };
-  transport.onclose = () => void shutdown();
   process.on("SIGINT", () => void shutdown());
   process.on("SIGTERM", () => void shutdown());
   process.stdin.on("end", () => void shutdown());
-  await server.connect(transport);
+  // serveStdio decides the connection's era from its opening (2025 initialize or a 2026
+  // request with its _meta envelope) and pins one server from the factory to it.
+  serveStdio(() => createMcpServer(engine), {
+    transport: new ClosingStdioTransport(() => void shutdown()),
+    onerror: (e) => process.stderr.write(`scratchrun-mcp: ${e.message}\n`),
+  });
   process.stderr.write(
     `scratchrun-mcp: ready (${remote ? `remote ${new URL(remote.url).origin}, ` : ""}isolation ${engine.backend.isolation}; network: ${networkLine})\n`,
   );
+}
+
+/** The stdio transport, bounded to our request size, that ends the process when it closes. */
+class ClosingStdioTransport extends StdioServerTransport {
+  constructor(private readonly onClosed: () => void) {
+    super(process.stdin, process.stdout, { maxBufferSize: LIMITS.requestLineBytes.max });
+  }
+
+  override async close(): Promise<void> {
+    await super.close();
+    this.onClosed();
+  }
 }

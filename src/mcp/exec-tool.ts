@@ -1,3 +1,4 @@
+import type { Tool } from "@modelcontextprotocol/server";
 import { z } from "zod";
 import type { Engine, Progress } from "../engine/engine.js";
 import { isScratchRunError } from "../errors.js";
@@ -131,8 +132,9 @@ export function execToolDefinition(
       "(exit_code, isolation) and the file lines come after them.",
       `Isolation on this server: ${isolation}. Network: ${networkNote}.`,
     ].join(" "),
-    inputSchema: z.toJSONSchema(execInputSchemaFor(policy), { io: "input" }),
-    outputSchema: z.toJSONSchema(execOutputSchema),
+    // Both are object schemas (zod objects); the SDK's Tool type says so where zod's cannot.
+    inputSchema: z.toJSONSchema(execInputSchemaFor(policy), { io: "input" }) as Tool["inputSchema"],
+    outputSchema: z.toJSONSchema(execOutputSchema) as Tool["outputSchema"],
     annotations: {
       title: "Run code in a fresh sandbox",
       readOnlyHint: false,

@@ -1,12 +1,11 @@
-import { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import {
-  CallToolRequestSchema,
-  ListToolsRequestSchema,
-  McpError,
-  ErrorCode,
-  SetLevelRequestSchema,
-} from "@modelcontextprotocol/sdk/types.js";
-import { z } from "zod";
+  LOG_LEVEL_META_KEY,
+  ProtocolError,
+  ProtocolErrorCode,
+  Server,
+} from "@modelcontextprotocol/server";
+import type { JSONRPCRequest, Result, ServerContext } from "@modelcontextprotocol/server";
+import { AsyncLocalStorage } from "node:async_hooks";
 import type { Engine, EngineOptions } from "../engine/engine.js";
 import { policyKey } from "../schema/policy.js";
 import { VERSION } from "../version.js";
@@ -23,85 +22,135 @@ export type ExecEngine = Pick<Engine, "execute" | "networkNote" | "policy"> & {
   readonly options: Pick<EngineOptions, "runtimes">;
 };
 
+/** The server's identity as every client shows it (initialize result, or 2026 result `_meta`). */
+export const SERVER_INFO = {
+  name: "scratchrun",
+  title: "ScratchRun",
+  version: VERSION,
+  websiteUrl: "https://scratchrun.dev",
+} as const;
+
 /**
- * tools/call as the SDK declares it, except that `arguments` is kept exactly as the transport
- * parsed it. The SDK's own schema copies the arguments into a new record, and that copy drops an
- * own `__proto__` key, so a call carrying one would run instead of being refused; parseExecRequest
- * must see the untouched object (the SDK still validates the request with its schema first).
+ * tools/call `arguments` exactly as the transport parsed them. The SDK validates a request with
+ * its schema and hands the handler a copy, and that copy drops an own `__proto__` key, so a call
+ * carrying one would run instead of being refused: parseExecRequest must see the untouched
+ * object. The SDK's handler-wrapping hook sees the request before its copy; this carries the
+ * request's own arguments from there to the handler.
  */
-const RawArgumentsCallToolSchema = CallToolRequestSchema.extend({
-  params: CallToolRequestSchema.shape.params.extend({ arguments: z.unknown().optional() }),
-});
+class RawArgumentsServer extends Server {
+  static readonly rawArguments = new AsyncLocalStorage<{ arguments: unknown }>();
 
-/** An MCP server exposing `scratchrun_exec` on top of one engine; transport-agnostic. */
+  protected override _wrapHandler(
+    method: string,
+    handler: (request: JSONRPCRequest, ctx: ServerContext) => Promise<Result>,
+  ): (request: JSONRPCRequest, ctx: ServerContext) => Promise<Result> {
+    const wrapped = super._wrapHandler(method, handler);
+    if (method !== "tools/call") return wrapped;
+    return (request, ctx) =>
+      RawArgumentsServer.rawArguments.run(
+        { arguments: (request.params as { arguments?: unknown } | undefined)?.arguments },
+        () => wrapped(request, ctx),
+      );
+  }
+}
+
+type ExecToolDefinition = ReturnType<typeof execToolDefinition>;
+/** Per runtime image (its manifest object), per policy key. */
+const definitions = new WeakMap<object, Map<string, ExecToolDefinition>>();
+const NO_IMAGE = {};
+
+/**
+ * scratchrun_exec as this engine's caller sees it now (a session's key may be updated meanwhile),
+ * built once per distinct policy, isolation and network note: a 2026 request builds a server per
+ * request, and the schema should not be rebuilt with it.
+ */
+function toolDefinition(engine: ExecEngine): ExecToolDefinition {
+  const key = `${policyKey(engine.policy)}\n${engine.backend.isolation}\n${engine.networkNote}`;
+  const image = engine.options.runtimes ?? NO_IMAGE;
+  let forImage = definitions.get(image);
+  if (!forImage) definitions.set(image, (forImage = new Map()));
+  let definition = forImage.get(key);
+  if (!definition) {
+    definition = execToolDefinition(
+      engine.backend.isolation,
+      engine.networkNote,
+      engine.policy,
+      engine.options.runtimes?.extras,
+      engine.options.runtimes?.runtimes,
+    );
+    // A few policies in use at once; a long-running service with many past ones starts afresh.
+    if (forImage.size >= 64) forImage.clear();
+    forImage.set(key, definition);
+  }
+  return definition;
+}
+
+/** Levels at which a call's output is streamed as logging messages. */
+const OUTPUT_LEVELS = new Set(["debug", "info"]);
+
+/**
+ * An MCP server exposing `scratchrun_exec` on top of one engine; transport- and era-agnostic.
+ * stdio pins one per connection; Streamable HTTP builds one per legacy session or per 2026
+ * request, so it holds no state a request of the other era could need.
+ */
 export function createMcpServer(engine: ExecEngine): Server {
-  const server = new Server(
-    { name: "scratchrun", version: VERSION },
-    {
-      capabilities: { tools: {}, logging: {} },
-      instructions:
-        "scratchrun_exec runs code in a fresh sandbox per call; nothing persists between calls.",
-    },
-  );
-  // Built for the engine's policy as it is at each tools/list (a session's key may be updated
-  // meanwhile), once per distinct policy and note.
-  let cached: { key: string; definition: ReturnType<typeof execToolDefinition> } | undefined;
-  const definition = () => {
-    const key = `${policyKey(engine.policy)}\n${engine.backend.isolation}\n${engine.networkNote}`;
-    if (cached?.key !== key)
-      cached = {
-        key,
-        definition: execToolDefinition(
-          engine.backend.isolation,
-          engine.networkNote,
-          engine.policy,
-          engine.options.runtimes?.extras,
-          engine.options.runtimes?.runtimes,
-        ),
-      };
-    return cached.definition;
-  };
+  const server = new RawArgumentsServer(SERVER_INFO, {
+    capabilities: { tools: {}, logging: {} },
+    instructions:
+      "scratchrun_exec runs code in a fresh sandbox per call; nothing persists between calls.",
+  });
+  const definition = () => toolDefinition(engine);
 
-  // Output is streamed as logging messages only to clients that asked for logging (setLevel) at
-  // "info" or more verbose.
-  const logLevels = new Map<string | undefined, string>();
-  server.setRequestHandler(SetLevelRequestSchema, async (request, extra) => {
-    logLevels.set(extra.sessionId, request.params.level);
+  // A 2025 connection asks for output once (logging/setLevel, kept per session); a 2026 request
+  // carries its level in its own _meta. Either way only "info" or more verbose streams output.
+  const sessionLevels = new Map<string | undefined, string>();
+  server.setRequestHandler("logging/setLevel", async (request, ctx) => {
+    sessionLevels.set(ctx.sessionId, request.params.level);
     return {};
   });
+  const wantsOutput = (ctx: ServerContext): boolean => {
+    const level = ctx.mcpReq.envelope
+      ? ctx.mcpReq.envelope[LOG_LEVEL_META_KEY as keyof typeof ctx.mcpReq.envelope]
+      : sessionLevels.get(ctx.sessionId);
+    return typeof level === "string" && OUTPUT_LEVELS.has(level);
+  };
 
-  server.setRequestHandler(ListToolsRequestSchema, async () => ({
+  server.setRequestHandler("tools/list", async () => ({
     tools: [definition(), runtimesToolDefinition],
   }));
 
-  server.setRequestHandler(RawArgumentsCallToolSchema, async (request, extra) => {
-    if (request.params.name === RUNTIMES_TOOL_NAME) return callRuntimesTool(engine);
-    if (request.params.name !== EXEC_TOOL_NAME)
-      throw new McpError(ErrorCode.InvalidParams, `Unknown tool ${request.params.name}`);
+  server.setRequestHandler("tools/call", async (request, ctx) => {
+    const { name } = request.params;
+    if (name === RUNTIMES_TOOL_NAME) return callRuntimesTool(engine);
+    if (name !== EXEC_TOOL_NAME)
+      throw new ProtocolError(ProtocolErrorCode.InvalidParams, `Unknown tool ${name}`);
     const progressToken = request.params._meta?.progressToken;
-    const level = logLevels.get(extra.sessionId);
-    const wantsOutput = level === "debug" || level === "info";
-    return callExecTool(engine, request.params.arguments ?? {}, {
-      signal: extra.signal,
-      ...(progressToken !== undefined
-        ? {
-            sendProgress: (progress: number, message: string) =>
-              extra.sendNotification({
-                method: "notifications/progress",
-                params: { progressToken, progress, message },
-              }),
-          }
-        : {}),
-      ...(wantsOutput
-        ? {
-            sendLog: (stream: "stdout" | "stderr", text: string) =>
-              extra.sendNotification({
-                method: "notifications/message",
-                params: { level: "info", logger: stream, data: text },
-              }),
-          }
-        : {}),
-    });
+    const result = await callExecTool(
+      engine,
+      RawArgumentsServer.rawArguments.getStore()?.arguments ?? {},
+      {
+        signal: ctx.mcpReq.signal,
+        ...(progressToken !== undefined
+          ? {
+              sendProgress: (progress: number, message: string) =>
+                ctx.mcpReq.notify({
+                  method: "notifications/progress",
+                  params: { progressToken, progress, message },
+                }),
+            }
+          : {}),
+        ...(wantsOutput(ctx)
+          ? {
+              sendLog: (stream: "stdout" | "stderr", text: string) =>
+                ctx.mcpReq.notify({
+                  method: "notifications/message",
+                  params: { level: "info", logger: stream, data: text },
+                }),
+            }
+          : {}),
+      },
+    );
+    return server.projectCallToolResult(result, definition().outputSchema);
   });
   return server;
 }

@@ -5,6 +5,10 @@ import { after, before, describe, test } from "node:test";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { CallToolResultSchema } from "@modelcontextprotocol/sdk/types.js";
+import {
+  Client as ModernClient,
+  StreamableHTTPClientTransport as ModernHttpTransport,
+} from "@modelcontextprotocol/client";
 import Ajv2020 from "ajv/dist/2020.js";
 import { buildOpenApiDocument } from "../../src/api/openapi.js";
 import { ONCE_CALLED } from "../../src/runtimes/table.js";
@@ -421,6 +425,119 @@ describe("HTTP service on one engine", () => {
     second.abort();
     await Promise.all(calls);
     await waitFor("the second call to end", () => countRunning() === 0);
+  });
+
+  /** An SDK v2 client pinned to the 2026-07-28 revision: no initialize, no session. */
+  async function modernClient(key: string) {
+    const client = new ModernClient(
+      { name: "api-test-2026", version: "1" },
+      { versionNegotiation: { mode: { pin: "2026-07-28" } } },
+    );
+    const transport = new ModernHttpTransport(new URL(`${h.api.url}/mcp`), {
+      requestInit: { headers: { Authorization: `Bearer ${key}` } },
+    });
+    await client.connect(transport);
+    return { client, transport };
+  }
+
+  test("a 2026-07-28 client is served statelessly on /mcp: discover, the tool, no session", async () => {
+    const { client, transport } = await modernClient(keys.b!);
+    try {
+      assert.equal(client.getProtocolEra(), "modern");
+      assert.equal(client.getServerVersion()?.name, "scratchrun");
+      assert.equal(transport.sessionId, undefined, "the 2026 revision has no Mcp-Session-Id");
+      const { tools } = await client.listTools();
+      assert.deepEqual(
+        tools.map((t) => t.name),
+        ["scratchrun_exec", "scratchrun_runtimes"],
+      );
+      const before = h.runs.all().filter((r) => r.transport === "mcp").length;
+      const progress: string[] = [];
+      const result = await client.callTool(
+        { name: "scratchrun_exec", arguments: { runtime: "node20", code: "console.log(6*7)" } },
+        { onprogress: (p) => progress.push(p.message ?? "") },
+      );
+      assert.equal(result.isError, false);
+      assert.equal((result.structuredContent as { stdout: string }).stdout, "42\n");
+      assert.ok(progress.includes("running"), `progress: ${progress.join(", ")}`);
+      const rows = h.runs.all().filter((r) => r.transport === "mcp");
+      assert.equal(rows.length, before + 1, "one call, recorded under its key");
+      assert.equal(rows.at(-1)!.key_id, (await h.keys.list()).find((k) => k.name === "b")!.id);
+      // Bad input is a tool error before any sandbox starts, as in the 2025 era.
+      const bad = await client.callTool({
+        name: "scratchrun_exec",
+        arguments: { runtime: "cobol", code: "x" },
+      });
+      assert.equal(bad.isError, true);
+      assert.match(JSON.stringify(bad.content), /INVALID_INPUT/);
+      assert.equal(h.runs.all().filter((r) => r.transport === "mcp").length, before + 1);
+    } finally {
+      await client.close();
+    }
+  });
+
+  test("a malformed 2026 _meta envelope is a JSON-RPC error and runs nothing", async () => {
+    const before = h.runs.all().length;
+    const res = await fetch(`${h.api.url}/mcp`, {
+      method: "POST",
+      headers: {
+        Authorization: `Bearer ${keys.b}`,
+        "Content-Type": "application/json",
+        Accept: "application/json, text/event-stream",
+        "Mcp-Protocol-Version": "2026-07-28",
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": "scratchrun_exec",
+      },
+      body: JSON.stringify({
+        jsonrpc: "2.0",
+        id: 1,
+        method: "tools/call",
+        params: {
+          name: "scratchrun_exec",
+          arguments: { runtime: "bash", code: "echo ran" },
+          _meta: {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": "not an object",
+          },
+        },
+      }),
+    });
+    const body = (await res.json()) as { error?: { code: number; message: string } };
+    assert.ok(body.error, `an error, got ${JSON.stringify(body)}`);
+    assert.equal(body.error.code, -32602);
+    assert.equal(h.runs.all().length, before, "nothing ran");
+  });
+
+  test("aborting a 2026 call closes its stream, which cancels the call and ends its sandbox", async () => {
+    const { client } = await modernClient(keys.c!);
+    try {
+      const ac = new AbortController();
+      const call = client
+        .callTool(
+          { name: "scratchrun_exec", arguments: { runtime: "bash", code: "sleep 25 # 2026" } },
+          { signal: ac.signal },
+        )
+        .catch((e: unknown) => e);
+      const mine = () =>
+        h.runs.all().filter((r) => r.transport === "mcp" && r.status === "running");
+      await waitFor("the 2026 call to run", () => mine().length === 1);
+      ac.abort();
+      await call;
+      const row = await waitFor("the run to end cancelled", () =>
+        h.runs
+          .all()
+          .find(
+            (r) =>
+              r.transport === "mcp" &&
+              r.status === "finished" &&
+              r.exit_reason === "cancelled" &&
+              Number(r.finished_at) - Number(r.received_at) < 20_000,
+          ),
+      );
+      assert.ok(row);
+    } finally {
+      await client.close();
+    }
   });
 
   test("records and logs hold no key, env value or output", async () => {
