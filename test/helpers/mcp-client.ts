@@ -1,6 +1,8 @@
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { CallToolResultSchema, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import { Client as ModernClient } from "@modelcontextprotocol/client";
+import { StdioClientTransport as ModernStdioTransport } from "@modelcontextprotocol/client/stdio";
 import { readdirSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -43,9 +45,9 @@ export interface McpHarness {
   close(): Promise<void>;
 }
 
-/** Starts the built stdio server as a user's MCP client would, with the SDK's own Client. */
-export async function startServer(env: Record<string, string> = {}): Promise<McpHarness> {
-  const transport = new StdioClientTransport({
+/** How the suites spawn the built stdio server. */
+function serverParams(env: Record<string, string>) {
+  return {
     command: process.execPath,
     args: [MCP_BIN],
     // Network "none" unless a test builds its own topology: the suites never touch real links.
@@ -55,8 +57,16 @@ export async function startServer(env: Record<string, string> = {}): Promise<Mcp
       SCRATCHRUN_NETWORK: "none",
       ...env,
     },
-    stderr: "pipe",
-  });
+    stderr: "pipe" as const,
+  };
+}
+
+/**
+ * Starts the built stdio server as a 2025-11-25 client does (Claude Desktop, Claude Code, Cursor
+ * as they are today), with the v1 SDK's own Client.
+ */
+export async function startServer(env: Record<string, string> = {}): Promise<McpHarness> {
+  const transport = new StdioClientTransport(serverParams(env));
   let stderr = "";
   transport.stderr?.on("data", (d: Buffer) => (stderr += d.toString()));
   const client = new Client({ name: "scratchrun-test", version: "1.0.0" });
@@ -80,6 +90,47 @@ export async function startServer(env: Record<string, string> = {}): Promise<Mcp
     stderr: () => stderr,
     serverFds: () => readdirSync(`/proc/${transport.pid}/fd`).length,
     serverChildren: () => childrenOf(transport.pid ?? -1).length,
+    close: () => client.close(),
+  };
+}
+
+export interface ModernHarness {
+  client: ModernClient;
+  call(
+    args: Record<string, unknown>,
+    options?: { signal?: AbortSignal; _meta?: Record<string, unknown> },
+  ): Promise<CallToolResult>;
+  stderr(): string;
+  serverFds(): number;
+  close(): Promise<void>;
+}
+
+/**
+ * Starts the built stdio server as a 2026-07-28 client does: the v2 SDK's Client pinned to that
+ * revision (server/discover, every request with its _meta envelope, no initialize).
+ */
+export async function startModernServer(env: Record<string, string> = {}): Promise<ModernHarness> {
+  const transport = new ModernStdioTransport(serverParams(env));
+  let stderr = "";
+  transport.stderr?.on("data", (d: Buffer) => (stderr += d.toString()));
+  const client = new ModernClient(
+    { name: "scratchrun-test-2026", version: "1.0.0" },
+    { versionNegotiation: { mode: { pin: "2026-07-28" } } },
+  );
+  await client.connect(transport);
+  return {
+    client,
+    call: async (args, options = {}) =>
+      (await client.callTool(
+        {
+          name: "scratchrun_exec",
+          arguments: args,
+          ...(options._meta ? { _meta: options._meta } : {}),
+        },
+        { timeout: 120_000, ...(options.signal ? { signal: options.signal } : {}) },
+      )) as CallToolResult,
+    stderr: () => stderr,
+    serverFds: () => readdirSync(`/proc/${transport.pid}/fd`).length,
     close: () => client.close(),
   };
 }
