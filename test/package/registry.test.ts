@@ -68,14 +68,32 @@ describe("MCP registry: server.json", () => {
     assert.ok(pkg.files.includes("server.json"));
   });
 
-  test("the environment: SCRATCHRUN_URL and SCRATCHRUN_API_KEY, the key marked secret", () => {
+  test("the environment: SCRATCHRUN_URL and SCRATCHRUN_API_KEY, optional (local mode needs neither), the key secret", () => {
     const env = Object.fromEntries(
       server.packages[0]!.environmentVariables.map((v) => [v.name, v]),
     );
     assert.deepEqual(Object.keys(env).sort(), ["SCRATCHRUN_API_KEY", "SCRATCHRUN_URL"]);
     assert.equal(env.SCRATCHRUN_API_KEY?.isSecret, true);
     assert.equal(env.SCRATCHRUN_URL?.isSecret, false);
-    assert.equal(env.SCRATCHRUN_API_KEY?.isRequired, true);
-    assert.equal(env.SCRATCHRUN_URL?.isRequired, true);
+    assert.equal(env.SCRATCHRUN_API_KEY?.isRequired, false);
+    assert.equal(env.SCRATCHRUN_URL?.isRequired, false);
+  });
+
+  test("a remote: the service's /mcp on the operator's host, the key sent as a secret header", () => {
+    const { remotes } = server as unknown as {
+      remotes: {
+        type: string;
+        url: string;
+        headers: { name: string; isSecret?: boolean }[];
+        variables: Record<string, unknown>;
+      }[];
+    };
+    assert.equal(remotes.length, 1);
+    assert.equal(remotes[0]!.type, "streamable-http");
+    assert.equal(remotes[0]!.url, "https://{host}/mcp");
+    assert.deepEqual(Object.keys(remotes[0]!.variables), ["host"]);
+    assert.deepEqual(remotes[0]!.headers, [
+      { ...remotes[0]!.headers[0], name: "Authorization", isSecret: true },
+    ]);
   });
 });
