@@ -151,7 +151,16 @@ export interface ToolCallContext {
   sendProgress?: (progress: number, message: string) => Promise<void>;
   /** Output as logging messages, when the client asked for logging. */
   sendLog?: (stream: "stdout" | "stderr", text: string) => Promise<void>;
+  /**
+   * Output lines inside the progress notifications ("stdout: …"), for a client that asked in the
+   * request's `_meta` (OUTPUT_META_KEY) and sent a progress token: output without Logging, which
+   * the 2026-07-28 revision deprecates. Logging wins when the client asked for both.
+   */
+  outputAsProgress?: boolean;
 }
+
+/** The tools/call `_meta` key a client sets to "progress" to get output in progress messages. */
+export const OUTPUT_META_KEY = "dev.scratchrun/output";
 
 const STAGE_MESSAGES: Record<Exclude<Progress["stage"], "output">, string> = {
   queued: "queued",
@@ -184,12 +193,12 @@ export async function callExecTool(
   };
   let ticker: NodeJS.Timeout | undefined;
   const sendLog = ctx.sendLog;
-  const lines = sendLog
-    ? new LineStreamer(
-        (stream, text) => void sendLog(stream, text).catch(() => {}),
-        req.redact_env ? req.env : null,
-      )
-    : null;
+  const emit = sendLog
+    ? (stream: "stdout" | "stderr", text: string) => void sendLog(stream, text).catch(() => {})
+    : ctx.outputAsProgress && ctx.sendProgress
+      ? (stream: "stdout" | "stderr", text: string) => progress(`${stream}: ${text}`)
+      : null;
+  const lines = emit ? new LineStreamer(emit, req.redact_env ? req.env : null) : null;
   try {
     const outcome = await engine.execute(req, {
       signal: ctx.signal,

@@ -9,7 +9,7 @@ import { AsyncLocalStorage } from "node:async_hooks";
 import type { Engine, EngineOptions } from "../engine/engine.js";
 import { policyKey } from "../schema/policy.js";
 import { VERSION } from "../version.js";
-import { callExecTool, EXEC_TOOL_NAME, execToolDefinition } from "./exec-tool.js";
+import { callExecTool, EXEC_TOOL_NAME, execToolDefinition, OUTPUT_META_KEY } from "./exec-tool.js";
 import type { PoolsReport } from "../backends/types.js";
 import { callRuntimesTool, RUNTIMES_TOOL_NAME, runtimesToolDefinition } from "./runtimes-tool.js";
 
@@ -125,11 +125,13 @@ export function createMcpServer(engine: ExecEngine): Server {
     if (name !== EXEC_TOOL_NAME)
       throw new ProtocolError(ProtocolErrorCode.InvalidParams, `Unknown tool ${name}`);
     const progressToken = request.params._meta?.progressToken;
+    const outputAsProgress = request.params._meta?.[OUTPUT_META_KEY] === "progress";
     const result = await callExecTool(
       engine,
       RawArgumentsServer.rawArguments.getStore()?.arguments ?? {},
       {
         signal: ctx.mcpReq.signal,
+        outputAsProgress,
         ...(progressToken !== undefined
           ? {
               sendProgress: (progress: number, message: string) =>

@@ -24,6 +24,8 @@ const PRODUCT_PAGE_EXAMPLE = [
   "print(np.__version__)",
 ].join("\n");
 
+const SECRET_ENV = { TOKEN: "sk-live-2026-0123456789" };
+
 for (const backend of TEST_BACKENDS) {
   describe(`MCP 2026-07-28 over stdio [${backend}]`, () => {
     let h: ModernHarness;
@@ -74,7 +76,7 @@ for (const backend of TEST_BACKENDS) {
         lines.push({ logger: params.logger, data: params.data });
       });
       const code = 'echo "line one"; echo "token=$TOKEN" >&2';
-      const env = { TOKEN: "sk-live-2026-0123456789" };
+      const env = SECRET_ENV;
       await h.call({ runtime: "bash", code, env });
       assert.equal(lines.length, 0, "nothing streams to a request that did not ask");
       await h.call(
@@ -89,6 +91,34 @@ for (const backend of TEST_BACKENDS) {
       assert.equal(of("stdout"), "line one\n");
       assert.equal(of("stderr"), "token=[redacted:TOKEN]\n");
       assert.doesNotMatch(JSON.stringify(lines), /sk-live-2026/);
+    });
+
+    test("without Logging, output comes inside progress messages when _meta asks, redacted", async () => {
+      const messages: string[] = [];
+      const progress: number[] = [];
+      const r = await h.call(
+        { runtime: "bash", code: 'echo "line one"; echo "token=$TOKEN" >&2', env: SECRET_ENV },
+        {
+          _meta: { "dev.scratchrun/output": "progress" },
+          onprogress: (p) => {
+            messages.push(p.message ?? "");
+            progress.push(p.progress);
+          },
+        },
+      );
+      assert.equal((r.structuredContent as unknown as ExecStructured).exit_code, 0);
+      assert.ok(messages.includes("stdout: line one\n"), messages.join("|"));
+      assert.ok(messages.includes("stderr: token=[redacted:TOKEN]\n"), messages.join("|"));
+      assert.ok(messages.includes("running"), "the stages still come");
+      assert.doesNotMatch(messages.join("|"), /sk-live-2026/);
+      for (let i = 1; i < progress.length; i++)
+        assert.ok(progress[i]! > progress[i - 1]!, "progress only ever increases");
+      const plain: string[] = [];
+      await h.call(
+        { runtime: "bash", code: 'echo "line one"' },
+        { onprogress: (p) => plain.push(p.message ?? "") },
+      );
+      assert.ok(!plain.some((m) => m.startsWith("stdout:")), "only when asked");
     });
 
     test("bad input and an own __proto__ key are refused before any sandbox", async () => {

@@ -98,7 +98,11 @@ export interface ModernHarness {
   client: ModernClient;
   call(
     args: Record<string, unknown>,
-    options?: { signal?: AbortSignal; _meta?: Record<string, unknown> },
+    options?: {
+      signal?: AbortSignal;
+      _meta?: Record<string, unknown>;
+      onprogress?: (p: { progress: number; message?: string }) => void;
+    },
   ): Promise<CallToolResult>;
   stderr(): string;
   serverFds(): number;
@@ -127,7 +131,11 @@ export async function startModernServer(env: Record<string, string> = {}): Promi
           arguments: args,
           ...(options._meta ? { _meta: options._meta } : {}),
         },
-        { timeout: 120_000, ...(options.signal ? { signal: options.signal } : {}) },
+        {
+          timeout: 120_000,
+          ...(options.signal ? { signal: options.signal } : {}),
+          ...(options.onprogress ? { onprogress: options.onprogress } : {}),
+        },
       )) as CallToolResult,
     stderr: () => stderr,
     serverFds: () => readdirSync(`/proc/${transport.pid}/fd`).length,
