@@ -78,10 +78,14 @@ function missingPackages(manifest: Manifest, w: Workload): string | null {
   return `${w.runtime} in this image has no ${missing.join(", ")} (${manifest.python312PackagesFrom === "none" && w.runtime === "python3.12" ? "no wheelhouse and no PyPI at build time" : "not installed"})`;
 }
 
-function namespaceSystem(plan: Plan, idle = false): McpSystem {
+function namespaceSystem(plan: Plan, idle = false, era: "legacy" | "modern" = "legacy"): McpSystem {
   return mcpSystem({
-    id: "namespace",
-    label: "ScratchRun namespace (MCP)",
+    id: era === "legacy" ? "namespace" : "namespace-2026",
+    label:
+      era === "legacy"
+        ? "ScratchRun namespace (MCP)"
+        : "ScratchRun namespace (MCP 2026-07-28 client, stateless)",
+    era,
     script: BENCH_SERVER,
     env: {
       ...scratchrunEnv(),
@@ -164,6 +168,7 @@ async function main(): Promise<void> {
     hostFloor(rootfs.dir, rootfs.manifest),
     rawBwrap(rootfs.dir, rootfs.manifest, join(work, "bwrap")),
     namespaceSystem(plan, true),
+    namespaceSystem(plan, false, "modern"),
     engineInProcess({
       ...scratchrunEnv(),
       SCRATCHRUN_ISOLATION: "namespace",

@@ -1,7 +1,10 @@
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { CallToolResultSchema, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import { Client as ModernClient } from "@modelcontextprotocol/client";
+import { StdioClientTransport as ModernStdioTransport } from "@modelcontextprotocol/client/stdio";
 import { join } from "node:path";
+import type { Stream } from "node:stream";
 import type { RuntimeName } from "../../src/schema/exec.js";
 import { REPO_ROOT } from "../peers.js";
 import type { PoolKindCost } from "../proc.js";
@@ -16,6 +19,61 @@ export interface McpSystemOptions {
   env: Record<string, string>;
   /** Runtimes/workloads not measured on this system, with the reason. */
   skip?: (w: Workload) => string | null;
+  /**
+   * The protocol era the client speaks: "legacy" (the v1 SDK's Client, 2025-11-25, what
+   * desktop clients speak today) unless "modern" (the v2 SDK's Client pinned to 2026-07-28).
+   */
+  era?: "legacy" | "modern";
+}
+
+/** The two SDK clients behind one shape: connect, one tools/call, close. */
+interface EraClient {
+  connect(timeoutMs: number): Promise<void>;
+  callTool(args: Record<string, unknown>, timeoutMs: number): Promise<CallToolResult>;
+  close(): Promise<void>;
+}
+
+type SpawnParams = ConstructorParameters<typeof StdioClientTransport>[0];
+
+function eraClient(
+  era: "legacy" | "modern",
+  params: SpawnParams,
+): {
+  client: EraClient;
+  transport: { pid: number | null; stderr: Stream | null };
+} {
+  if (era === "modern") {
+    const transport = new ModernStdioTransport(params);
+    const client = new ModernClient(
+      { name: "scratchrun-bench", version: "1.0.0" },
+      { versionNegotiation: { mode: { pin: "2026-07-28" } } },
+    );
+    return {
+      transport,
+      client: {
+        connect: (timeout) => client.connect(transport, { timeout }),
+        callTool: async (args, timeout) =>
+          (await client.callTool(
+            { name: "scratchrun_exec", arguments: args },
+            { timeout },
+          )) as CallToolResult,
+        close: () => client.close(),
+      },
+    };
+  }
+  const transport = new StdioClientTransport(params);
+  const client = new Client({ name: "scratchrun-bench", version: "1.0.0" });
+  return {
+    transport,
+    client: {
+      connect: (timeout) => client.connect(transport, { timeout }),
+      callTool: async (args, timeout) =>
+        (await client.callTool({ name: "scratchrun_exec", arguments: args }, CallToolResultSchema, {
+          timeout,
+        })) as CallToolResult,
+      close: () => client.close(),
+    },
+  };
 }
 
 /** The product's server as the benchmark runs it: bench/server.ts (same factory, same MCP layer). */
@@ -44,8 +102,8 @@ function text(result: CallToolResult): string {
 
 /** ScratchRun as a user's client sees it: a stdio server driven by the MCP SDK's own Client. */
 export function mcpSystem(o: McpSystemOptions): McpSystem {
-  let client: Client | null = null;
-  let transport: StdioClientTransport | null = null;
+  let client: EraClient | null = null;
+  let transport: { pid: number | null; stderr: Stream | null } | null = null;
   let ready: Partial<Record<RuntimeName, [number, number]>> = {};
   let starting = 0;
   let reported = false;
@@ -62,7 +120,7 @@ export function mcpSystem(o: McpSystemOptions): McpSystem {
     kind: "ours",
     unsupported: (w) => o.skip?.(w) ?? null,
     async start() {
-      transport = new StdioClientTransport({
+      const spawned = eraClient(o.era ?? "legacy", {
         command: process.execPath,
         args: [o.script],
         env: {
@@ -72,6 +130,7 @@ export function mcpSystem(o: McpSystemOptions): McpSystem {
         },
         stderr: "pipe",
       });
+      transport = spawned.transport;
       let partial = "";
       transport.stderr?.on("data", (d: Buffer) => {
         partial += d.toString();
@@ -90,30 +149,26 @@ export function mcpSystem(o: McpSystemOptions): McpSystem {
           } else if (log.length < 20_000) log += `${line}\n`;
         }
       });
-      client = new Client({ name: "scratchrun-bench", version: "1.0.0" });
-      // A server that builds templates first answers initialize only when they are built.
-      await client.connect(transport, { timeout: 300_000 });
+      client = spawned.client;
+      // A server that builds templates first answers its opening only when they are built.
+      await client.connect(300_000);
     },
     async call(w: Workload): Promise<CallResult> {
       if (!client) return { ok: false, error: "not started" };
       let result: CallToolResult;
       try {
-        result = (await client.callTool(
+        result = await client.callTool(
           {
-            name: "scratchrun_exec",
-            arguments: {
-              runtime: w.runtime,
-              code: w.code,
-              network: "none",
-              // Realistic calls under TCG take seconds: give them the most the tool allows.
-              ...(w.id !== "print" ? { timeout_ms: 30_000 } : {}),
-              ...(w.files ? { files: w.files } : {}),
-              ...(w.returnFiles.length ? { return_files: w.returnFiles } : {}),
-            },
+            runtime: w.runtime,
+            code: w.code,
+            network: "none",
+            // Realistic calls under TCG take seconds: give them the most the tool allows.
+            ...(w.id !== "print" ? { timeout_ms: 30_000 } : {}),
+            ...(w.files ? { files: w.files } : {}),
+            ...(w.returnFiles.length ? { return_files: w.returnFiles } : {}),
           },
-          CallToolResultSchema,
-          { timeout: 300_000 },
-        )) as CallToolResult;
+          300_000,
+        );
       } catch (e) {
         return { ok: false, error: e instanceof Error ? e.message : String(e) };
       }

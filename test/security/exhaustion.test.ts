@@ -179,6 +179,8 @@ for (const backend of SECURITY_BACKENDS) {
           ["total_limit", 2.5 * MiB],
           ["ok", 5],
         ],
+        // A file lost in transit says why (its message): the first thing to read on a failure.
+        JSON.stringify(r.files),
       );
     });
 
