@@ -1,15 +1,14 @@
 #!/usr/bin/env node
 // The product's stdio MCP server, built as `scratchrun-mcp` builds it (createEngineFromEnv from
-// SCRATCHRUN_* settings, createMcpServer, stdio), plus what the benchmark needs to measure it
+// SCRATCHRUN_* settings, served by serveMcpStdio in both eras), plus what the benchmark needs to measure it
 // fairly: `bench-pool {json}` lines on stderr whenever the pool changes (ready and target per
 // runtime, starts in flight), BENCH_TEMPLATES='["python3.11"]' builds those runtimes' microVM
 // snapshot templates (plain and pre-imported) before it serves (a server past its first call per
 // runtime), and BENCH_IDLE_MS=N measures, once the pool is first full, what each kind of pooled
 // sandbox costs over N ms of idleness (`bench-idle {json}`).
-import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import { MicrovmBackend } from "../src/backends/microvm/backend.js";
 import { NamespaceBackend } from "../src/backends/namespace/backend.js";
-import { createMcpServer } from "../src/mcp/server.js";
+import { serveMcpStdio } from "../src/cli/mcp.js";
 import { LIMITS } from "../src/schema/limits.js";
 import { RUNTIMES, type RuntimeName } from "../src/schema/exec.js";
 import { createEngineFromEnv } from "../src/compose/engine-factory.js";
@@ -27,8 +26,6 @@ async function main(): Promise<void> {
       if (engine.options.preimport?.[rt])
         await backend.template(rt, LIMITS.memoryMb.default, "preimport");
     }
-  const server = createMcpServer(engine);
-  const transport = new StdioServerTransport();
   let last = "";
   const timer = setInterval(() => {
     const ready = Object.fromEntries(
@@ -58,10 +55,9 @@ async function main(): Promise<void> {
     await engine.close();
     process.exit(0);
   };
-  transport.onclose = () => void shutdown();
   process.stdin.on("end", () => void shutdown());
   process.on("SIGTERM", () => void shutdown());
-  await server.connect(transport);
+  serveMcpStdio(engine, () => void shutdown());
   process.stderr.write(`bench-server ready (isolation ${backend.isolation})\n`);
 }
 

@@ -90,15 +90,22 @@ export async function runMcpStdio(argv: string[] = []): Promise<void> {
   process.on("SIGINT", () => void shutdown());
   process.on("SIGTERM", () => void shutdown());
   process.stdin.on("end", () => void shutdown());
-  // serveStdio decides the connection's era from its opening (2025 initialize or a 2026
-  // request with its _meta envelope) and pins one server from the factory to it.
-  serveStdio(() => createMcpServer(engine), {
-    transport: new ClosingStdioTransport(() => void shutdown()),
-    onerror: (e) => process.stderr.write(`scratchrun-mcp: ${e.message}\n`),
-  });
+  serveMcpStdio(engine, () => void shutdown());
   process.stderr.write(
     `scratchrun-mcp: ready (${remote ? `remote ${new URL(remote.url).origin}, ` : ""}isolation ${engine.backend.isolation}; network: ${networkLine})\n`,
   );
+}
+
+/**
+ * Serves `engine` over this process's stdio in both MCP eras: serveStdio decides the
+ * connection's era from its opening (a 2025 initialize, or a 2026-07-28 request with its _meta
+ * envelope) and pins one server to it. `onClosed` runs when the connection closes.
+ */
+export function serveMcpStdio(engine: ExecEngine, onClosed: () => void): void {
+  serveStdio(() => createMcpServer(engine), {
+    transport: new ClosingStdioTransport(onClosed),
+    onerror: (e) => process.stderr.write(`scratchrun-mcp: ${e.message}\n`),
+  });
 }
 
 /** The stdio transport, bounded to our request size, that ends the process when it closes. */
