@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/fsuid.h>
 #include <sys/stat.h>
@@ -218,6 +219,22 @@ static int use_code_fs_identity(const struct request *req, char *err, size_t err
   return 0;
 }
 
+/* How long a VM's agent waits, after its last frame, for the host to hang up. */
+#define LINGER_MS 10000
+
+/* In a VM the agent's exit ends the guest (init reboots, QEMU exits), and frames still queued in
+ * the guest's virtio-serial buffers or QEMU's chardev would be lost with it: the host saw its
+ * connection close in the middle of the returned files. So the agent waits for the host, which
+ * has read everything once it hangs up or kills the VM, bounded in case it never does. */
+static void linger_until_host_hangs_up(int in) {
+  struct pollfd p = {.fd = in, .events = POLLIN};
+  uint8_t sink[256];
+  while (poll(&p, 1, LINGER_MS) > 0) {
+    if ((p.revents & (POLLHUP | POLLERR | POLLNVAL)) && !(p.revents & POLLIN)) return;
+    if (read(in, sink, sizeof sink) <= 0) return;
+  }
+}
+
 /* One request, start to finish. Returns the process exit code. */
 static int agent_main(const struct agent_opts *o) {
   signal(SIGPIPE, SIG_IGN);
@@ -319,6 +336,7 @@ static int agent_main(const struct agent_opts *o) {
   send_exit(out, &res, oom_after >= oom_before ? oom_after - oom_before : 0);
   if (res.reason != R_SPAWN_FAILED) send_return_files(out, &req);
   send_frame(out, T_DONE, NULL, 0);
+  if (o->own_kernel) linger_until_host_hangs_up(in);
   return 0;
 }
 
