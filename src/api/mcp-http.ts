@@ -14,6 +14,7 @@ import {
   type JSONRPCMessage,
 } from "@modelcontextprotocol/server";
 import { createMcpServer } from "../mcp/server.js";
+import { TaskRegistry } from "../mcp/tasks.js";
 import type { Caller, ExecService } from "./service.js";
 
 interface Session {
@@ -29,6 +30,8 @@ export interface McpSessionLimits {
   idleMs: number;
   /** The largest request body /mcp takes (the service's body cap). */
   maxBodyBytes: number;
+  /** A 2026 call with the tasks extension still running after this long becomes a task. */
+  taskAfterMs: number;
 }
 
 /** The caller a 2026 request's server is built for, carried where the SDK passes auth through. */
@@ -54,6 +57,12 @@ export class McpSessions {
   private readonly sweeper: NodeJS.Timeout;
   private readonly modern: ReturnType<typeof createMcpHandler>;
   private readonly serveModern: NodeMcpRequestHandler;
+  /**
+   * Every key's tasks. A task runs in this replica and lives in its memory: tasks/get reaches it
+   * the way a 2025 session does (the front door's client affinity; the client's `Mcp-Name`
+   * header carries the task id for routers that key on it).
+   */
+  private readonly tasks = new TaskRegistry();
 
   constructor(
     private readonly service: ExecService,
@@ -65,11 +74,19 @@ export class McpSessions {
         const caller = (ctx.authInfo as CallerAuth | undefined)?.[CALLER];
         // Unreachable: every request reaches here through handle(), which sets it.
         if (!caller) throw new Error("a 2026 request reached the MCP handler without its caller");
-        return createMcpServer(service.forCaller(() => caller));
+        return createMcpServer(
+          service.forCaller(() => caller),
+          this.tasksOf(caller),
+        );
       },
       { legacy: "reject", maxRequestBodySize: limits.maxBodyBytes },
     );
     this.serveModern = toNodeHandler(this.modern, { maxRequestBodySize: limits.maxBodyBytes });
+  }
+
+  /** A key's tasks, whichever request or session (and era) created them. */
+  private tasksOf(caller: Caller) {
+    return { registry: this.tasks, owner: caller.keyId, taskAfterMs: this.limits.taskAfterMs };
   }
 
   get size(): number {
@@ -126,7 +143,10 @@ export class McpSessions {
       if (transport.sessionId) this.sessions.delete(transport.sessionId);
     };
     const opened: Session = (session = { transport, caller, lastSeen: Date.now() });
-    const server = createMcpServer(this.service.forCaller(() => opened.caller));
+    const server = createMcpServer(
+      this.service.forCaller(() => opened.caller),
+      this.tasksOf(caller),
+    );
     try {
       await server.connect(transport);
       await transport.handleRequest(req, res, body);
@@ -147,6 +167,7 @@ export class McpSessions {
   /** Closes every session; calls still running in them are aborted (their sandboxes end). */
   async closeAll(): Promise<void> {
     clearInterval(this.sweeper);
+    this.tasks.close();
     await this.modern.close();
     const all = [...this.sessions.values()];
     this.sessions.clear();

@@ -1,4 +1,5 @@
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
+import { taskAfterMsFromEnv } from "../mcp/tasks.js";
 import type { Engine } from "../engine/engine.js";
 import { isScratchRunError } from "../errors.js";
 import { RUNTIMES, type RuntimeName } from "../schema/exec.js";
@@ -114,6 +115,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
     maxTotal: 1024,
     idleMs: 15 * 60_000,
     maxBodyBytes: bodyCap,
+    taskAfterMs: taskAfterMsFromEnv({}),
     ...options.sessions,
   });
   const failures = new FailureLimiter();

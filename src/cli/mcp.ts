@@ -2,6 +2,7 @@ import { serveStdio, StdioServerTransport } from "@modelcontextprotocol/server/s
 import { parseArgs } from "node:util";
 import { LIMITS } from "../schema/limits.js";
 import { createMcpServer, type ExecEngine } from "../mcp/server.js";
+import { TaskRegistry, taskAfterMsFromEnv } from "../mcp/tasks.js";
 import { RemoteEngine, remoteOptionsFromEnv } from "../remote/client.js";
 import { ScratchRunError } from "../errors.js";
 import { logWhenPoolsFull } from "./pools-full.js";
@@ -102,7 +103,13 @@ export async function runMcpStdio(argv: string[] = []): Promise<void> {
  * envelope) and pins one server to it. `onClosed` runs when the connection closes.
  */
 export function serveMcpStdio(engine: ExecEngine, onClosed: () => void): void {
-  serveStdio(() => createMcpServer(engine), {
+  // One connection, one caller: its tasks live as long as the process.
+  const tasks = {
+    registry: new TaskRegistry(),
+    owner: "stdio",
+    taskAfterMs: taskAfterMsFromEnv(process.env),
+  };
+  serveStdio(() => createMcpServer(engine, tasks), {
     transport: new ClosingStdioTransport(onClosed),
     onerror: (e) => process.stderr.write(`scratchrun-mcp: ${e.message}\n`),
   });

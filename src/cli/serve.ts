@@ -1,4 +1,5 @@
 import { logWhenPoolsFull } from "./pools-full.js";
+import { taskAfterMsFromEnv } from "../mcp/tasks.js";
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { startApiReplica } from "../cluster/api-role.js";
@@ -183,6 +184,7 @@ export async function runServe(
       keyLimits,
       policy: serverPolicy(serverLimits),
       bodyCapBytes,
+      taskAfterMs: taskAfterMsFromEnv(env),
       ...(leaseTtl ? { leaseTtlMs: int(leaseTtl, "lease-ttl-ms", 15_000, 100) } : {}),
       ...(pollEvery ? { pollMs: int(pollEvery, "worker-poll-ms", 1000, 50) } : {}),
     });
@@ -224,6 +226,7 @@ export async function runServe(
     port: int(values.port, "port", 8787, 0),
     keyLimits,
     bodyCapBytes,
+    sessions: { taskAfterMs: taskAfterMsFromEnv(env) },
   });
   process.stderr.write(
     `scratchrun: serving on ${api.url} (isolation ${engine.backend.isolation})\n`,

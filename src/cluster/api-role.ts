@@ -25,6 +25,8 @@ export interface ApiReplicaOptions {
   /** The server-wide policy (an operator's raised maxima); default: the product's. */
   policy?: CallPolicy;
   bodyCapBytes?: number;
+  /** How long a 2026 call with the tasks extension runs before it becomes a task. */
+  taskAfterMs?: number;
   /** A replica that has not renewed its lease for this long is dead; its runs are interrupted. */
   leaseTtlMs?: number;
   pollMs?: number;
@@ -146,6 +148,7 @@ export async function startApiReplica(o: ApiReplicaOptions): Promise<ApiReplica>
     port: o.port,
     keyLimits: limits,
     ...(o.bodyCapBytes ? { bodyCapBytes: o.bodyCapBytes } : {}),
+    ...(o.taskAfterMs !== undefined ? { sessions: { taskAfterMs: o.taskAfterMs } } : {}),
     ...(o.drainTimeoutMs ? { drainTimeoutMs: o.drainTimeoutMs } : {}),
   });
   logger.info({ replica: replicaId, workers: table.counts().up }, "api replica ready");

@@ -8,6 +8,7 @@ import {
   execInputSchemaFor,
   execOutputSchema,
   RUNTIMES,
+  type ExecRequest,
   type RuntimeName,
 } from "../schema/exec.js";
 import { LIMITS } from "../schema/limits.js";
@@ -172,18 +173,43 @@ const STAGE_MESSAGES: Record<Exclude<Progress["stage"], "output">, string> = {
 /** How often a running call reports its elapsed time. */
 const PROGRESS_TICK_MS = 1000;
 
+/** A tool result as callExecTool gives it. */
+export type ExecToolResult = Awaited<ReturnType<typeof runExecCall>>;
+
+/**
+ * One tools/call's arguments, parsed against the caller's policy before anything starts: the
+ * call to run, or the isError result that answers bad input.
+ */
+export function prepareExecCall(
+  engine: Pick<Engine, "execute" | "policy">,
+  args: unknown,
+):
+  | { req: ExecRequest; run: (ctx: ToolCallContext) => Promise<ExecToolResult> }
+  | { refused: ReturnType<typeof errorResult> } {
+  let req: ExecRequest;
+  try {
+    req = parseExecRequest(args, engine.policy);
+  } catch (e) {
+    return { refused: errorResult(e) };
+  }
+  return { req, run: (ctx) => runExecCall(engine, req, ctx) };
+}
+
 /** Handles one tools/call: bad input and engine failures become isError results, never throws. */
 export async function callExecTool(
   engine: Pick<Engine, "execute" | "policy">,
   args: unknown,
   ctx: ToolCallContext,
+): Promise<ExecToolResult> {
+  const call = prepareExecCall(engine, args);
+  return "refused" in call ? call.refused : call.run(ctx);
+}
+
+async function runExecCall(
+  engine: Pick<Engine, "execute" | "policy">,
+  req: ExecRequest,
+  ctx: ToolCallContext,
 ) {
-  let req;
-  try {
-    req = parseExecRequest(args, engine.policy);
-  } catch (e) {
-    return errorResult(e);
-  }
   // Progress is the elapsed time in ms: it only ever grows, as the protocol asks.
   const started = Date.now();
   let last = -1;
@@ -227,7 +253,11 @@ export async function callExecTool(
   }
 }
 
-function errorResult(e: unknown) {
+function errorResult(e: unknown): {
+  content: { type: "text"; text: string }[];
+  isError: true;
+  structuredContent?: undefined;
+} {
   const text = isScratchRunError(e)
     ? `${e.code}: ${e.message}`
     : `INTERNAL: ${e instanceof Error ? e.message : String(e)}`;

@@ -1,7 +1,10 @@
 import {
+  CLIENT_CAPABILITIES_META_KEY,
   LOG_LEVEL_META_KEY,
+  MissingRequiredClientCapabilityError,
   ProtocolError,
   ProtocolErrorCode,
+  RELATED_TASK_META_KEY,
   Server,
 } from "@modelcontextprotocol/server";
 import type { JSONRPCRequest, Result, ServerContext } from "@modelcontextprotocol/server";
@@ -9,7 +12,16 @@ import { AsyncLocalStorage } from "node:async_hooks";
 import type { Engine, EngineOptions } from "../engine/engine.js";
 import { policyKey } from "../schema/policy.js";
 import { VERSION } from "../version.js";
-import { callExecTool, EXEC_TOOL_NAME, execToolDefinition, OUTPUT_META_KEY } from "./exec-tool.js";
+import { z } from "zod";
+import {
+  EXEC_TOOL_NAME,
+  execToolDefinition,
+  OUTPUT_META_KEY,
+  prepareExecCall,
+  type ExecToolResult,
+  type ToolCallContext,
+} from "./exec-tool.js";
+import { isTerminal, TASK_KEEP_MS, type TaskRecord, type TaskRegistry } from "./tasks.js";
 import type { PoolsReport } from "../backends/types.js";
 import { callRuntimesTool, RUNTIMES_TOOL_NAME, runtimesToolDefinition } from "./runtimes-tool.js";
 
@@ -38,7 +50,7 @@ export const SERVER_INFO = {
  * request's own arguments from there to the handler.
  */
 class RawArgumentsServer extends Server {
-  static readonly rawArguments = new AsyncLocalStorage<{ arguments: unknown }>();
+  static readonly current = new AsyncLocalStorage<{ arguments: unknown; task?: Result }>();
 
   protected override _wrapHandler(
     method: string,
@@ -46,12 +58,78 @@ class RawArgumentsServer extends Server {
   ): (request: JSONRPCRequest, ctx: ServerContext) => Promise<Result> {
     const wrapped = super._wrapHandler(method, handler);
     if (method !== "tools/call") return wrapped;
-    return (request, ctx) =>
-      RawArgumentsServer.rawArguments.run(
-        { arguments: (request.params as { arguments?: unknown } | undefined)?.arguments },
-        () => wrapped(request, ctx),
+    // A call answered with a task handle returns the handle past the SDK's CallToolResult check
+    // (the handler leaves it in `task` and returns an empty result for the check).
+    return (request, ctx) => {
+      const call = {
+        arguments: (request.params as { arguments?: unknown } | undefined)?.arguments,
+      };
+      return RawArgumentsServer.current.run(
+        call as { arguments: unknown; task?: Result },
+        async () => {
+          const result = await wrapped(request, ctx);
+          return (call as { task?: Result }).task ?? result;
+        },
       );
+    };
   }
+}
+
+/** The 2026-07-28 tasks extension's name, as clients declare it and servers advertise it. */
+export const TASKS_EXTENSION = "io.modelcontextprotocol/tasks";
+
+/** A 2026 request's declared extensions (its `_meta` envelope's client capabilities). */
+function declaresTasks(ctx: ServerContext): boolean {
+  const envelope = ctx.mcpReq.envelope as Record<string, unknown> | undefined;
+  const caps = envelope?.[CLIENT_CAPABILITIES_META_KEY] as
+    { extensions?: Record<string, unknown> } | undefined;
+  return caps?.extensions?.[TASKS_EXTENSION] !== undefined;
+}
+
+const iso = (ms: number) => new Date(ms).toISOString();
+
+/** A task as a 2025-11-25 client reads it (tasks/get, tasks/list, CreateTaskResult.task). */
+function task2025(r: TaskRecord, pollInterval: number) {
+  return {
+    taskId: r.taskId,
+    status: r.status,
+    ttl: r.ttlMs,
+    createdAt: iso(r.createdAt),
+    lastUpdatedAt: iso(r.lastUpdatedAt),
+    ...(isTerminal(r.status) ? {} : { pollInterval }),
+    ...(r.statusMessage !== undefined ? { statusMessage: r.statusMessage } : {}),
+  };
+}
+
+/** A task as a 2026-07-28 client reads it: with its result or error inline once finished. */
+function task2026(r: TaskRecord, pollIntervalMs: number) {
+  return {
+    taskId: r.taskId,
+    status: r.status,
+    createdAt: iso(r.createdAt),
+    lastUpdatedAt: iso(r.lastUpdatedAt),
+    ttlMs: r.ttlMs,
+    pollIntervalMs,
+    ...(r.statusMessage !== undefined ? { statusMessage: r.statusMessage } : {}),
+    ...(r.end && r.status === "completed" && "result" in r.end ? { result: r.end.result } : {}),
+    ...(r.end && r.status === "failed" && "error" in r.end ? { error: r.end.error } : {}),
+  };
+}
+
+const notFound = () =>
+  new ProtocolError(ProtocolErrorCode.InvalidParams, "Failed to retrieve task: Task not found");
+const TaskIdParams = z.looseObject({ taskId: z.string().min(1).max(200) });
+
+/** How the MCP server runs tasks: in this registry, for this owner. */
+export interface McpTaskOptions {
+  registry: TaskRegistry;
+  /** Whose tasks these are: the API key's id over HTTP, one constant over stdio. */
+  owner: string;
+  /**
+   * A 2026 call from a client that declared the tasks extension becomes a task when it is still
+   * running after this long; a 2025 client asks for a task itself (`params.task`).
+   */
+  taskAfterMs: number;
 }
 
 type ExecToolDefinition = ReturnType<typeof execToolDefinition>;
@@ -93,9 +171,19 @@ const OUTPUT_LEVELS = new Set(["debug", "info"]);
  * stdio pins one per connection; Streamable HTTP builds one per legacy session or per 2026
  * request, so it holds no state a request of the other era could need.
  */
-export function createMcpServer(engine: ExecEngine): Server {
+export function createMcpServer(engine: ExecEngine, tasks?: McpTaskOptions): Server {
   const server = new RawArgumentsServer(SERVER_INFO, {
-    capabilities: { tools: {}, logging: {} },
+    capabilities: {
+      tools: {},
+      logging: {},
+      ...(tasks
+        ? {
+            // 2025-11-25 reads `tasks`; 2026-07-28 reads the extension (and drops `tasks`).
+            tasks: { list: {}, cancel: {}, requests: { tools: { call: {} } } },
+            extensions: { [TASKS_EXTENSION]: {} },
+          }
+        : {}),
+    },
     instructions:
       "scratchrun_exec runs code in a fresh sandbox per call; nothing persists between calls.",
   });
@@ -116,7 +204,10 @@ export function createMcpServer(engine: ExecEngine): Server {
   };
 
   server.setRequestHandler("tools/list", async () => ({
-    tools: [definition(), runtimesToolDefinition],
+    tools: [
+      tasks ? { ...definition(), execution: { taskSupport: "optional" as const } } : definition(),
+      runtimesToolDefinition,
+    ],
   }));
 
   server.setRequestHandler("tools/call", async (request, ctx) => {
@@ -124,35 +215,143 @@ export function createMcpServer(engine: ExecEngine): Server {
     if (name === RUNTIMES_TOOL_NAME) return callRuntimesTool(engine);
     if (name !== EXEC_TOOL_NAME)
       throw new ProtocolError(ProtocolErrorCode.InvalidParams, `Unknown tool ${name}`);
+    const slot = RawArgumentsServer.current.getStore();
+    const call = prepareExecCall(engine, slot?.arguments ?? {});
+    const project = (result: ExecToolResult) =>
+      server.projectCallToolResult(result, definition().outputSchema);
+    if ("refused" in call) return project(call.refused);
+
+    const modern = ctx.mcpReq.envelope !== undefined;
+    const asTask = tasks && (modern ? declaresTasks(ctx) : request.params.task !== undefined);
+    // Notifications go out while the request is open; a call that became a task sends none.
+    let detached = false;
+    const notify = (n: Parameters<typeof ctx.mcpReq.notify>[0]) =>
+      detached ? Promise.resolve() : ctx.mcpReq.notify(n);
     const progressToken = request.params._meta?.progressToken;
-    const outputAsProgress = request.params._meta?.[OUTPUT_META_KEY] === "progress";
-    const result = await callExecTool(
-      engine,
-      RawArgumentsServer.rawArguments.getStore()?.arguments ?? {},
-      {
-        signal: ctx.mcpReq.signal,
-        outputAsProgress,
-        ...(progressToken !== undefined
-          ? {
-              sendProgress: (progress: number, message: string) =>
-                ctx.mcpReq.notify({
-                  method: "notifications/progress",
-                  params: { progressToken, progress, message },
-                }),
-            }
-          : {}),
-        ...(wantsOutput(ctx)
-          ? {
-              sendLog: (stream: "stdout" | "stderr", text: string) =>
-                ctx.mcpReq.notify({
-                  method: "notifications/message",
-                  params: { level: "info", logger: stream, data: text },
-                }),
-            }
-          : {}),
-      },
+    const streams = (signal: AbortSignal): ToolCallContext => ({
+      signal,
+      outputAsProgress: request.params._meta?.[OUTPUT_META_KEY] === "progress",
+      ...(progressToken !== undefined
+        ? {
+            sendProgress: (progress: number, message: string) =>
+              notify({
+                method: "notifications/progress",
+                params: { progressToken, progress, message },
+              }),
+          }
+        : {}),
+      ...(wantsOutput(ctx)
+        ? {
+            sendLog: (stream: "stdout" | "stderr", text: string) =>
+              notify({
+                method: "notifications/message",
+                params: { level: "info", logger: stream, data: text },
+              }),
+          }
+        : {}),
+    });
+    if (!asTask || !slot) return project(await call.run(streams(ctx.mcpReq.signal)));
+
+    // The call's own abort: the request's until it becomes a task, then only tasks/cancel's.
+    const controller = new AbortController();
+    const onRequestAbort = () => controller.abort();
+    ctx.mcpReq.signal.addEventListener("abort", onRequestAbort, { once: true });
+    const running = call.run(streams(controller.signal)).then(project);
+    if (modern) {
+      let timer: NodeJS.Timeout | undefined;
+      const waited = new Promise<null>((resolve) => {
+        timer = setTimeout(() => resolve(null), tasks.taskAfterMs);
+      });
+      const first = await Promise.race([running, waited]);
+      clearTimeout(timer);
+      if (first !== null) {
+        ctx.mcpReq.signal.removeEventListener("abort", onRequestAbort);
+        return first;
+      }
+    }
+    detached = true;
+    ctx.mcpReq.signal.removeEventListener("abort", onRequestAbort);
+    const record = tasks.registry.adopt(
+      tasks.owner,
+      call.req.timeout_ms + TASK_KEEP_MS,
+      controller,
+      running.then((result) => ({ result: result as Record<string, unknown> })),
     );
-    return server.projectCallToolResult(result, definition().outputSchema);
+    const poll = tasks.registry.pollIntervalMs;
+    slot.task = modern
+      ? { resultType: "task", ...task2026(record, poll) }
+      : { task: task2025(record, poll) };
+    return { content: [] };
   });
+
+  if (tasks) serveTasks(server, tasks);
   return server;
+}
+
+/**
+ * tasks/get and tasks/cancel in both eras, tasks/update (2026: ScratchRun never asks for input,
+ * so it only acknowledges), tasks/result and tasks/list (2025). Each answers only the owner's
+ * tasks; a 2026 client must declare the extension on each of these requests.
+ */
+function serveTasks(server: Server, { registry, owner }: McpTaskOptions): void {
+  const poll = registry.pollIntervalMs;
+  const mine = (ctx: ServerContext, taskId: string): TaskRecord => {
+    if (ctx.mcpReq.envelope !== undefined && !declaresTasks(ctx))
+      throw new MissingRequiredClientCapabilityError({
+        requiredCapabilities: { extensions: { [TASKS_EXTENSION]: {} } },
+      });
+    const record = registry.get(owner, taskId);
+    if (!record) throw notFound();
+    return record;
+  };
+
+  server.setRequestHandler("tasks/get", { params: TaskIdParams }, async ({ taskId }, ctx) => {
+    const record = mine(ctx, taskId);
+    return ctx.mcpReq.envelope !== undefined ? task2026(record, poll) : task2025(record, poll);
+  });
+
+  server.setRequestHandler("tasks/cancel", { params: TaskIdParams }, async ({ taskId }, ctx) => {
+    const record = mine(ctx, taskId);
+    if (ctx.mcpReq.envelope !== undefined) {
+      registry.cancel(owner, taskId);
+      return {};
+    }
+    if (isTerminal(record.status))
+      throw new ProtocolError(
+        ProtocolErrorCode.InvalidParams,
+        `Cannot cancel task ${taskId}: it is already ${record.status}`,
+      );
+    registry.cancel(owner, taskId);
+    return task2025(record, poll);
+  });
+
+  server.setRequestHandler(
+    "tasks/update",
+    // The SDK lifts `inputResponses` out of params before a handler sees them.
+    { params: TaskIdParams },
+    async ({ taskId }, ctx) => {
+      mine(ctx, taskId);
+      return {};
+    },
+  );
+
+  server.setRequestHandler("tasks/result", { params: TaskIdParams }, async ({ taskId }, ctx) => {
+    mine(ctx, taskId);
+    const record = await registry.finished(owner, taskId);
+    if (!record) throw notFound();
+    if (record.end && "result" in record.end) {
+      const result = record.end.result;
+      const meta = (result._meta as Record<string, unknown> | undefined) ?? {};
+      return { ...result, _meta: { ...meta, [RELATED_TASK_META_KEY]: { taskId } } };
+    }
+    if (record.end && "error" in record.end)
+      throw new ProtocolError(record.end.error.code, record.end.error.message);
+    throw new ProtocolError(ProtocolErrorCode.InvalidParams, `Task ${taskId} was cancelled`);
+  });
+
+  server.setRequestHandler(
+    "tasks/list",
+    { params: z.looseObject({ cursor: z.string().optional() }) },
+    async () => ({ tasks: registry.list(owner).map((r) => task2025(r, poll)) }),
+  );
 }

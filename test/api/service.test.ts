@@ -15,6 +15,7 @@ import { ONCE_CALLED } from "../../src/runtimes/table.js";
 import { RUNTIMES } from "../../src/schema/exec.js";
 import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
 import { REPO_ROOT } from "../helpers/mcp-client.js";
+import { WireClient, type WireError } from "../helpers/wire-2026.js";
 import { startService, waitFor, type ServiceHarness } from "./harness.js";
 
 const openapi = JSON.parse(readFileSync(join(REPO_ROOT, "openapi/openapi.json"), "utf8")) as {
@@ -45,7 +46,11 @@ describe("HTTP service on one engine", () => {
     base = snapshot();
     h = await startService(
       { maxConcurrent: 2, maxQueued: 8, queueDeadlineMs: 20_000 },
-      { keyLimits: { maxConcurrent: 5, ratePerMinute: 100_000, burst: 100_000 } },
+      {
+        keyLimits: { maxConcurrent: 5, ratePerMinute: 100_000, burst: 100_000 },
+        // A 2026 call that declares the tasks extension becomes a task after half a second.
+        sessions: { taskAfterMs: 500 },
+      },
     );
     for (const name of ["a", "b", "c", "d", "revoked"]) {
       keys[name] = (await h.keys.create(name)).key;
@@ -537,6 +542,45 @@ describe("HTTP service on one engine", () => {
       assert.ok(row);
     } finally {
       await client.close();
+    }
+  });
+
+  test("a 2026 task over /mcp is its key's alone, recorded like any call, and read from a 2025 session too", async () => {
+    const wireFor = (key: string) =>
+      WireClient.connect(
+        new ModernHttpTransport(new URL(`${h.api.url}/mcp`), {
+          requestInit: { headers: { Authorization: `Bearer ${key}` } },
+        }),
+      );
+    const a = await wireFor(keys.a!);
+    const b = await wireFor(keys.b!);
+    const legacy = new Client({ name: "api-test", version: "1" });
+    await legacy.connect(
+      new StreamableHTTPClientTransport(new URL(`${h.api.url}/mcp`), {
+        requestInit: { headers: { Authorization: `Bearer ${keys.a}` } },
+      }),
+    );
+    try {
+      const handle = await a.exec({ runtime: "bash", code: "sleep 3; echo tasked # task" });
+      assert.equal(handle.resultType, "task", JSON.stringify(handle));
+      const taskId = String(handle.taskId);
+      const keyA = (await h.keys.list()).find((k) => k.name === "a")!.id;
+      const row = h.runs.all().find((r) => r.transport === "mcp" && r.status !== "finished");
+      assert.equal(row?.key_id, keyA, "the task's call is a run of key a");
+      for (const method of ["tasks/get", "tasks/cancel", "tasks/update"])
+        await assert.rejects(b.request(method, { taskId }), (e: WireError) => {
+          assert.equal(e.code, -32602, `${method}: ${e.message}`);
+          assert.match(e.message, /not found/);
+          return true;
+        });
+      const done = await a.untilFinished(taskId);
+      assert.equal(done.status, "completed", "key b's cancel reached nothing");
+      const result = done.result as { structuredContent: { stdout: string } };
+      assert.equal(result.structuredContent.stdout, "tasked\n");
+      const seen = await legacy.experimental.tasks.getTask(taskId);
+      assert.equal(seen.status, "completed", "the same key's 2025 session reads it");
+    } finally {
+      await Promise.all([a.close(), b.close(), legacy.close()]);
     }
   });
 

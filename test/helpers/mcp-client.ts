@@ -46,7 +46,7 @@ export interface McpHarness {
 }
 
 /** How the suites spawn the built stdio server. */
-function serverParams(env: Record<string, string>) {
+export function serverParams(env: Record<string, string>) {
   return {
     command: process.execPath,
     args: [MCP_BIN],

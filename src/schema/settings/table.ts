@@ -208,6 +208,13 @@ export const SETTINGS = {
     readers: ["server"],
     doc: "how long an API replica's lease lives without renewal before its runs are marked interrupted",
   },
+  SCRATCHRUN_TASK_AFTER_MS: {
+    kind: "number",
+    unit: "ms",
+    fallback: "10000",
+    readers: ["server"],
+    doc: "a call from a client that declared MCP's tasks extension (2026-07-28) and is still running after this long is answered with a task handle the client polls; `0` makes every such call a task",
+  },
   SCRATCHRUN_LOG_LEVEL: {
     kind: "enum",
     values: ["debug", "info", "warn", "error"],
