@@ -195,16 +195,7 @@ export function prepareExecCall(
   return { req, run: (ctx) => runExecCall(engine, req, ctx) };
 }
 
-/** Handles one tools/call: bad input and engine failures become isError results, never throws. */
-export async function callExecTool(
-  engine: Pick<Engine, "execute" | "policy">,
-  args: unknown,
-  ctx: ToolCallContext,
-): Promise<ExecToolResult> {
-  const call = prepareExecCall(engine, args);
-  return "refused" in call ? call.refused : call.run(ctx);
-}
-
+/** Runs one parsed call: engine failures become isError results, never throws. */
 async function runExecCall(
   engine: Pick<Engine, "execute" | "policy">,
   req: ExecRequest,

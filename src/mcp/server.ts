@@ -49,8 +49,14 @@ export const SERVER_INFO = {
  * object. The SDK's handler-wrapping hook sees the request before its copy; this carries the
  * request's own arguments from there to the handler.
  */
+/** One tools/call as the handler hook saw it, and the task handle that answers it, if any. */
+interface CallSlot {
+  arguments: unknown;
+  task?: Result;
+}
+
 class RawArgumentsServer extends Server {
-  static readonly current = new AsyncLocalStorage<{ arguments: unknown; task?: Result }>();
+  static readonly current = new AsyncLocalStorage<CallSlot>();
 
   protected override _wrapHandler(
     method: string,
@@ -61,16 +67,13 @@ class RawArgumentsServer extends Server {
     // A call answered with a task handle returns the handle past the SDK's CallToolResult check
     // (the handler leaves it in `task` and returns an empty result for the check).
     return (request, ctx) => {
-      const call = {
+      const slot: CallSlot = {
         arguments: (request.params as { arguments?: unknown } | undefined)?.arguments,
       };
-      return RawArgumentsServer.current.run(
-        call as { arguments: unknown; task?: Result },
-        async () => {
-          const result = await wrapped(request, ctx);
-          return (call as { task?: Result }).task ?? result;
-        },
-      );
+      return RawArgumentsServer.current.run(slot, async () => {
+        const result = await wrapped(request, ctx);
+        return slot.task ?? result;
+      });
     };
   }
 }
@@ -257,20 +260,20 @@ export function createMcpServer(engine: ExecEngine, tasks?: McpTaskOptions): Ser
     const onRequestAbort = () => controller.abort();
     ctx.mcpReq.signal.addEventListener("abort", onRequestAbort, { once: true });
     const running = call.run(streams(controller.signal)).then(project);
-    if (modern) {
-      let timer: NodeJS.Timeout | undefined;
-      const waited = new Promise<null>((resolve) => {
-        timer = setTimeout(() => resolve(null), tasks.taskAfterMs);
-      });
-      const first = await Promise.race([running, waited]);
-      clearTimeout(timer);
-      if (first !== null) {
-        ctx.mcpReq.signal.removeEventListener("abort", onRequestAbort);
-        return first;
-      }
-    }
-    detached = true;
+    // 2026: the call stays a plain call if it ends within taskAfterMs; 2025 asked for a task.
+    let timer: NodeJS.Timeout | undefined;
+    const first = modern
+      ? await Promise.race([
+          running,
+          new Promise<null>(
+            (resolve) => (timer = setTimeout(() => resolve(null), tasks.taskAfterMs)),
+          ),
+        ])
+      : null;
+    clearTimeout(timer);
     ctx.mcpReq.signal.removeEventListener("abort", onRequestAbort);
+    if (first !== null) return first;
+    detached = true;
     const record = tasks.registry.adopt(
       tasks.owner,
       call.req.timeout_ms + TASK_KEEP_MS,
