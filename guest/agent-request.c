@@ -122,6 +122,30 @@ int parse_request(const uint8_t *payload, size_t len, struct request *req, char 
     if (!valid_abs_path(req->rets[i], strlen(req->rets[i])))
       FAIL("request: return_files[%u] is not a normalised absolute path", i);
 
+  if (cur_u32(&c, &req->session) < 0 || req->session > 1) FAIL("request: bad session flag");
+  req->kernel = take_str(&c);
+  if (!req->kernel) FAIL("request: kernel is truncated or contains NUL");
+  if (req->kernel[0] && (!req->session || !valid_abs_path(req->kernel, strlen(req->kernel))))
+    FAIL("request: kernel must be an absolute path, and only with a session");
+
   if (cur_left(&c) != 0) FAIL("request: %zu trailing bytes", cur_left(&c));
   return 0;
+}
+
+static void free_strs(char **a, uint32_t n) {
+  if (!a) return;
+  for (uint32_t i = 0; i < n; i++) free(a[i]);
+  free(a);
+}
+
+void free_request(struct request *req) {
+  free(req->cwd);
+  free_strs(req->argv, req->argc);
+  free_strs(req->envp, req->envc);
+  if (req->files)
+    for (uint32_t i = 0; i < req->filec; i++) free(req->files[i].path);
+  free(req->files);
+  free_strs(req->rets, req->retc);
+  free(req->kernel);
+  memset(req, 0, sizeof *req);
 }

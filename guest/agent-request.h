@@ -29,6 +29,11 @@ struct request {
   struct req_file *files;
   uint32_t retc;
   char **rets;
+  /* A session's call: after D the agent reads the next Q instead of exiting. */
+  uint32_t session;
+  /* With a session: the script that keeps the interpreter between calls (kernel argv: argv[0]
+   * kernel), or "" for code run as its own process each call. */
+  char *kernel;
 };
 
 /* Parses and validates a Q payload. On failure returns -1 and writes a reason to err.
@@ -36,6 +41,9 @@ struct request {
  * before anything is allocated). The request keeps pointers into payload. */
 int parse_request(const uint8_t *payload, size_t len, struct request *req, char *err,
                   size_t errlen);
+
+/* Frees what parse_request allocated (a session's agent parses many requests). */
+void free_request(struct request *req);
 
 /* 1 when p (len bytes, no terminator needed) is absolute, at most MAX_PATH_BYTES, has no NUL,
  * no empty, "." or ".." component, and names something below "/" (not "/" itself). */

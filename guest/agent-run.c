@@ -243,8 +243,16 @@ static void set_reason(struct run_result *res, int *decided, enum exit_reason r)
   *decided = 1;
 }
 
+/* A kernel's cell, for supervise(): the note fd it reports the cell's status on, and whether it
+ * outlived the cell. NULL: the code is a process of its own, whose tree dies at the end. */
+struct cell {
+  int note_r;
+  int kept; /* out: the cell ended with its note and the kernel still runs */
+};
+
 static void supervise(int host_in, int host_out, const struct request *req,
-                      struct run_result *res, const struct code_proc *p, uint64_t t0);
+                      struct run_result *res, const struct code_proc *p, uint64_t t0,
+                      struct cell *cell);
 
 void run_code(int host_in, int host_out, const struct request *req, struct run_result *res) {
   memset(res, 0, sizeof *res);
@@ -255,18 +263,20 @@ void run_code(int host_in, int host_out, const struct request *req, struct run_r
     res->reason = R_SPAWN_FAILED; /* spawn_code reaped the child that failed to exec */
     return;
   }
-  supervise(host_in, host_out, req, res, &p, t0);
+  supervise(host_in, host_out, req, res, &p, t0, NULL);
 }
 
 void run_started(int host_in, int host_out, const struct request *req, struct run_result *res,
                  const struct code_proc *p) {
   memset(res, 0, sizeof *res);
-  supervise(host_in, host_out, req, res, p, now_ms());
+  supervise(host_in, host_out, req, res, p, now_ms(), NULL);
 }
 
-/* From S to the tree's death: output under caps, deadline, K and EOF from the host. */
+/* From S to the tree's death (or, for a kernel's cell, to its note): output under caps,
+ * deadline, K and EOF from the host. */
 static void supervise(int host_in, int host_out, const struct request *req,
-                      struct run_result *res, const struct code_proc *p, uint64_t t0) {
+                      struct run_result *res, const struct code_proc *p, uint64_t t0,
+                      struct cell *cell) {
   pid_t child = p->pid;
   sigset_t chld = sigchld_only();
   int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
@@ -297,22 +307,25 @@ static void supervise(int host_in, int host_out, const struct request *req,
   uint64_t deadline = t0 + req->timeout_ms;
   uint8_t hbuf[64];
   size_t hlen = 0;
-  int decided = 0, main_done = 0, main_status = 0;
+  int decided = 0, main_done = 0, main_status = 0, noted = 0;
+  int32_t cell_status = 0;
+  if (cell) cell->kept = 0;
 
-  while (!main_done && !decided) {
+  while (!main_done && !decided && !noted) {
     uint64_t now = now_ms();
     if (now >= deadline) {
       set_reason(res, &decided, R_TIMEOUT);
       break;
     }
     uint64_t left = deadline - now;
-    struct pollfd pfd[4] = {
+    struct pollfd pfd[5] = {
         {host_in, POLLIN, 0},
         {streams[0].fd, POLLIN, 0},
         {streams[1].fd, POLLIN, 0},
         {sfd, POLLIN, 0},
+        {cell ? cell->note_r : -1, POLLIN, 0},
     };
-    int pr = poll(pfd, 4, left > 60000 ? 60000 : (int)left);
+    int pr = poll(pfd, 5, left > 60000 ? 60000 : (int)left);
     if (pr < 0) {
       if (errno == EINTR) continue;
       set_reason(res, &decided, R_KILLED);
@@ -343,6 +356,55 @@ static void supervise(int host_in, int host_out, const struct request *req,
         }
       }
     }
+    /* The cell's note: 4 bytes, its status. Its output was written before it (the kernel flushes
+     * first), so it is in the pipes now. Anything else on the note pipe: the kernel is gone or
+     * broken, and is killed with the tree below. */
+    if (pfd[4].revents && !main_done) {
+      uint8_t b[4];
+      if (read_full(cell->note_r, b, sizeof b) == (ssize_t)sizeof b) {
+        noted = 1;
+        cell_status = (int32_t)(b[0] | b[1] << 8 | b[2] << 16 | (uint32_t)b[3] << 24);
+      } else {
+        set_reason(res, &decided, R_KILLED);
+        snprintf(res->message, sizeof res->message, "the interpreter's note pipe broke");
+      }
+    }
+  }
+
+  if (noted && !decided) {
+    /* The cell is over and the kernel keeps running: what it wrote is buffered in the pipes. */
+    res->duration_ms = (uint32_t)(now_ms() - t0);
+    close(sfd);
+    for (int i = 0; i < 2; i++) {
+      struct stream *s = &streams[i];
+      int flags = fcntl(s->fd, F_GETFL);
+      (void)fcntl(s->fd, F_SETFL, flags | O_NONBLOCK);
+      int idle = 0;
+      while (s->fd >= 0 && !idle)
+        if (pump(host_out, s, buf, &idle)) set_reason(res, &decided, R_OUTPUT_LIMIT);
+      if (s->fd >= 0) (void)fcntl(s->fd, F_SETFL, flags);
+    }
+    free(buf);
+    if (!decided && streams[0].fd >= 0 && streams[1].fd >= 0) {
+      res->reason = R_EXITED;
+      res->value = cell_status;
+      cell->kept = 1;
+      return;
+    }
+    /* Over its output cap in the drain, or its pipes closed: the kernel goes with the tree. */
+    for (int i = 0; i < 2; i++)
+      if (streams[i].fd >= 0) {
+        close(streams[i].fd);
+        streams[i].fd = -1;
+      }
+    for (;;) {
+      kill_tree();
+      pid_t p = waitpid(-1, NULL, __WALL);
+      if (p < 0 && errno == EINTR) continue;
+      if (p < 0) break;
+    }
+    if (!decided) set_reason(res, &decided, R_KILLED);
+    return;
   }
 
   /* The tree dies whatever happened: background daemons do not outlive the call. Grandchildren
@@ -383,5 +445,91 @@ static void supervise(int host_in, int host_out, const struct request *req,
     } else {
       res->reason = R_KILLED; /* unreachable: the loop ends only with a reason or main exit */
     }
+  }
+}
+
+/* The cell message on the kernel's fd 3: its length (4 bytes, little-endian), then cwd, the code
+ * file and every environment entry, each NUL-terminated. */
+static int send_cell(int fd, const struct request *req) {
+  size_t n = strlen(req->cwd) + 1 + strlen(req->argv[1]) + 1;
+  for (uint32_t i = 0; i < req->envc; i++) n += strlen(req->envp[i]) + 1;
+  if (n > UINT32_MAX) return -1;
+  uint8_t len[4] = {(uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16), (uint8_t)(n >> 24)};
+  if (write_all(fd, len, sizeof len) < 0) return -1;
+  if (write_all(fd, req->cwd, strlen(req->cwd) + 1) < 0) return -1;
+  if (write_all(fd, req->argv[1], strlen(req->argv[1]) + 1) < 0) return -1;
+  for (uint32_t i = 0; i < req->envc; i++)
+    if (write_all(fd, req->envp[i], strlen(req->envp[i]) + 1) < 0) return -1;
+  return 0;
+}
+
+static void kernel_forget(struct kernel *k) {
+  if (k->ctl_w >= 0) close(k->ctl_w);
+  if (k->note_r >= 0) close(k->note_r);
+  memset(k, 0, sizeof *k);
+  k->ctl_w = k->note_r = -1;
+}
+
+void kernel_init(struct kernel *k) {
+  memset(k, 0, sizeof *k);
+  k->ctl_w = k->note_r = -1;
+}
+
+void run_cell(int host_in, int host_out, const struct request *req, struct run_result *res,
+              struct kernel *k, int *fresh) {
+  memset(res, 0, sizeof *res);
+  *fresh = 0;
+  uint64_t t0 = now_ms();
+  if (req->argc != 2) {
+    res->reason = R_SPAWN_FAILED;
+    snprintf(res->message, sizeof res->message, "a session's interpreter runs one code file");
+    return;
+  }
+  if (k->proc.pid > 0 && waitpid(k->proc.pid, NULL, WNOHANG | __WALL) != 0) {
+    /* It died between cells (the OOM killer, a thread of the last cell): start a fresh one. */
+    close(k->proc.out_r);
+    close(k->proc.err_r);
+    kernel_forget(k);
+  }
+  if (k->proc.pid <= 0) {
+    int ctl[2], note[2];
+    if (pipe2(ctl, O_CLOEXEC) < 0) {
+      res->reason = R_SPAWN_FAILED;
+      snprintf(res->message, sizeof res->message, "pipe: %s", strerror(errno));
+      return;
+    }
+    if (pipe2(note, O_CLOEXEC) < 0) {
+      close(ctl[0]);
+      close(ctl[1]);
+      res->reason = R_SPAWN_FAILED;
+      snprintf(res->message, sizeof res->message, "pipe: %s", strerror(errno));
+      return;
+    }
+    char *argv[] = {req->argv[0], req->kernel, NULL};
+    struct spawn_spec s = {argv, req->envp, req->cwd, req->uid, req->gid, {ctl[0], note[1]}, 2};
+    int rc = spawn_code(&s, &k->proc, res->message, sizeof res->message);
+    close(ctl[0]);
+    close(note[1]);
+    if (rc < 0) {
+      close(ctl[1]);
+      close(note[0]);
+      kernel_init(k);
+      res->reason = R_SPAWN_FAILED;
+      return;
+    }
+    k->ctl_w = ctl[1];
+    k->note_r = note[0];
+    *fresh = 1;
+  }
+  struct cell cell = {k->note_r, 0};
+  if (send_cell(k->ctl_w, req) < 0) {
+    /* It died between cells: supervise() reaps it and reports how it ended. */
+    (void)kill(k->proc.pid, SIGKILL);
+  }
+  supervise(host_in, host_out, req, res, &k->proc, t0, &cell);
+  if (!cell.kept) {
+    kernel_forget(k); /* supervise() killed the tree and closed its pipes */
+    if (res->message[0] == '\0')
+      snprintf(res->message, sizeof res->message, "the interpreter ended");
   }
 }

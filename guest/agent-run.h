@@ -57,4 +57,22 @@ void run_code(int host_in, int host_out, const struct request *req, struct run_r
 void run_started(int host_in, int host_out, const struct request *req, struct run_result *res,
                  const struct code_proc *p);
 
+/* A session's interpreter: started at a session's first call as `argv[0] kernel` (the runtime's
+ * guest/session.py or guest/session.js) and kept between calls, each of which it runs in itself
+ * (its variables, imports and open figures stay). fd 3 brings it a cell, fd 4 takes its status. */
+struct kernel {
+  struct code_proc proc; /* proc.pid 0: none running */
+  int ctl_w, note_r;
+};
+
+void kernel_init(struct kernel *k);
+
+/* Runs req's code file in the session's kernel, starting one first (as req's user, with req's
+ * environment and cwd) when none runs; *fresh is set when it had to. Sends S, O/E, as run_code.
+ * A cell that ends with its note leaves the kernel and whatever the cell started running; one
+ * that ends otherwise (the interpreter exited or crashed, the timeout, K, the output cap) kills
+ * the whole tree, and the next call starts a fresh interpreter in the same files. */
+void run_cell(int host_in, int host_out, const struct request *req, struct run_result *res,
+              struct kernel *k, int *fresh);
+
 #endif

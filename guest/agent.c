@@ -1,8 +1,11 @@
 /*
  * ScratchRun sandbox agent: speaks docs/PROTOCOL.md on fd 0/1 (or on --channel PATH), runs one
- * request, reports, exits. Everything the host sends is checked; everything the code does is
+ * request (or a session's requests), reports, exits. Everything the host sends is checked; everything the code does is
  * contained by killing the whole process tree with kill(-1, SIGKILL), which is why the agent
  * refuses to run where that could reach processes outside the sandbox.
+ *
+ * A request may open a session (docs/decisions/0013-sessions.md): then the agent reads the next Q
+ * after D, until the host hangs up, and a kernel given in the request keeps the interpreter.
  *
  * Usage: agent [--channel PATH] [--own-kernel] [--prestart INTERP SCRIPT [--preimport SPEC]]
  *              [--warm INTERP] [--seed PORT RESOLV] [--seccomp PATH]
@@ -303,39 +306,70 @@ static int agent_main(const struct agent_opts *o) {
   put_u32(ready, PROTOCOL_VERSION);
   send_frame(out, T_READY, ready, sizeof ready);
 
-  uint8_t hdr[5];
-  ssize_t n = read_full(in, hdr, sizeof hdr);
-  if (n == 0) return 0; /* host went away before asking for anything */
-  if (n != (ssize_t)sizeof hdr) return 3;
-  uint32_t len = get_u32(hdr);
-  if (hdr[4] != T_REQUEST) return setup_failed(out, "protocol: first host frame is not Q");
-  if (len < 1 || len > MAX_REQUEST_FRAME)
-    return setup_failed(out, "protocol: Q frame length out of range");
-  size_t plen = len - 1;
-  uint8_t *payload = malloc(plen ? plen : 1);
-  if (!payload) return setup_failed(out, "out of memory for the request");
-  if (read_full(in, payload, plen) != (ssize_t)plen) return 3;
+  /* One request, or a session's requests one after another (the first Q says which). */
+  static struct kernel kernel;
+  kernel_init(&kernel);
+  int session = 0;
+  for (int first = 1;; first = 0) {
+    uint8_t hdr[5];
+    ssize_t n = read_full(in, hdr, sizeof hdr);
+    if (n == 0) {
+      if (session) kill_and_reap(); /* the session ended: nothing of it outlives the agent */
+      return 0; /* or the host went away before asking for anything */
+    }
+    if (n != (ssize_t)sizeof hdr) return 3;
+    uint32_t len = get_u32(hdr);
+    if (hdr[4] != T_REQUEST)
+      return setup_failed(out, first ? "protocol: first host frame is not Q"
+                                     : "protocol: a session's next host frame is not Q");
+    if (len < 1 || len > MAX_REQUEST_FRAME)
+      return setup_failed(out, "protocol: Q frame length out of range");
+    size_t plen = len - 1;
+    uint8_t *payload = malloc(plen ? plen : 1);
+    if (!payload) return setup_failed(out, "out of memory for the request");
+    if (read_full(in, payload, plen) != (ssize_t)plen) return 3;
 
-  struct request req;
-  char err[256];
-  if (parse_request(payload, plen, &req, err, sizeof err) < 0) return setup_failed(out, err);
-  if (use_code_fs_identity(&req, err, sizeof err) < 0) return setup_failed(out, err);
-  if (write_request_files(&req, err, sizeof err) < 0) return setup_failed(out, err);
+    struct request req;
+    char err[256];
+    if (parse_request(payload, plen, &req, err, sizeof err) < 0) return setup_failed(out, err);
+    if (!first && !req.session) return setup_failed(out, "protocol: a session's Q without session");
+    session = (int)req.session;
+    if (use_code_fs_identity(&req, err, sizeof err) < 0) return setup_failed(out, err);
+    if (write_request_files(&req, err, sizeof err) < 0) {
+      if (!session) return setup_failed(out, err);
+      struct run_result r; /* a session survives a call whose files could not be written */
+      memset(&r, 0, sizeof r);
+      r.reason = R_SETUP_FAILED;
+      snprintf(r.message, sizeof r.message, "%s", err);
+      send_exit(out, &r, 0);
+      send_frame(out, T_DONE, NULL, 0);
+      free_request(&req);
+      free(payload);
+      continue;
+    }
 
-  uint32_t oom_before = read_oom_kills(o);
-  struct run_result res;
-  tree_started = 1;
-  if (prestart_fits(&ps, &req) && prestart_release(&ps, &req) == 0) {
-    run_started(in, out, &req, &res, &ps.proc);
-  } else {
-    prestart_discard(&ps);
-    run_code(in, out, &req, &res);
+    uint32_t oom_before = read_oom_kills(o);
+    struct run_result res;
+    tree_started = 1;
+    if (session && req.kernel[0]) {
+      prestart_discard(&ps); /* a pooled sandbox's interpreter: the session keeps its own */
+      int fresh;
+      run_cell(in, out, &req, &res, &kernel, &fresh);
+    } else if (prestart_fits(&ps, &req) && prestart_release(&ps, &req) == 0) {
+      run_started(in, out, &req, &res, &ps.proc);
+    } else {
+      prestart_discard(&ps);
+      run_code(in, out, &req, &res);
+    }
+    tree_started = kernel.proc.pid > 0;
+    uint32_t oom_after = read_oom_kills(o);
+    send_exit(out, &res, oom_after >= oom_before ? oom_after - oom_before : 0);
+    if (res.reason != R_SPAWN_FAILED) send_return_files(out, &req);
+    send_frame(out, T_DONE, NULL, 0);
+    free_request(&req);
+    free(payload);
+    if (!session) break;
   }
-  tree_started = 0;
-  uint32_t oom_after = read_oom_kills(o);
-  send_exit(out, &res, oom_after >= oom_before ? oom_after - oom_before : 0);
-  if (res.reason != R_SPAWN_FAILED) send_return_files(out, &req);
-  send_frame(out, T_DONE, NULL, 0);
   if (o->own_kernel) linger_until_host_hangs_up(in);
   return 0;
 }

@@ -44,12 +44,12 @@ const self = fileURLToPath(import.meta.url);
 const stale = (target, inputs) =>
   !existsSync(target) ||
   statSync(target).mtimeMs < Math.max(...[...inputs, self].map((f) => statSync(f).mtimeMs));
-// The runtime table's pre-start scripts, next to the agent (namespace jails see this directory at
+// The runtime table's pre-start and session scripts, next to the agent (namespace jails see this directory at
 // /opt/scratchrun); the table is read from the compiled TypeScript (`npm run build` runs tsc first).
 const tableModule = join(root, "dist", "src", "runtimes", "table.js");
 if (!existsSync(tableModule)) fail(`missing ${tableModule}: run tsc first (npm run build)`);
-const { PRESTART_SCRIPTS } = await import(pathToFileURL(tableModule).href);
-for (const script of PRESTART_SCRIPTS) {
+const { GUEST_SCRIPTS } = await import(pathToFileURL(tableModule).href);
+for (const script of GUEST_SCRIPTS) {
   const src = join(guest, script);
   const dest = join(root, "build", "guest", script);
   const text = readFileSync(src);

@@ -5,6 +5,7 @@ import type { Refusal } from "../net/proxy/reasons.js";
 import type { AgentEvent, AgentOutcome, AgentRequest } from "../protocol/types.js";
 import type { RuntimeName } from "../schema/exec.js";
 import type { Flavour } from "./prestart.js";
+import type { SessionSandbox } from "./session.js";
 
 /** Which boundary really ran a call. Reported in every result; never silently downgraded. */
 export type Isolation = "microvm-kvm" | "microvm-tcg" | "namespace";
@@ -46,6 +47,13 @@ export interface NetworkEgress {
   report(): Promise<NetworkReport>;
 }
 
+/** A session's sandbox, as a backend sees it: what every call of the session shares. */
+export interface SessionJob {
+  runtime: RuntimeName;
+  memoryMb: number;
+  egress: Egress;
+}
+
 export interface RunOptions {
   signal: AbortSignal;
   onEvent?: (event: AgentEvent) => void;
@@ -72,6 +80,11 @@ export interface Backend {
    * network, uid) may follow in the background, and close() waits for that.
    */
   run(job: SandboxJob, options: RunOptions): Promise<BackendOutcome>;
+  /**
+   * A fresh sandbox for a session's calls (never a pooled one: the pool's are counted on by
+   * calls), started cold and past READY; its calls run one at a time until it is closed.
+   */
+  openSession(job: SessionJob, signal: AbortSignal): Promise<SessionSandbox>;
   /**
    * Calls `listener` whenever a warm-pool sandbox is ready (its processes run, its cgroup is
    * populated), so the service can record it for crash recovery; returns the unsubscribe.

@@ -195,6 +195,7 @@ export function cancelledOutcome(
         files: [],
         failure: { kind: "aborted", detail: "cancelled before a sandbox ran it" },
         startedAfterMs: null,
+        pid: null,
       },
       isolation,
       oomKilled: false,

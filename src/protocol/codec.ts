@@ -153,6 +153,8 @@ export function encodeRequest(req: AgentRequest): Buffer {
   });
   w.u32(req.returnFiles.length, "retc");
   req.returnFiles.forEach((p, i) => w.str(p, `returnFiles[${i}]`));
+  w.u32(req.session ? 1 : 0, "session");
+  w.str(req.session?.kernel ?? "", "session.kernel");
   return w.frame(REQUEST, MAX_REQUEST_FRAME);
 }
 
@@ -487,6 +489,10 @@ export function decodeRequest(frame: Buffer): AgentRequest {
     content: new Uint8Array(need(r.bytes())),
   }));
   const returnFiles = Array.from({ length: need(r.u32()) }, str);
+  const session = need(r.u32());
+  const kernel = str();
+  if (session > 1) throw new Error(`session flag ${session}`);
+  if (!session && kernel) throw new Error("a kernel without a session");
   if (r.left !== 0) throw new Error("trailing bytes in Q payload");
   return {
     timeoutMs,
@@ -501,5 +507,6 @@ export function decodeRequest(frame: Buffer): AgentRequest {
     env,
     files,
     returnFiles,
+    ...(session ? { session: { kernel: kernel || null } } : {}),
   };
 }

@@ -45,6 +45,11 @@ export interface AgentSessionOptions {
    * code, and on a loaded TCG host a few MiB of files can take seconds to cross the channel.
    */
   collectMs?: number;
+  /**
+   * A session's call: after `D` the stream is left paused for the session's next call instead of
+   * drained (the agent sends nothing until it reads the next `Q`).
+   */
+  keepOpen?: boolean;
 }
 
 export type ReadyResult = { ok: true; version: number } | { ok: false; failure: SessionFailure };
@@ -151,6 +156,7 @@ export function runAgentSession(
     let started = false;
     let qSentAt = 0;
     let startedAfterMs: number | null = null;
+    let pid: number | null = null;
     let phase: Phase = options.alreadyReady ? "await_start" : "await_ready";
     let killSent = false;
     let graceTimer: NodeJS.Timeout | undefined;
@@ -176,8 +182,10 @@ export function runAgentSession(
       input.removeListener("error", onError);
       options.signal.removeEventListener("abort", onAbort);
       // Keep the stream flowing with no listener: later bytes are discarded and 'end' still
-      // comes, so a child process's 'close' is never held up by unread output.
-      input.resume();
+      // comes, so a child process's 'close' is never held up by unread output. A session whose
+      // call ended with D keeps it for the next one.
+      if (options.keepOpen && failure === null) input.pause();
+      else input.resume();
       resolve({
         exit,
         stdout: Buffer.concat(stdout, stdoutBytes),
@@ -185,6 +193,7 @@ export function runAgentSession(
         files,
         failure,
         startedAfterMs,
+        pid,
       });
     };
     const violation = (detail: string) => finish({ kind: "protocol", detail });
@@ -218,6 +227,7 @@ export function runAgentSession(
           if (f.type === "started") {
             started = true;
             startedAfterMs = Date.now() - qSentAt;
+            pid = f.pid;
             phase = "running";
             emit({ type: "started" });
             return null;

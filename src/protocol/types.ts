@@ -3,7 +3,7 @@
  * A backend provides a byte stream to an agent; `runAgentSession` drives it with these types.
  */
 
-export const PROTOCOL_VERSION = 1;
+export const PROTOCOL_VERSION = 2;
 
 /** What the host asks the agent to run: the `Q` frame, before encoding. */
 export interface AgentRequest {
@@ -21,6 +21,13 @@ export interface AgentRequest {
   env: Record<string, string>;
   files: AgentFile[];
   returnFiles: string[];
+  /**
+   * A session's call (docs/decisions/0013-sessions.md): the agent keeps the sandbox after `D` and
+   * reads the next `Q`. `kernel`: the script that keeps the interpreter (`argv[0] kernel`) between
+   * calls, which runs the code file in it; null: the code runs as a process of its own each time.
+   * Absent: one call, and the agent exits after `D`.
+   */
+  session?: { kernel: string | null };
 }
 
 export interface AgentFile {
@@ -65,6 +72,11 @@ export interface AgentOutcome {
   };
   /** ms from sending `Q` to `S` (sandbox start overhead inside the agent). */
   startedAfterMs: number | null;
+  /**
+   * The code's pid in the sandbox, from `S`; null without `S`. A session's kernel keeps its pid
+   * from call to call, so a new one means a fresh interpreter.
+   */
+  pid: number | null;
 }
 
 /** Progress a session reports while it runs (for MCP progress notifications). */

@@ -26,6 +26,12 @@ export interface RuntimeEntry {
    * when the runtime is never pre-started (src/backends/prestart.ts).
    */
   readonly prestartScript: string | null;
+  /**
+   * The script (guest/) that keeps a session's interpreter between its calls, each call's code
+   * run in it (docs/decisions/0013-sessions.md); null when a session's calls run as processes of
+   * their own (files kept, no interpreter state).
+   */
+  readonly sessionScript: string | null;
   /** What the call's sandbox is seeded with before the caller's files. */
   readonly seeds: readonly Seed[];
   /**
@@ -85,6 +91,7 @@ export const RUNTIME_TABLE = {
     codeFile: "main.sh",
     // A shell that sources the file is not `bash main.sh` (docs/decisions/0003-microvm.md).
     prestartScript: null,
+    sessionScript: null,
     seeds: [],
     extras: {
       key: "debian",
@@ -100,6 +107,7 @@ export const RUNTIME_TABLE = {
     argv: [IN_IMAGE.python311],
     codeFile: "main.py",
     prestartScript: "prestart.py",
+    sessionScript: "session.py",
     // matplotlib's font cache, scanned once at image build time, so a first plot does not rescan
     // (one file per matplotlib version: Debian's for python3.11, the lock's for python3.12).
     seeds: ["matplotlib-font-cache"],
@@ -117,6 +125,7 @@ export const RUNTIME_TABLE = {
     argv: [IN_IMAGE.python312],
     codeFile: "main.py",
     prestartScript: "prestart.py",
+    sessionScript: "session.py",
     seeds: ["matplotlib-font-cache"],
     extras: {
       key: "python3.12",
@@ -137,6 +146,7 @@ export const RUNTIME_TABLE = {
     codeFile: "main.js",
     // Reseeds OpenSSL's DRBG and V8's generator before the code runs.
     prestartScript: "prestart.js",
+    sessionScript: "session.js",
     seeds: [],
     extras: {
       key: "node20",
@@ -152,6 +162,7 @@ export const RUNTIME_TABLE = {
     argv: [IN_IMAGE.python313],
     codeFile: "main.py",
     prestartScript: "prestart.py",
+    sessionScript: "session.py",
     seeds: ["matplotlib-font-cache"],
     // The image config's python3.12 wheelhouse or index is python3.12's alone.
     extras: null,
@@ -166,6 +177,7 @@ export const RUNTIME_TABLE = {
     argv: [IN_IMAGE.node24],
     codeFile: "main.js",
     prestartScript: "prestart.js",
+    sessionScript: "session.js",
     seeds: [],
     // The image config's npm packages are installed and checked for node20 (a native addon is
     // built for one Node ABI).
@@ -202,7 +214,14 @@ export const ONCE_CALLED: readonly RuntimeName[] = RUNTIMES.filter(
   (r) => RUNTIME_TABLE[r].pool === "once-called",
 );
 
-/** Every pre-start script some runtime uses, each once (the microVM initramfs carries them). */
-export const PRESTART_SCRIPTS: readonly string[] = [
-  ...new Set(RUNTIMES.flatMap((r) => RUNTIME_TABLE[r].prestartScript ?? [])),
+/**
+ * Every pre-start and session script some runtime uses, each once (next to the agent for namespace
+ * jails; the microVM initramfs carries them).
+ */
+export const GUEST_SCRIPTS: readonly string[] = [
+  ...new Set(
+    RUNTIMES.flatMap((r) =>
+      [RUNTIME_TABLE[r].prestartScript, RUNTIME_TABLE[r].sessionScript].filter((s) => s !== null),
+    ),
+  ),
 ];

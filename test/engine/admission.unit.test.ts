@@ -162,6 +162,7 @@ class HeldBackend implements Backend {
             files: [],
             failure: null,
             startedAfterMs: 1,
+            pid: 2,
           },
           isolation: this.isolation,
           oomKilled: false,
@@ -170,6 +171,9 @@ class HeldBackend implements Backend {
       if (options.signal.aborted) done();
       else options.signal.addEventListener("abort", done, { once: true });
     });
+  }
+  openSession(): Promise<never> {
+    return Promise.reject(new Error("no sessions here"));
   }
   onSandboxReady(): () => void {
     return () => {};

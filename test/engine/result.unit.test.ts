@@ -29,6 +29,7 @@ function outcome(agent: Partial<AgentOutcome>, extra: Partial<BackendOutcome> = 
       files: [],
       failure: null,
       startedAfterMs: 1,
+      pid: 2,
       ...agent,
     },
     isolation: "namespace",

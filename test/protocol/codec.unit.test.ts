@@ -12,7 +12,7 @@ import {
   MAX_REQUEST_FRAME,
   type AgentFrame,
 } from "../../src/protocol/codec.js";
-import type { AgentRequest } from "../../src/protocol/types.js";
+import { PROTOCOL_VERSION, type AgentRequest } from "../../src/protocol/types.js";
 
 const baseRequest: AgentRequest = {
   timeoutMs: 1000,
@@ -100,7 +100,7 @@ describe("encodeRequest", () => {
     const q = encodeRequest(baseRequest);
     assert.equal(q.readUInt32BE(0), q.length - 4);
     assert.equal(String.fromCharCode(q[4]!), "Q");
-    assert.equal(q.readUInt32BE(5), 1); // version
+    assert.equal(q.readUInt32BE(5), PROTOCOL_VERSION);
     assert.equal(q.readUInt32BE(9), 1000); // timeout
     assert.equal(q.readBigUInt64BE(13), 100n);
     assert.equal(q.readBigUInt64BE(21), 200n);
@@ -110,6 +110,19 @@ describe("encodeRequest", () => {
     assert.equal(q.readUInt32BE(49), 0xffffffff);
     assert.equal(q.readUInt32BE(53), "/home/user".length);
     assert.equal(q.subarray(57, 67).toString(), "/home/user");
+    // Ends with the session flag and its kernel (empty): one call, the agent exits after D.
+    assert.deepEqual([...q.subarray(q.length - 8)], [0, 0, 0, 0, 0, 0, 0, 0]);
+  });
+
+  it("carries a session's flag and kernel, and decodes them back", () => {
+    const kernel = "/opt/scratchrun/session.py";
+    const q = encodeRequest({ ...baseRequest, session: { kernel } });
+    assert.equal(q.readUInt32BE(q.length - 8 - kernel.length), 1);
+    assert.equal(q.subarray(q.length - kernel.length).toString(), kernel);
+    assert.deepEqual(decodeRequest(q).session, { kernel });
+    const bash = decodeRequest(encodeRequest({ ...baseRequest, session: { kernel: null } }));
+    assert.deepEqual(bash.session, { kernel: null });
+    assert.equal(decodeRequest(encodeRequest(baseRequest)).session, undefined);
   });
 
   it("round-trips through decodeRequest", () => {

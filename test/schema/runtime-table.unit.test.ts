@@ -13,7 +13,7 @@ import { callRuntimesTool } from "../../src/mcp/runtimes-tool.js";
 import {
   EXTRAS as EXTRAS_ENTRIES,
   ONCE_CALLED,
-  PRESTART_SCRIPTS,
+  GUEST_SCRIPTS,
   RUNTIME_TABLE,
   runtimeEntry,
   runtimeArgv,
@@ -101,7 +101,7 @@ describe("the runtime table", () => {
   });
 
   it("pre-starts an interpreter with a script of its own language that the guest carries", () => {
-    assert.deepEqual(PRESTART_SCRIPTS, ["prestart.py", "prestart.js"]);
+    assert.deepEqual(GUEST_SCRIPTS, ["prestart.py", "session.py", "prestart.js", "session.js"]);
     const init = guestFile("init");
     // guest/init picks the microVM template's script by the interpreter's name.
     const cases = [

@@ -22,6 +22,7 @@ import type {
   PoolsReport,
   RunOptions,
   SandboxJob,
+  SessionJob,
 } from "../types.js";
 import { detectAccel, hostTscKhz, isolationOf, QEMU_BINARY, type Accel } from "./accel.js";
 import {
@@ -30,7 +31,8 @@ import {
   touchVmArtifacts,
   type VmArtifacts,
 } from "../../images/vm/build.js";
-import { runtimeArgv } from "../../runtimes/table.js";
+import { runtimeArgv, runtimeEntry } from "../../runtimes/table.js";
+import { sessionSandbox, type SessionSandbox } from "../session.js";
 import type { Preimport } from "../../images/preimport.js";
 import type { VmNetworkProvider } from "./guest-net.js";
 import { WarmPool, type PoolConfig } from "../pool.js";
@@ -511,6 +513,45 @@ export class MicrovmBackend implements Backend {
       this.lastCallAt = Date.now();
       this.pool.refillNow();
     }
+  }
+
+  /**
+   * A session's VM: booted cold for it (the pool's clones are counted on by calls), at the call CPU
+   * weight, and kept until the session ends. Its agent started no interpreter: the session's
+   * kernel is started by its first call.
+   */
+  async openSession(job: SessionJob, signal: AbortSignal): Promise<SessionSandbox> {
+    if (job.egress.kind !== "none" && !this.network)
+      throw new ScratchRunError("INVALID_INPUT", "this microVM backend has no network provider", {
+        fix: 'Pass network: "none", or start the server with public egress (SCRATCHRUN_NETWORK)',
+      });
+    const vm = await this.boot(job.memoryMb, signal, job.egress, "call");
+    try {
+      await vm.activate(this.bootTimeoutMs, networkModeOf(job.egress));
+      const allow = egressAllowlist(job.egress);
+      if (allow) await vm.useAllowlist(allow);
+    } catch (cause) {
+      await vm.destroy();
+      throw new ScratchRunError("SANDBOX_FAILED", `microVM did not become ready: ${String(cause)}`, {
+        cause,
+      });
+    }
+    this.counters.bootedCalls++;
+    const { sessionScript } = runtimeEntry(job.runtime);
+    return sessionSandbox(
+      {
+        input: vm.channel,
+        output: vm.channel,
+        kernel: sessionScript && `/run/scratchrun-${sessionScript}`,
+        codeIds: GUEST_UID,
+        // The guest counts its own OOM kills (the agent reports them per call).
+        counters: async () => ({ oomKills: 0, network: await vm.networkReport() }),
+        exited: vm.exited,
+        kill: () => vm.kill(),
+        destroy: () => vm.destroy(),
+      },
+      { isolation: this.isolation, teardowns: this.teardowns },
+    );
   }
 
   /**

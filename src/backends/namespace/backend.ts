@@ -27,7 +27,10 @@ import type {
   PoolsReport,
   RunOptions,
   SandboxJob,
+  SessionJob,
 } from "../types.js";
+import { sessionSandbox, type SessionSandbox } from "../session.js";
+import { runtimeEntry } from "../../runtimes/table.js";
 import { AGENT_MOUNT, renderBwrapArgs } from "./bwrap-args.js";
 import { egressAllowlist, networkModeOf, poolServes } from "../egress.js";
 import { settingOn } from "../../schema/settings/read.js";
@@ -115,6 +118,7 @@ export class NamespaceBackend implements Backend {
   /** Background removal of finished jails (cgroup directories, network, uid). */
   private readonly teardowns = new Teardowns();
   private readonly closing = new AbortController();
+  private readonly sessions = new Set<SessionSandbox>();
   /**
    * Keyed by network mode (a jail's network namespace is fixed when it starts), runtime (the
    * interpreter its agent pre-started) and flavour.
@@ -239,6 +243,53 @@ export class NamespaceBackend implements Backend {
       options,
       { isolation: this.isolation, startedAt: started, teardowns: this.teardowns },
     );
+  }
+
+  /**
+   * A session's jail: cold, at the call CPU weight, its agent without a pre-started interpreter
+   * (the session's kernel is started by its first call).
+   */
+  async openSession(job: SessionJob, signal: AbortSignal): Promise<SessionSandbox> {
+    if (this.closing.signal.aborted) throw new Error("backend is closed");
+    const jail = await this.start(
+      job.memoryMb,
+      networkModeOf(job.egress),
+      egressAllowlist(job.egress),
+      [],
+      "call",
+    );
+    try {
+      const ready = await waitForReady(
+        jail.child.stdout!,
+        AbortSignal.any([signal, this.closing.signal, AbortSignal.timeout(READY_TIMEOUT_MS)]),
+      );
+      if (!ready.ok) throw new Error(`session jail failed before READY: ${ready.failure.detail}`);
+      const allow = egressAllowlist(job.egress);
+      if (allow) await jail.net?.useAllowlist(allow);
+    } catch (e) {
+      await jail.destroy();
+      throw e;
+    }
+    const { sessionScript } = runtimeEntry(job.runtime);
+    const session = sessionSandbox(
+      {
+        input: jail.child.stdout!,
+        output: jail.child.stdin!,
+        kernel: sessionScript && `${AGENT_MOUNT}/${sessionScript}`,
+        codeIds: null,
+        counters: async () => ({
+          oomKills: (await jail.cgroup.stats()).oomKills,
+          network: jail.net ? await jail.net.report() : undefined,
+        }),
+        exited: jail.exited,
+        kill: () => jail.kill(),
+        destroy: () => jail.destroy(),
+      },
+      { isolation: this.isolation, teardowns: this.teardowns },
+    );
+    this.sessions.add(session);
+    void jail.exited.then(() => this.sessions.delete(session));
+    return session;
   }
 
   /**
@@ -383,6 +434,7 @@ export class NamespaceBackend implements Backend {
   /** Cancels every call in flight; destroys the pool and every jail this backend started. */
   async close(): Promise<void> {
     this.closing.abort();
+    await Promise.all([...this.sessions].map((s) => s.close()));
     for (const child of this.live) child.kill("SIGKILL");
     await Promise.allSettled([...this.inflight]);
     await this.pool.close();

@@ -1,6 +1,6 @@
 /**
  * Builds what a microVM boots: the guest kernel (ELF vmlinux extracted from the host's Debian
- * cloud kernel), the initramfs (busybox, modules, init, agent, the pre-start scripts, the node
+ * cloud kernel), the initramfs (busybox, modules, init, agent, the pre-start and session scripts, the node
  * reseed addon and the code's seccomp program) and the read-only
  * erofs disk made from a runtime rootfs directory. Everything is cached by content hash.
  */
@@ -22,7 +22,7 @@ import { basename, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { heldBy, liveLeases } from "../lease.js";
 import { renderSeccompFilter } from "../../jail/seccomp.js";
-import { PRESTART_SCRIPTS } from "../../runtimes/table.js";
+import { GUEST_SCRIPTS } from "../../runtimes/table.js";
 import { writeCpioNewc, type CpioEntry } from "./cpio.js";
 import { extractVmlinux } from "./kernel.js";
 import { resolveModuleOrder } from "./modules.js";
@@ -126,8 +126,9 @@ export function buildVmArtifacts(opts: BuildOptions = {}, build = true): VmArtif
     if (!existsSync(path)) throw new Error(`missing ${what}: ${path}`);
 
   const init = readFileSync(join(PACKAGE_ROOT, "guest", "init"));
-  // The pre-start scripts of the runtime table (guest/init copies each into the new root).
-  const prestarts = PRESTART_SCRIPTS.map((name) => ({
+  // The pre-start and session scripts of the runtime table (guest/init copies each into the new
+  // root).
+  const prestarts = GUEST_SCRIPTS.map((name) => ({
     name,
     content: readFileSync(join(PACKAGE_ROOT, "guest", name)),
   }));
