@@ -62,6 +62,15 @@ int write_request_files(const struct request *req, char *err, size_t errlen) {
       snprintf(err, errlen, "files: parent of %s: %s", f->path, strerror(errno));
       return -1;
     }
+    /* A session's later call replaces what an earlier one left (the code's identity may remove
+     * it, as the code could; a symlink is removed itself, never followed). The create stays
+     * exclusive: whatever appears in between is refused, not written through. */
+    if (req->session && unlinkat(dir, leaf, 0) < 0 && errno != ENOENT) {
+      int e = errno;
+      close(dir);
+      snprintf(err, errlen, "files: replace %s: %s", f->path, strerror(e));
+      return -1;
+    }
     int fd = openat(dir, leaf, O_CREAT | O_EXCL | O_NOFOLLOW | O_WRONLY | O_CLOEXEC, f->mode);
     int e = errno;
     close(dir);

@@ -9,6 +9,8 @@
  *                      (a call cancelled while queued is a result: `cancelled`)
  * - SANDBOX_FAILED     the sandbox could not be set up (boot, agent never ready) or torn down;
  *                      a sandbox that breaks off once the call runs is a result (`killed`)
+ * - SESSION_NOT_FOUND  a session_id that names no session of this caller: never started, ended,
+ *                      expired, or another caller's (the same answer for each)
  * - WORKER_LOST        (API replicas) the worker running the call stopped answering mid-call;
  *                      the call may or may not have run to its end and is never re-run
  * - INTERNAL           a bug in ScratchRun
@@ -19,6 +21,7 @@ export const ERROR_CODES = [
   "BUSY",
   "SANDBOX_FAILED",
   "WORKER_LOST",
+  "SESSION_NOT_FOUND",
   "INTERNAL",
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];

@@ -14,6 +14,9 @@ import { flavourFor } from "./preimport-route.js";
 import { toAgentRequest } from "./request.js";
 import { cancelledOutcome, toExecOutcome, type ExecOutcome } from "./result.js";
 import { egressFor } from "../backends/egress.js";
+import { LIMITS } from "../schema/limits.js";
+import { parseSessionStart, type SessionInfo } from "../schema/session.js";
+import { Sessions, type SessionLimits } from "./sessions.js";
 
 export interface EngineOptions {
   /** Sandboxes running at once; further calls queue. */
@@ -51,6 +54,8 @@ export interface EngineOptions {
    * starts by importing one of those packages may run in one (preimport-route.ts).
    */
   preimport?: Partial<Record<RuntimeName, Preimport>>;
+  /** Sessions kept at once, per server and per caller (default LIMITS.session). */
+  sessions?: SessionLimits;
 }
 
 export type Progress =
@@ -77,6 +82,11 @@ export interface ExecuteOptions {
    * null: unrestricted. Absent: the server's (EngineOptions.egressAllowlist).
    */
   egressAllowlist?: DomainAllowlist | null;
+  /**
+   * Who calls (an API key's id; "stdio" for the local client): a session belongs to the caller
+   * that started it. Default "local".
+   */
+  owner?: string;
 }
 
 /**
@@ -90,6 +100,8 @@ export class Engine {
   /** The most any call may get on this host, whoever allowed it. */
   readonly ceiling: Ceiling;
   private readonly ceilingPolicy: CallPolicy;
+  /** Sessions: sandboxes kept between one caller's calls (src/engine/sessions.ts). */
+  readonly sessions: Sessions;
 
   constructor(
     readonly backend: Backend,
@@ -103,6 +115,45 @@ export class Engine {
     this.policy = options.policy ?? DEFAULT_POLICY;
     this.ceiling = options.ceiling ?? hostCeiling();
     this.ceilingPolicy = ceilingPolicyOf(this.ceiling);
+    this.sessions = new Sessions(
+      backend,
+      this.admission,
+      options.sessions ?? {
+        perServer: LIMITS.session.perServer,
+        perCaller: LIMITS.session.perCaller,
+      },
+      options.seedFiles ?? {},
+    );
+  }
+
+  /**
+   * Starts a session for the caller: validated with the server's policy unless the caller's
+   * parsed it already, nothing past the host's ceiling, its network decided as a call's is.
+   */
+  async startSession(
+    input: unknown,
+    options: {
+      owner?: string;
+      policy?: CallPolicy;
+      egressAllowlist?: DomainAllowlist | null;
+      egressAllow?: readonly string[] | null;
+      signal?: AbortSignal;
+    } = {},
+  ): Promise<SessionInfo> {
+    const req = parseSessionStart(input, options.policy ?? this.policy);
+    if (req.memory_mb > this.ceiling.memoryMb)
+      throw new ScratchRunError(
+        "INVALID_INPUT",
+        `Invalid request: memory_mb: at most ${this.ceiling.memoryMb} on this host`,
+      );
+    const network = this.effectiveNetwork(req);
+    const egress = egressFor(network, network === "public" ? this.allowlistFor(options) : null);
+    return this.sessions.start(options.owner ?? "local", req, network, egress, options.signal);
+  }
+
+  /** Ends the caller's session (SESSION_NOT_FOUND for anything but one of its own). */
+  endSession(id: string, owner = "local"): Promise<SessionInfo> {
+    return this.sessions.end(owner, id);
   }
 
   /** Validates untrusted input (throws INVALID_INPUT before any sandbox starts) and executes. */
@@ -118,6 +169,14 @@ export class Engine {
     const beyond = policyViolations(request, this.ceilingPolicy);
     if (beyond.length)
       throw new ScratchRunError("INVALID_INPUT", `Invalid request: ${beyond.join("; ")}`);
+    if (request.session_id !== undefined) {
+      options.onProgress?.({ stage: "queued" });
+      return this.sessions.execute(request, {
+        owner: options.owner ?? "local",
+        ...(options.signal ? { signal: options.signal } : {}),
+        onEvent: (e) => relay(e, options.onProgress),
+      });
+    }
     const req: ExecRequest = { ...request, network: this.effectiveNetwork(request) };
     options.onProgress?.({ stage: "queued" });
     const queuedAt = Date.now();
@@ -163,7 +222,7 @@ export class Engine {
     return base ? intersectAllowlists(base, key) : key;
   }
 
-  private effectiveNetwork(req: ExecRequest): ExecRequest["network"] {
+  private effectiveNetwork(req: { network: ExecRequest["network"] }): ExecRequest["network"] {
     if (this.options.forceNetworkNone || !this.options.publicNetworkAvailable) return "none";
     return req.network;
   }
@@ -175,6 +234,7 @@ export class Engine {
   }
 
   async close(): Promise<void> {
+    await this.sessions.close();
     await this.backend.close();
     await this.options.onClose?.();
   }

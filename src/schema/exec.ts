@@ -19,6 +19,9 @@ export { RUNTIMES, type RuntimeName } from "../runtimes/names.js";
 
 const utf8Bytes = (s: string) => Buffer.byteLength(s, "utf8");
 
+/** A session id: 128 random bits, base64url (src/engine/sessions.ts makes them). */
+export const SESSION_ID_PATTERN = /^[A-Za-z0-9_-]{22}$/;
+
 const sandboxPath = (field: string) =>
   z.string().superRefine((value, ctx) => {
     const result = normaliseSandboxPath(value);
@@ -178,6 +181,15 @@ export function execInputShapeFor(policy: CallPolicy) {
       .describe(
         `Per stream, how much output to return: longer output keeps its head and tail with the omitted byte count (default ${LIMITS.shownOutputBytes.default}, max ${LIMITS.shownOutputBytes.max})`,
       ),
+    session_id: z
+      .string()
+      .regex(SESSION_ID_PATTERN, {
+        message: "not a session id (scratchrun_session_start gives one)",
+      })
+      .optional()
+      .describe(
+        "Run in this session's sandbox (from scratchrun_session_start) instead of a fresh one: its files, and for python and node its interpreter, are kept from call to call",
+      ),
     redact_env: z
       .boolean()
       .default(true)
@@ -269,6 +281,22 @@ export const execOutputShape = {
     .optional(),
   /** Refusals beyond the distinct entries listed in network_refused. */
   network_refused_omitted: z.number().int().optional(),
+  /** A session's call: the session after it (docs/decisions/0013-sessions.md). */
+  session: z
+    .object({
+      session_id: z.string(),
+      /** Calls the session has run, this one included. */
+      calls: z.number().int(),
+      expires_at: z.string(),
+      /**
+       * "kept": this call ran in the interpreter of the session's earlier calls; "fresh": in a new
+       * one (the first call, or the previous interpreter ended); "none": bash, files only.
+       */
+      interpreter: z.enum(["kept", "fresh", "none"]),
+      /** The session is over after this call (its sandbox ended); a new one must be started. */
+      ended: z.boolean().optional(),
+    })
+    .optional(),
 };
 export const execOutputSchema = z.object(execOutputShape);
 export type ExecResult = z.infer<typeof execOutputSchema>;

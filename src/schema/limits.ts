@@ -30,6 +30,16 @@ export const LIMITS = {
   scratchMb: 128,
   /** Processes and threads in one sandbox. */
   pids: 128,
+  /**
+   * Sessions (docs/decisions/0013-sessions.md): how long one may sit between calls and live in
+   * all, and how many a server and one caller (an API key, or stdio's one client) keep at once.
+   */
+  session: {
+    idleTimeoutMs: { default: 10 * 60_000, min: 1000, max: 60 * 60_000 },
+    lifetimeMs: { default: 60 * 60_000, min: 1000, max: 24 * 60 * 60_000 },
+    perServer: 8,
+    perCaller: 3,
+  },
 } as const;
 
 /** Writable areas inside every sandbox; absolute paths in files/return_files must lie in one. */

@@ -31,6 +31,18 @@ export function protoKeyPaths(input: unknown): string[] {
   return paths;
 }
 
+/** The fields each parsed request's caller gave (before defaults), for a session's call. */
+const given = new WeakMap<ExecRequest, ReadonlySet<string>>();
+
+/**
+ * The top-level fields the caller named in the input this request was parsed from (a session's
+ * call is refused only for a memory_mb or network it asked for, not for a default); undefined for
+ * a request built in code.
+ */
+export function givenFields(req: ExecRequest): ReadonlySet<string> | undefined {
+  return given.get(req);
+}
+
 /**
  * Parses untrusted input into a typed request with the schema of the caller's policy (the
  * product's by default), or throws INVALID_INPUT naming every problem and the limit it broke.
@@ -48,5 +60,6 @@ export function parseExecRequest(input: unknown, policy: CallPolicy = DEFAULT_PO
       "INVALID_INPUT",
       `Invalid request: ${formatIssues(parsed.error.issues)}`,
     );
+  given.set(parsed.data, new Set(Object.keys(input as object)));
   return parsed.data;
 }

@@ -215,6 +215,20 @@ export const SETTINGS = {
     readers: ["server"],
     doc: "a call from a client that declared MCP's tasks extension (2026-07-28) and is still running after this long is answered with a task handle the client polls; `0` makes every such call a task",
   },
+  SCRATCHRUN_SESSIONS_MAX: {
+    kind: "number",
+    unit: null,
+    fallback: String(LIMITS.session.perServer),
+    readers: ["server"],
+    doc: "sessions (`scratchrun_session_start`) the server keeps at once, each a sandbox held between its calls; `0` turns sessions off",
+  },
+  SCRATCHRUN_SESSIONS_PER_KEY: {
+    kind: "number",
+    unit: null,
+    fallback: String(LIMITS.session.perCaller),
+    readers: ["server"],
+    doc: "sessions one API key (or the stdio client) keeps at once",
+  },
   SCRATCHRUN_LOG_LEVEL: {
     kind: "enum",
     values: ["debug", "info", "warn", "error"],

@@ -1,0 +1,288 @@
+/**
+ * Sessions (docs/decisions/0013-sessions.md): a sandbox asked for, kept between one caller's
+ * calls, bounded by an idle and a total lifetime, and destroyed at its end exactly as a call's
+ * sandbox is. A call without a session_id never comes here.
+ *
+ * A session belongs to the caller that started it (an API key's id; "stdio" for the local
+ * client): another caller's id is answered exactly as an unknown one (SESSION_NOT_FOUND), from one
+ * map lookup, so nothing tells the two apart.
+ */
+import { randomBytes } from "node:crypto";
+import type { Egress } from "../backends/egress.js";
+import type { SessionSandbox } from "../backends/session.js";
+import type { Backend, Isolation } from "../backends/types.js";
+import { ScratchRunError } from "../errors.js";
+import type { AgentFile } from "../protocol/types.js";
+import { runtimeEntry } from "../runtimes/table.js";
+import type { ExecRequest } from "../schema/exec.js";
+import type { SessionInfo, SessionStartRequest } from "../schema/session.js";
+import { givenFields } from "../schema/validate.js";
+import type { Admission } from "./admission.js";
+import { toAgentRequest } from "./request.js";
+import { cancelledOutcome, toExecOutcome, type ExecOutcome } from "./result.js";
+import type { AgentEvent } from "../protocol/types.js";
+
+export interface SessionLimits {
+  /** Sessions kept at once on this server (0: sessions are off). */
+  perServer: number;
+  /** Sessions one caller keeps at once. */
+  perCaller: number;
+}
+
+/** Why a session ended (its records and the log say so). */
+export type SessionEnd = "ended" | "idle" | "lifetime" | "lost" | "server_closed";
+
+interface Session {
+  readonly id: string;
+  readonly owner: string;
+  readonly runtime: ExecRequest["runtime"];
+  readonly memoryMb: number;
+  readonly network: "public" | "none";
+  readonly idleTimeoutMs: number;
+  readonly expiresAt: number;
+  readonly sandbox: SessionSandbox;
+  calls: number;
+  /** The kernel's pid at the last call (a new pid: a fresh interpreter). */
+  lastPid: number | null;
+  /** The call running now, cancelled when the session ends under it. */
+  running: AbortController | null;
+  idleTimer: NodeJS.Timeout;
+  lifeTimer: NodeJS.Timeout;
+}
+
+export interface SessionCallOptions {
+  owner: string;
+  signal?: AbortSignal;
+  onEvent?: (e: AgentEvent) => void;
+}
+
+export class Sessions {
+  private readonly byId = new Map<string, Session>();
+  /** Sessions being started (counted against the limits while their sandbox boots). */
+  private starting = 0;
+  private closed = false;
+
+  constructor(
+    private readonly backend: Backend,
+    private readonly admission: Admission,
+    private readonly limits: SessionLimits,
+    private readonly seeds: Partial<Record<ExecRequest["runtime"], AgentFile[]>>,
+    private readonly onEnd?: (info: SessionInfo, why: SessionEnd) => void,
+  ) {}
+
+  get count(): number {
+    return this.byId.size;
+  }
+
+  /**
+   * Starts a session for `owner`: checks the limits (before any sandbox starts), then opens a cold
+   * sandbox. `network` and `egress` are the engine's decision for the session's network.
+   */
+  async start(
+    owner: string,
+    req: SessionStartRequest,
+    network: "public" | "none",
+    egress: Egress,
+    signal?: AbortSignal,
+  ): Promise<SessionInfo> {
+    if (this.closed) throw new ScratchRunError("NOT_READY", "the server is shutting down");
+    if (this.limits.perServer === 0)
+      throw new ScratchRunError("INVALID_INPUT", "sessions are turned off on this server", {
+        fix: "Run each call on its own (leave out session_id), or ask the operator to set SCRATCHRUN_SESSIONS_MAX",
+      });
+    const mine = [...this.byId.values()].filter((s) => s.owner === owner).length;
+    if (mine >= this.limits.perCaller)
+      throw new ScratchRunError(
+        "BUSY",
+        `you have ${mine} sessions open, the most one caller may keep at once`,
+        { fix: "End one with scratchrun_session_end first" },
+      );
+    if (this.byId.size + this.starting >= this.limits.perServer)
+      throw new ScratchRunError(
+        "BUSY",
+        `the server keeps ${this.limits.perServer} sessions at once and has no room for another`,
+        { fix: "Retry later, or run the call without a session" },
+      );
+    this.starting++;
+    let sandbox: SessionSandbox;
+    try {
+      sandbox = await this.backend.openSession(
+        { runtime: req.runtime, memoryMb: req.memory_mb, egress },
+        signal ?? new AbortController().signal,
+      );
+    } catch (cause) {
+      if (cause instanceof ScratchRunError) throw cause;
+      throw new ScratchRunError(
+        "SANDBOX_FAILED",
+        `the session's sandbox did not start: ${String(cause)}`,
+        {
+          cause,
+        },
+      );
+    } finally {
+      this.starting--;
+    }
+    if (this.closed) {
+      await sandbox.close();
+      throw new ScratchRunError("NOT_READY", "the server is shutting down");
+    }
+    const id = randomBytes(16).toString("base64url");
+    const now = Date.now();
+    const session: Session = {
+      id,
+      owner,
+      runtime: req.runtime,
+      memoryMb: req.memory_mb,
+      network,
+      idleTimeoutMs: req.idle_timeout_ms,
+      expiresAt: now + req.lifetime_ms,
+      sandbox,
+      calls: 0,
+      lastPid: null,
+      running: null,
+      idleTimer: this.timer(id, "idle", req.idle_timeout_ms),
+      lifeTimer: this.timer(id, "lifetime", req.lifetime_ms),
+    };
+    this.byId.set(id, session);
+    return this.info(session);
+  }
+
+  /** The caller's session, or SESSION_NOT_FOUND for every other id (unknown, ended, foreign). */
+  private find(owner: string, id: string | undefined): Session {
+    const s = id === undefined ? undefined : this.byId.get(id);
+    if (!s || s.owner !== owner)
+      throw new ScratchRunError(
+        "SESSION_NOT_FOUND",
+        "session_id: no such session (it ended, expired, or was never started by you)",
+        {
+          fix: "Start one with scratchrun_session_start, or leave out session_id for a fresh sandbox",
+        },
+      );
+    return s;
+  }
+
+  info(s: Session): SessionInfo {
+    return {
+      session_id: s.id,
+      runtime: s.runtime,
+      memory_mb: s.memoryMb,
+      network: s.network,
+      isolation: this.backend.isolation,
+      expires_at: new Date(s.expiresAt).toISOString(),
+      idle_timeout_ms: s.idleTimeoutMs,
+      calls: s.calls,
+    };
+  }
+
+  /** Runs one call in the caller's session; refused with a clear error before anything runs. */
+  async execute(req: ExecRequest, options: SessionCallOptions): Promise<ExecOutcome> {
+    const s = this.find(options.owner, req.session_id);
+    const given = givenFields(req);
+    const named = (field: string) => given === undefined || given.has(field);
+    const problems: string[] = [];
+    if (req.runtime !== s.runtime)
+      problems.push(`runtime: the session runs ${s.runtime}, not ${req.runtime}`);
+    if (named("memory_mb") && req.memory_mb > s.memoryMb)
+      problems.push(`memory_mb: the session's sandbox has ${s.memoryMb} MB (its calls share it)`);
+    if (named("network") && req.network !== s.network)
+      problems.push(`network: the session's network is "${s.network}"`);
+    if (problems.length)
+      throw new ScratchRunError("INVALID_INPUT", `Invalid request: ${problems.join("; ")}`);
+    if (s.running)
+      throw new ScratchRunError(
+        "BUSY",
+        "a call is running in this session; a session runs one call at a time",
+        {
+          fix: "Wait for it to finish, or run this call without session_id",
+        },
+      );
+    const call = new AbortController();
+    s.running = call;
+    clearTimeout(s.idleTimer);
+    const onAbort = () => call.abort();
+    options.signal?.addEventListener("abort", onAbort, { once: true });
+    if (options.signal?.aborted) call.abort();
+    const effective: ExecRequest = { ...req, memory_mb: s.memoryMb, network: s.network };
+    const isolation: Isolation = this.backend.isolation;
+    const queuedAt = Date.now();
+    try {
+      const admitted = await this.admission.acquire(call.signal);
+      if (!admitted.ok) return cancelledOutcome(effective, isolation, Date.now() - queuedAt);
+      const started = Date.now();
+      try {
+        const request = toAgentRequest(
+          effective,
+          null,
+          s.calls === 0 ? this.seeds[s.runtime] : undefined,
+        );
+        const outcome = await s.sandbox.run(request, {
+          signal: call.signal,
+          ...(options.onEvent ? { onEvent: options.onEvent } : {}),
+        });
+        s.calls++;
+        const pid = outcome.agent.pid;
+        const interpreter =
+          runtimeEntry(s.runtime).sessionScript === null
+            ? ("none" as const)
+            : pid !== null && pid === s.lastPid
+              ? ("kept" as const)
+              : ("fresh" as const);
+        if (pid !== null) s.lastPid = pid;
+        const result = toExecOutcome(effective, outcome, Date.now() - started, call.signal.aborted);
+        const ended = s.sandbox.broken;
+        result.result.session = {
+          session_id: s.id,
+          calls: s.calls,
+          expires_at: new Date(s.expiresAt).toISOString(),
+          interpreter,
+          ...(ended ? { ended: true } : {}),
+        };
+        if (ended) {
+          const note = "The session's sandbox ended with this call; the session is over.";
+          result.result.message = result.result.message ? `${result.result.message} ${note}` : note;
+        }
+        return result;
+      } finally {
+        admitted.release();
+      }
+    } finally {
+      options.signal?.removeEventListener("abort", onAbort);
+      s.running = null;
+      if (s.sandbox.broken) await this.finish(s, "lost");
+      else if (this.byId.has(s.id)) s.idleTimer = this.timer(s.id, "idle", s.idleTimeoutMs);
+    }
+  }
+
+  /** Ends the caller's session: a running call is cancelled, the sandbox destroyed. */
+  async end(owner: string, id: string): Promise<SessionInfo> {
+    const s = this.find(owner, id);
+    const info = this.info(s);
+    await this.finish(s, "ended");
+    return info;
+  }
+
+  /** Ends every session (server shutdown). */
+  async close(): Promise<void> {
+    this.closed = true;
+    await Promise.all([...this.byId.values()].map((s) => this.finish(s, "server_closed")));
+  }
+
+  private timer(id: string, why: "idle" | "lifetime", ms: number): NodeJS.Timeout {
+    const t = setTimeout(() => {
+      const s = this.byId.get(id);
+      if (s) void this.finish(s, why);
+    }, ms);
+    t.unref();
+    return t;
+  }
+
+  private async finish(s: Session, why: SessionEnd): Promise<void> {
+    if (this.byId.get(s.id) !== s) return;
+    this.byId.delete(s.id);
+    clearTimeout(s.idleTimer);
+    clearTimeout(s.lifeTimer);
+    s.running?.abort();
+    await s.sandbox.close();
+    this.onEnd?.(this.info(s), why);
+  }
+}
