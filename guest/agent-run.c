@@ -309,6 +309,7 @@ static void supervise(int host_in, int host_out, const struct request *req,
   size_t hlen = 0;
   int decided = 0, main_done = 0, main_status = 0, noted = 0;
   int32_t cell_status = 0;
+  int note_fd = cell ? cell->note_r : -1;
   if (cell) cell->kept = 0;
 
   while (!main_done && !decided && !noted) {
@@ -323,7 +324,7 @@ static void supervise(int host_in, int host_out, const struct request *req,
         {streams[0].fd, POLLIN, 0},
         {streams[1].fd, POLLIN, 0},
         {sfd, POLLIN, 0},
-        {cell ? cell->note_r : -1, POLLIN, 0},
+        {note_fd, POLLIN, 0},
     };
     int pr = poll(pfd, 5, left > 60000 ? 60000 : (int)left);
     if (pr < 0) {
@@ -357,16 +358,15 @@ static void supervise(int host_in, int host_out, const struct request *req,
       }
     }
     /* The cell's note: 4 bytes, its status. Its output was written before it (the kernel flushes
-     * first), so it is in the pipes now. Anything else on the note pipe: the kernel is gone or
-     * broken, and is killed with the tree below. */
+     * first), so it is in the pipes now. EOF or a short note: the kernel is exiting (os._exit, a
+     * crash), which its exit status reports; the note pipe is not polled again. */
     if (pfd[4].revents && !main_done) {
       uint8_t b[4];
-      if (read_full(cell->note_r, b, sizeof b) == (ssize_t)sizeof b) {
+      if (read_full(note_fd, b, sizeof b) == (ssize_t)sizeof b) {
         noted = 1;
         cell_status = (int32_t)(b[0] | b[1] << 8 | b[2] << 16 | (uint32_t)b[3] << 24);
       } else {
-        set_reason(res, &decided, R_KILLED);
-        snprintf(res->message, sizeof res->message, "the interpreter's note pipe broke");
+        note_fd = -1;
       }
     }
   }

@@ -32,7 +32,7 @@
 
   const readExact = (n) => {
     const buf = Buffer.alloc(n);
-    for (let off = 0; off < n; ) {
+    for (let off = 0; off < n;) {
       const got = fs.readSync(3, buf, off, n - off, null);
       if (got === 0) process.exit(0); // the agent went away: the session is over
       off += got;
@@ -40,13 +40,24 @@
     return buf;
   };
 
-  // Until nothing keeps the event loop alive: a few turns at once (most cells), then every 5 ms.
+  // What keeps the loop alive with no cell running: the stdout and stderr pipes (created now, as
+  // a first console.log would). A cell is over when nothing beyond these is left.
+  void process.stdout;
+  void process.stderr;
+  const tally = () => {
+    const counts = new Map();
+    for (const r of process.getActiveResourcesInfo()) counts.set(r, (counts.get(r) ?? 0) + 1);
+    return counts;
+  };
+  const idle = tally();
+  const quiet = () => [...tally()].every(([r, n]) => n <= (idle.get(r) ?? 0));
+
+  // Until nothing of the cell keeps the event loop alive: a few turns at once (most cells), then
+  // every 5 ms.
   const settle = async () => {
     for (let turn = 0; ; turn++) {
-      await new Promise((resolve) =>
-        turn < 20 ? setImmediate(resolve) : setTimeout(resolve, 5),
-      );
-      if (process.getActiveResourcesInfo().length === 0) return;
+      await new Promise((resolve) => (turn < 20 ? setImmediate(resolve) : setTimeout(resolve, 5)));
+      if (quiet()) return;
     }
   };
 
@@ -89,9 +100,10 @@
     fs.writeSync(4, note);
   };
 
-  const serve = () => runCell().then(serve, (err) => {
-    report(err);
-    process.exit(70);
-  });
+  const serve = () =>
+    runCell().then(serve, (err) => {
+      report(err);
+      process.exit(70);
+    });
   serve();
 })(require("fs"), require("vm"), require("module"));

@@ -209,23 +209,64 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
       });
       if (!res.destroyed) sendJson(res, 200, outcomeToWire(outcome));
     } catch (e) {
-      if (res.destroyed) return;
-      if (e instanceof RetryLater)
-        return sendError(res, 429, "BUSY", e.message, { "Retry-After": String(e.retryAfterS) });
-      if (!isScratchRunError(e)) {
-        logger.error({ err: e instanceof Error ? e.message : String(e) }, "exec failed");
-        return sendError(res, 500, "INTERNAL", "Internal error");
-      }
-      const status =
-        { INVALID_INPUT: 400, NOT_READY: 503, BUSY: 429, WORKER_LOST: 502 }[e.code as string] ??
-        500;
-      sendError(
+      sendEngineError(res, e);
+    }
+  };
+
+  /** An engine's refusal as the REST API answers it; anything else is a logged 500. */
+  const sendEngineError = (res: ServerResponse, e: unknown) => {
+    if (res.destroyed) return;
+    if (e instanceof RetryLater)
+      return sendError(res, 429, "BUSY", e.message, { "Retry-After": String(e.retryAfterS) });
+    if (!isScratchRunError(e)) {
+      logger.error({ err: e instanceof Error ? e.message : String(e) }, "exec failed");
+      return sendError(res, 500, "INTERNAL", "Internal error");
+    }
+    const status =
+      {
+        INVALID_INPUT: 400,
+        NOT_READY: 503,
+        BUSY: 429,
+        WORKER_LOST: 502,
+        SESSION_NOT_FOUND: 404,
+      }[e.code as string] ?? 500;
+    sendError(res, status, e.code, e.message, e.code === "NOT_READY" ? { "Retry-After": "2" } : {});
+  };
+
+  /** POST /v1/sessions and DELETE /v1/sessions/{id}: the caller's sessions. */
+  const sessionRoute = async (
+    req: IncomingMessage,
+    res: ServerResponse,
+    caller: Caller,
+    id: string | null,
+  ) => {
+    const ops = service.sessionsFor(() => caller);
+    if (!ops)
+      return sendError(
         res,
-        status,
-        e.code,
-        e.message,
-        e.code === "NOT_READY" ? { "Retry-After": "2" } : {},
+        400,
+        "INVALID_INPUT",
+        "this server keeps no sessions (sessions are off, or this is an API replica of a cluster)",
       );
+    try {
+      if (id === null) {
+        const body = await readJsonBody(req, bodyCap);
+        if (!body.ok)
+          return sendError(
+            res,
+            body.status,
+            body.status === 413 ? "PAYLOAD_TOO_LARGE" : "INVALID_INPUT",
+            body.message,
+            { Connection: "close" },
+          );
+        const controller = new AbortController();
+        res.once("close", () => {
+          if (!res.writableFinished) controller.abort();
+        });
+        sendJson(res, 201, await ops.start(body.value, controller.signal));
+      } else sendJson(res, 200, await ops.end(id));
+    } catch (e) {
+      sendEngineError(res, e);
     }
   };
 
@@ -272,7 +313,13 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
       sendJson(res, 200, buildOpenApiDocument());
       return path;
     }
-    const known = path === "/v1/exec" || path === "/v1/info" || path === "/mcp";
+    const sessionId = path.startsWith("/v1/sessions/") ? path.slice("/v1/sessions/".length) : null;
+    const known =
+      path === "/v1/exec" ||
+      path === "/v1/info" ||
+      path === "/mcp" ||
+      path === "/v1/sessions" ||
+      sessionId !== null;
     if (!known) {
       sendError(res, 404, "NOT_FOUND", `No route ${path}`);
       return "unknown";
@@ -294,6 +341,11 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
       });
     } else if (path === "/v1/exec" && method === "POST") {
       await exec(req, res, { keyId: key.id, transport: "rest", policy });
+    } else if (path === "/v1/sessions" && method === "POST") {
+      await sessionRoute(req, res, { keyId: key.id, transport: "rest", policy }, null);
+    } else if (sessionId !== null && method === "DELETE") {
+      await sessionRoute(req, res, { keyId: key.id, transport: "rest", policy }, sessionId);
+      return "/v1/sessions/{id}";
     } else if (path === "/mcp") {
       let body: unknown;
       if (method === "POST") {

@@ -1,7 +1,8 @@
-import type { ExecuteOptions } from "../engine/engine.js";
+import type { Engine, ExecuteOptions } from "../engine/engine.js";
 import type { ExecOutcome } from "../engine/result.js";
 import { isScratchRunError, ScratchRunError } from "../errors.js";
 import type { ExecEngine } from "../mcp/server.js";
+import type { SessionOps } from "../mcp/session-tools.js";
 import type { Ceiling } from "../policy/host.js";
 import type { KeyPolicy } from "../policy/key-policy.js";
 import { resolveCallerPolicy, type CallerPolicy } from "../policy/resolve.js";
@@ -41,7 +42,12 @@ export interface Caller {
 }
 
 /** The engine behind the service, and the most any call may get there. */
-export type ServiceEngine = ExecEngine & { readonly ceiling: Ceiling };
+export type ServiceEngine = ExecEngine & {
+  readonly ceiling: Ceiling;
+  /** A local engine's sessions (src/engine/sessions.ts); an API replica's engine has none. */
+  startSession?: Engine["startSession"];
+  endSession?: Engine["endSession"];
+};
 
 export type Admitted =
   | { ok: true; runId: string; release: () => void }
@@ -169,6 +175,34 @@ export class ExecService {
       },
       options: { runtimes: engine.options.runtimes },
       execute: (req: ExecRequest, options: ExecuteOptions = {}) => this.run(caller(), req, options),
+      sessionOps: this.sessionsFor(caller),
+    };
+  }
+
+  /**
+   * The caller's sessions, where this service's engine keeps them (a local engine; an API replica
+   * of a cluster has none yet): bound to the caller's key, held to its policy.
+   */
+  sessionsFor(caller: () => Caller): SessionOps | undefined {
+    const engine = this.engine;
+    if (!engine.startSession || !engine.endSession || !engine.sessionOps) return undefined;
+    const start = engine.startSession.bind(engine);
+    const end = engine.endSession.bind(engine);
+    return {
+      start: (input, signal) => {
+        if (this.draining)
+          throw new ScratchRunError("NOT_READY", "The server is shutting down", {
+            fix: "Retry against another instance or after it restarts",
+          });
+        const c = caller();
+        return start(input, {
+          owner: c.keyId,
+          policy: c.policy.call,
+          ...(c.policy.egressAllow ? { egressAllow: c.policy.egressAllow } : {}),
+          ...(signal ? { signal } : {}),
+        });
+      },
+      end: (id) => end(id, caller().keyId),
     };
   }
 
@@ -238,6 +272,7 @@ export class ExecService {
     try {
       const outcome = await this.engine.execute(req, {
         ...options,
+        owner: caller.keyId,
         runId,
         ...(caller.policy.egressAllow ? { egressAllow: caller.policy.egressAllow } : {}),
         onProgress: (p) => {

@@ -151,6 +151,20 @@ export class Engine {
     return this.sessions.start(options.owner ?? "local", req, network, egress, options.signal);
   }
 
+  /** The local caller's sessions (stdio, `scratchrun mcp`), for the MCP server's session tools. */
+  get sessionOps():
+    | {
+        start(input: unknown, signal?: AbortSignal): Promise<SessionInfo>;
+        end(id: string): Promise<SessionInfo>;
+      }
+    | undefined {
+    if ((this.options.sessions?.perServer ?? 1) === 0) return undefined;
+    return {
+      start: (input, signal) => this.startSession(input, signal ? { signal } : {}),
+      end: (id) => this.endSession(id),
+    };
+  }
+
   /** Ends the caller's session (SESSION_NOT_FOUND for anything but one of its own). */
   endSession(id: string, owner = "local"): Promise<SessionInfo> {
     return this.sessions.end(owner, id);

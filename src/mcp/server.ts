@@ -24,6 +24,12 @@ import {
 import { isTerminal, TASK_KEEP_MS, type TaskRecord, type TaskRegistry } from "./tasks.js";
 import type { PoolsReport } from "../backends/types.js";
 import { callRuntimesTool, RUNTIMES_TOOL_NAME, runtimesToolDefinition } from "./runtimes-tool.js";
+import {
+  callSessionTool,
+  isSessionTool,
+  sessionToolDefinitions,
+  type SessionOps,
+} from "./session-tools.js";
 
 /**
  * What the MCP server needs of an engine: the local Engine, the HTTP service's per-key view of
@@ -32,6 +38,11 @@ import { callRuntimesTool, RUNTIMES_TOOL_NAME, runtimesToolDefinition } from "./
 export type ExecEngine = Pick<Engine, "execute" | "networkNote" | "policy"> & {
   readonly backend: { readonly isolation: string; pools?(): PoolsReport };
   readonly options: Pick<EngineOptions, "runtimes">;
+  /**
+   * Sessions for this caller (bound to it), where the engine keeps them; absent (an API replica
+   * of a cluster, remote mode): the session tools are not listed.
+   */
+  readonly sessionOps?: SessionOps | undefined;
 };
 
 /** The server's identity as every client shows it (initialize result, or 2026 result `_meta`). */
@@ -187,8 +198,9 @@ export function createMcpServer(engine: ExecEngine, tasks?: McpTaskOptions): Ser
           }
         : {}),
     },
-    instructions:
-      "scratchrun_exec runs code in a fresh sandbox per call; nothing persists between calls.",
+    instructions: engine.sessionOps
+      ? "scratchrun_exec runs code in a fresh sandbox per call; nothing persists between calls unless you start a session (scratchrun_session_start) and pass its session_id."
+      : "scratchrun_exec runs code in a fresh sandbox per call; nothing persists between calls.",
   });
   const definition = () => toolDefinition(engine);
 
@@ -210,12 +222,17 @@ export function createMcpServer(engine: ExecEngine, tasks?: McpTaskOptions): Ser
     tools: [
       tasks ? { ...definition(), execution: { taskSupport: "optional" as const } } : definition(),
       runtimesToolDefinition,
+      ...(engine.sessionOps ? sessionToolDefinitions(engine.policy) : []),
     ],
   }));
 
   server.setRequestHandler("tools/call", async (request, ctx) => {
     const { name } = request.params;
     if (name === RUNTIMES_TOOL_NAME) return callRuntimesTool(engine);
+    if (engine.sessionOps && isSessionTool(name)) {
+      const slot = RawArgumentsServer.current.getStore();
+      return callSessionTool(engine.sessionOps, name, slot?.arguments ?? {}, ctx.mcpReq.signal);
+    }
     if (name !== EXEC_TOOL_NAME)
       throw new ProtocolError(ProtocolErrorCode.InvalidParams, `Unknown tool ${name}`);
     const slot = RawArgumentsServer.current.getStore();

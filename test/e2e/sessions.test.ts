@@ -1,0 +1,300 @@
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import { CallToolResultSchema, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import { TEST_BACKENDS } from "../helpers/backends.js";
+import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
+import { startServer, textOf, type McpHarness } from "../helpers/mcp-client.js";
+
+/**
+ * Sessions through a real MCP client over stdio, on each backend (SESSION-* in
+ * docs/SPECIFICATION.md): state kept across calls (variables, imports, files, figures), a crashed
+ * interpreter replaced in the same files, isolation from fresh calls and other sessions, bad
+ * input refused before anything runs, the idle lifetime, ending a session under a running call,
+ * and nothing left on the host once sessions end.
+ */
+interface Info {
+  session_id: string;
+  runtime: string;
+  memory_mb: number;
+  expires_at: string;
+  calls: number;
+}
+interface Result {
+  stdout: string;
+  stderr: string;
+  exit_code: number | null;
+  exit_reason: string;
+  files: { path: string; status: string }[];
+  message?: string;
+  session?: { session_id: string; calls: number; interpreter: string; ended?: boolean };
+}
+
+for (const backend of TEST_BACKENDS) {
+  describe(`sessions over stdio [${backend}]`, () => {
+    let mcp: McpHarness;
+    let base: HostSnapshot;
+    before(async () => {
+      base = snapshot();
+      mcp = await startServer({ SCRATCHRUN_ISOLATION: backend, SCRATCHRUN_POOL_SIZE: "0" });
+    });
+    after(async () => {
+      await mcp?.close();
+      await assertNoLeaks(base, 10_000);
+    });
+
+    const tool = async (name: string, args: Record<string, unknown>) =>
+      (await mcp.client.callTool({ name, arguments: args }, CallToolResultSchema, {
+        timeout: 120_000,
+      })) as CallToolResult;
+    const start = async (args: Record<string, unknown>): Promise<Info> => {
+      const r = await tool("scratchrun_session_start", args);
+      assert.ok(!r.isError, textOf(r));
+      return r.structuredContent as unknown as Info;
+    };
+    const end = (id: string) => tool("scratchrun_session_end", { session_id: id });
+    const run = async (args: Record<string, unknown>): Promise<Result> => {
+      const r = await mcp.call(args);
+      assert.ok(!r.isError, textOf(r));
+      return r.structuredContent as unknown as Result;
+    };
+    const refusal = async (args: Record<string, unknown>): Promise<string> => {
+      const r = await mcp.call(args);
+      assert.equal(r.isError, true, JSON.stringify(r.structuredContent));
+      return textOf(r);
+    };
+
+    test("the session tools are listed, and a session id is 128 random bits", async () => {
+      const { tools } = await mcp.client.listTools();
+      const names = tools.map((t) => t.name);
+      assert.ok(names.includes("scratchrun_session_start"), names.join());
+      assert.ok(names.includes("scratchrun_session_end"), names.join());
+      const s = await start({ runtime: "bash" });
+      assert.match(s.session_id, /^[A-Za-z0-9_-]{22}$/);
+      assert.ok(Date.parse(s.expires_at) > Date.now() + 50 * 60_000, "an hour by default");
+      const ended = await end(s.session_id);
+      assert.ok(!ended.isError, textOf(ended));
+    });
+
+    test("python3.12 keeps variables, imports, functions and files from call to call", async () => {
+      const s = await start({ runtime: "python3.12" });
+      const id = s.session_id;
+      const first = await run({
+        runtime: "python3.12",
+        session_id: id,
+        code: "import json\nx = 41\ndef f(v):\n    return v + 1\nopen('kept.txt', 'w').write('on disk')\nprint('set')",
+      });
+      assert.equal(first.stdout, "set\n", first.stderr);
+      assert.equal(first.session?.interpreter, "fresh");
+      assert.equal(first.session?.calls, 1);
+      const second = await run({
+        runtime: "python3.12",
+        session_id: id,
+        code: "print(f(x), json.dumps([1]), open('kept.txt').read(), __name__)",
+      });
+      assert.equal(second.stdout, "42 [1] on disk __main__\n", second.stderr);
+      assert.equal(second.session?.interpreter, "kept");
+      assert.equal(second.session?.calls, 2);
+      // An exception ends the cell with status 1 and keeps the interpreter.
+      const failed = await run({
+        runtime: "python3.12",
+        session_id: id,
+        code: "raise KeyError('k')",
+      });
+      assert.equal(failed.exit_code, 1);
+      assert.match(failed.stderr, /KeyError: 'k'/);
+      assert.doesNotMatch(failed.stderr, /session\.py/, "no frame of the kernel in the traceback");
+      const still = await run({ runtime: "python3.12", session_id: id, code: "print(x)" });
+      assert.equal(still.stdout, "41\n");
+      assert.equal(still.session?.interpreter, "kept");
+      await end(id);
+    });
+
+    test("a call that ends the interpreter keeps the files; the next one gets a fresh interpreter", async () => {
+      const { session_id } = await start({ runtime: "python3.11" });
+      await run({
+        runtime: "python3.11",
+        session_id,
+        code: "y = 7\nopen('/tmp/survives', 'w').write('yes')",
+      });
+      const crash = await run({
+        runtime: "python3.11",
+        session_id,
+        code: "import os\nos._exit(3)",
+      });
+      assert.equal(crash.exit_code, 3);
+      const after = await run({
+        runtime: "python3.11",
+        session_id,
+        code: "print(open('/tmp/survives').read())\nprint('y' in globals())",
+      });
+      assert.equal(after.stdout, "yes\nFalse\n", after.stderr);
+      assert.equal(after.session?.interpreter, "fresh");
+      // A timeout ends the interpreter the same way, and the session goes on.
+      const slow = await run({
+        runtime: "python3.11",
+        session_id,
+        code: "import time\nz = 1\ntime.sleep(30)",
+        timeout_ms: 1500,
+      });
+      assert.equal(slow.exit_reason, "timeout");
+      const next = await run({
+        runtime: "python3.11",
+        session_id,
+        code: "print('z' in globals())",
+      });
+      assert.equal(next.stdout, "False\n");
+      assert.equal(next.session?.interpreter, "fresh");
+      await end(session_id);
+    });
+
+    test("python3.11 keeps an open matplotlib figure and returns it later as an image", async () => {
+      const { session_id } = await start({ runtime: "python3.11" });
+      await run({
+        runtime: "python3.11",
+        session_id,
+        code: "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([1, 3, 2])",
+      });
+      const r = await mcp.call({
+        runtime: "python3.11",
+        session_id,
+        code: "ax.set_title('later')\nfig.savefig('/tmp/plot.png')",
+        return_files: ["/tmp/plot.png"],
+      });
+      assert.ok(!r.isError, textOf(r));
+      const image = r.content.find((c) => c.type === "image");
+      assert.ok(image && image.type === "image" && image.mimeType === "image/png", textOf(r));
+      await end(session_id);
+    });
+
+    test("node20 keeps top-level bindings and required modules; a callback's throw is the call's status", async () => {
+      const { session_id } = await start({ runtime: "node20" });
+      await run({
+        runtime: "node20",
+        session_id,
+        code: "const base = 40; let count = 1; const path = require('path');",
+      });
+      const r = await run({
+        runtime: "node20",
+        session_id,
+        code: "count++; setTimeout(() => console.log(base + count, path.basename('/a/b.txt')), 50);",
+      });
+      assert.equal(r.stdout, "42 b.txt\n", "the call waits for its timer");
+      assert.equal(r.session?.interpreter, "kept");
+      const thrown = await run({
+        runtime: "node20",
+        session_id,
+        code: "setTimeout(() => { throw new Error('late') }, 10);",
+      });
+      assert.equal(thrown.exit_code, 1);
+      assert.match(thrown.stderr, /Error: late/);
+      const still = await run({ runtime: "node20", session_id, code: "console.log(count)" });
+      assert.equal(still.stdout, "2\n");
+      await end(session_id);
+    });
+
+    test("bash calls share the session's files; each call is a new shell", async () => {
+      const { session_id } = await start({ runtime: "bash" });
+      await run({ runtime: "bash", session_id, code: "mkdir -p work && echo 1 > work/n; V=set" });
+      const r = await run({
+        runtime: "bash",
+        session_id,
+        code: 'cat work/n; echo "V=${V:-unset}"; pwd',
+        files: { "work/n": "2\n" },
+      });
+      assert.equal(
+        r.stdout,
+        "2\nV=unset\n/home/user\n",
+        "a later call's file replaces the earlier",
+      );
+      assert.equal(r.session?.interpreter, "none");
+      await end(session_id);
+    });
+
+    test("a session's files and variables are seen by no fresh call and no other session", async () => {
+      const a = await start({ runtime: "python3.12" });
+      const b = await start({ runtime: "python3.12" });
+      await run({
+        runtime: "python3.12",
+        session_id: a.session_id,
+        code: "secret = 'a-only'\nopen('/home/user/a.txt', 'w').write('a')",
+      });
+      const other = await run({
+        runtime: "python3.12",
+        session_id: b.session_id,
+        code: "import os\nprint(os.path.exists('/home/user/a.txt'), 'secret' in globals())",
+      });
+      assert.equal(other.stdout, "False False\n");
+      const fresh = await run({
+        runtime: "python3.12",
+        code: "import os\nprint(os.path.exists('/home/user/a.txt'))",
+      });
+      assert.equal(fresh.stdout, "False\n");
+      assert.equal(fresh.session, undefined, "a call without session_id is a plain call");
+      await end(a.session_id);
+      await end(b.session_id);
+    });
+
+    test("bad input is refused with a clear error before anything runs", async () => {
+      const { session_id } = await start({ runtime: "python3.12", memory_mb: 128 });
+      const unknown = await refusal({
+        runtime: "python3.12",
+        session_id: "AAAAAAAAAAAAAAAAAAAAAA",
+        code: "print(1)",
+      });
+      assert.match(unknown, /^SESSION_NOT_FOUND: session_id: no such session/);
+      assert.match(
+        await refusal({ runtime: "python3.12", session_id: "short", code: "print(1)" }),
+        /INVALID_INPUT: .*session_id: not a session id/,
+      );
+      assert.match(
+        await refusal({ runtime: "node20", session_id, code: "1" }),
+        /INVALID_INPUT: .*runtime: the session runs python3.12, not node20/,
+      );
+      assert.match(
+        await refusal({ runtime: "python3.12", session_id, code: "1", memory_mb: 256 }),
+        /INVALID_INPUT: .*memory_mb: the session's sandbox has 128 MB/,
+      );
+      const startBad = await tool("scratchrun_session_start", { runtime: "cobol" });
+      assert.equal(startBad.isError, true);
+      assert.match(textOf(startBad), /INVALID_INPUT: .*runtime/);
+      const endBad = await end("AAAAAAAAAAAAAAAAAAAAAA");
+      assert.equal(endBad.isError, true);
+      assert.match(textOf(endBad), /SESSION_NOT_FOUND/);
+      // Nothing above ran: the session's first call is still its first.
+      const r = await run({ runtime: "python3.12", session_id, code: "print(1)" });
+      assert.equal(r.session?.calls, 1);
+      await end(session_id);
+      assert.match(
+        await refusal({ runtime: "python3.12", session_id, code: "print(1)" }),
+        /^SESSION_NOT_FOUND/,
+        "an ended session is gone",
+      );
+    });
+
+    test("ending a session cancels the call running in it, and a session ends when idle", async () => {
+      const { session_id } = await start({ runtime: "bash" });
+      const running = mcp.call({
+        runtime: "bash",
+        session_id,
+        code: "sleep 30",
+        timeout_ms: 30_000,
+      });
+      await new Promise((r) => setTimeout(r, 1500));
+      const started = Date.now();
+      const ended = await end(session_id);
+      assert.ok(!ended.isError, textOf(ended));
+      const r = (await running).structuredContent as unknown as Result;
+      assert.equal(r.exit_reason, "cancelled", JSON.stringify(r));
+      assert.ok(Date.now() - started < 15_000, "the call did not run on to its timeout");
+
+      const idle = await start({ runtime: "bash", idle_timeout_ms: 1500 });
+      await run({ runtime: "bash", session_id: idle.session_id, code: "true" });
+      await new Promise((r) => setTimeout(r, 3000));
+      assert.match(
+        await refusal({ runtime: "bash", session_id: idle.session_id, code: "true" }),
+        /^SESSION_NOT_FOUND/,
+      );
+      await assertNoLeaks(base, 10_000, { whileServing: true });
+    });
+  });
+}
