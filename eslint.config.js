@@ -20,8 +20,8 @@ export default tseslint.config(
     languageOptions: { globals: { process: "readonly", console: "readonly", URL: "readonly" } },
   },
   {
-    // The pre-started node's script (CommonJS, run by node in the guest).
-    files: ["guest/prestart.js"],
+    // The pre-started and session node scripts (CommonJS, run by node in the guest).
+    files: ["guest/prestart.js", "guest/session.js"],
     languageOptions: {
       sourceType: "commonjs",
       globals: {
@@ -31,6 +31,8 @@ export default tseslint.config(
         require: "readonly",
         module: "readonly",
         __dirname: "readonly",
+        setImmediate: "readonly",
+        setTimeout: "readonly",
       },
     },
     rules: { "@typescript-eslint/no-require-imports": "off" },

@@ -110,7 +110,13 @@ export async function callSessionTool(
       );
     }
     const parsed = z.strictObject(sessionEndShape).safeParse(args);
-    if (!parsed.success) return refused(new Error(`Invalid request: session_id must be a string`));
+    if (!parsed.success)
+      return refused(
+        new ScratchRunError(
+          "INVALID_INPUT",
+          `Invalid request: ${formatIssues(parsed.error.issues)}`,
+        ),
+      );
     const info = await ops.end(parsed.data.session_id);
     return answer(
       info,

@@ -532,9 +532,13 @@ export class MicrovmBackend implements Backend {
       if (allow) await vm.useAllowlist(allow);
     } catch (cause) {
       await vm.destroy();
-      throw new ScratchRunError("SANDBOX_FAILED", `microVM did not become ready: ${String(cause)}`, {
-        cause,
-      });
+      throw new ScratchRunError(
+        "SANDBOX_FAILED",
+        `microVM did not become ready: ${String(cause)}`,
+        {
+          cause,
+        },
+      );
     }
     this.counters.bootedCalls++;
     const { sessionScript } = runtimeEntry(job.runtime);
