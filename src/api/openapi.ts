@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { execInputSchema } from "../schema/exec.js";
 import { VERSION } from "../version.js";
+import { sessionInfoSchema, sessionStartSchema } from "../schema/session.js";
 import { limitsWireSchema, wireErrorSchema, wireResultSchema } from "../http/wire.js";
 
 const json = (ref: string) => ({ "application/json": { schema: { $ref: ref } } });
@@ -31,7 +32,7 @@ export function buildOpenApiDocument() {
       title: "ScratchRun",
       version: VERSION,
       description:
-        "Runs code in a fresh, isolated sandbox per call. POST /v1/exec takes the scratchrun_exec tool's parameters and returns its structured result; returned files carry their bytes in content_base64. MCP over Streamable HTTP is served at /mcp with the same tool.",
+        "Runs code in a fresh, isolated sandbox per call. POST /v1/exec takes the scratchrun_exec tool's parameters and returns its structured result; returned files carry their bytes in content_base64. POST /v1/sessions starts a session whose sandbox the calls naming its session_id share. MCP over Streamable HTTP is served at /mcp with the same tools.",
     },
     security: [{ bearer: [] }],
     paths: {
@@ -53,6 +54,41 @@ export function buildOpenApiDocument() {
             "429": error("Per-key limit, full queue or queue deadline; retry later", retryAfter),
             "500": error("The sandbox or the server failed"),
             "503": error("The host cannot run sandboxes, or the server is shutting down"),
+          },
+        },
+      },
+      "/v1/sessions": {
+        post: {
+          operationId: "sessionStart",
+          summary: "Start a session: a sandbox kept between this key's calls",
+          requestBody: { required: true, content: json("#/components/schemas/SessionStart") },
+          responses: {
+            "201": {
+              description: "The session; pass its session_id to /v1/exec",
+              content: json("#/components/schemas/Session"),
+            },
+            "400": error("The request failed validation, or this server keeps no sessions"),
+            "401": error("API key missing, unknown or revoked; nothing started"),
+            "429": error("This key's or the server's sessions are at their limit"),
+            "500": error("The session's sandbox did not start"),
+            "503": error("The host cannot run sandboxes, or the server is shutting down"),
+          },
+        },
+      },
+      "/v1/sessions/{session_id}": {
+        delete: {
+          operationId: "sessionEnd",
+          summary: "End a session: a call running in it is cancelled, its sandbox destroyed",
+          parameters: [
+            { name: "session_id", in: "path", required: true, schema: { type: "string" } },
+          ],
+          responses: {
+            "200": {
+              description: "The ended session",
+              content: json("#/components/schemas/Session"),
+            },
+            "401": error("API key missing, unknown or revoked"),
+            "404": error("No session of this key has this id (never started, ended, expired)"),
           },
         },
       },
@@ -108,6 +144,8 @@ export function buildOpenApiDocument() {
         ExecRequest: schemaOf(execInputSchema, "input"),
         ExecResult: schemaOf(wireResultSchema, "output"),
         Error: schemaOf(wireErrorSchema, "output"),
+        SessionStart: schemaOf(sessionStartSchema, "input"),
+        Session: schemaOf(sessionInfoSchema, "output"),
         Info: {
           type: "object",
           required: ["version", "isolation", "network_note"],

@@ -9,17 +9,9 @@ import { runAgentSession } from "../protocol/session.js";
 import type { AgentRequest } from "../protocol/types.js";
 import { HOST_GRACE_MS, type Teardowns } from "./call.js";
 import type { Refusal } from "../net/proxy/reasons.js";
-import type { BackendOutcome, Isolation, NetworkReport, RunOptions } from "./types.js";
+import type { Isolation, NetworkReport, SessionSandbox } from "./types.js";
 
-/** A sandbox for many calls, one at a time; `run` after `broken` or `close` throws. */
-export interface SessionSandbox {
-  /** The sandbox can take no more calls: its agent broke or ended, or it was closed. */
-  readonly broken: boolean;
-  /** Runs one call in the sandbox (the engine's request; the backend adds the session's part). */
-  run(request: AgentRequest, options: RunOptions): Promise<BackendOutcome>;
-  /** Kills every process of the sandbox and removes what it had on the host. Idempotent. */
-  close(): Promise<void>;
-}
+export type { SessionSandbox } from "./types.js";
 
 /** What a backend hands over for a session: a sandbox past READY and how to count and stop it. */
 export interface SessionParts {

@@ -5,7 +5,6 @@ import type { Refusal } from "../net/proxy/reasons.js";
 import type { AgentEvent, AgentOutcome, AgentRequest } from "../protocol/types.js";
 import type { RuntimeName } from "../schema/exec.js";
 import type { Flavour } from "./prestart.js";
-import type { SessionSandbox } from "./session.js";
 
 /** Which boundary really ran a call. Reported in every result; never silently downgraded. */
 export type Isolation = "microvm-kvm" | "microvm-tcg" | "namespace";
@@ -45,6 +44,16 @@ export interface NetworkEgress {
   useAllowlist(allow: DomainAllowlist): Promise<void>;
   /** What was refused for this network's sandbox so far. */
   report(): Promise<NetworkReport>;
+}
+
+/** A sandbox for many calls, one at a time; `run` after `broken` or `close` throws. */
+export interface SessionSandbox {
+  /** The sandbox can take no more calls: its agent broke or ended, or it was closed. */
+  readonly broken: boolean;
+  /** Runs one call in the sandbox (the engine's request; the backend adds the session's part). */
+  run(request: AgentRequest, options: RunOptions): Promise<BackendOutcome>;
+  /** Kills every process of the sandbox and removes what it had on the host. Idempotent. */
+  close(): Promise<void>;
 }
 
 /** A session's sandbox, as a backend sees it: what every call of the session shares. */

@@ -18,7 +18,8 @@ import type { Manifest } from "../images/manifest.js";
 import { MATPLOTLIB_CACHE_DIR, PACKAGE_ROOT, setupCommand } from "../images/paths.js";
 import { preimportFor, type Preimport } from "../images/preimport.js";
 import type { AgentFile } from "../protocol/types.js";
-import { WORKDIR } from "../schema/limits.js";
+import { LIMITS, WORKDIR } from "../schema/limits.js";
+import type { SessionLimits } from "../engine/sessions.js";
 import { ONCE_CALLED, runtimeEntry, type Seed } from "../runtimes/table.js";
 import { RUNTIMES, type RuntimeName } from "../schema/exec.js";
 import { homedir } from "node:os";
@@ -297,6 +298,29 @@ async function engineOn(
     },
     seedFiles: seedFiles(rootfsDir),
     preimport,
+    sessions: sessionLimitsFromEnv(env),
     ...options,
   });
+}
+
+/** The server's session limits (SCRATCHRUN_SESSIONS_MAX, SCRATCHRUN_SESSIONS_PER_KEY). */
+export function sessionLimitsFromEnv(env: NodeJS.ProcessEnv): SessionLimits {
+  const count = (
+    name: "SCRATCHRUN_SESSIONS_MAX" | "SCRATCHRUN_SESSIONS_PER_KEY",
+    fallback: number,
+  ) => {
+    const raw = setting(name, env);
+    if (raw === undefined) return fallback;
+    const n = Number(raw);
+    if (raw.trim() === "" || !Number.isInteger(n) || n < 0)
+      throw new ScratchRunError(
+        "INVALID_INPUT",
+        `${name} must be a whole number >= 0, not "${raw}"`,
+      );
+    return n;
+  };
+  return {
+    perServer: count("SCRATCHRUN_SESSIONS_MAX", LIMITS.session.perServer),
+    perCaller: count("SCRATCHRUN_SESSIONS_PER_KEY", LIMITS.session.perCaller),
+  };
 }
