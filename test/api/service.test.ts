@@ -195,6 +195,42 @@ describe("HTTP service on one engine", () => {
     assert.equal(body.files[1]!.content_base64, undefined);
   });
 
+  test("a session is its key's alone: another key's calls and end get the unknown id's 404", async () => {
+    const started = await h.post("/v1/sessions", { runtime: "python3.12", memory_mb: 128 }, keys.a);
+    assert.equal(started.status, 201);
+    const session = (await started.json()) as { session_id: string; memory_mb: number };
+    assertSchema("Session", session);
+    assert.equal(session.memory_mb, 128);
+    const id = session.session_id;
+    const call = (key: string, code: string, session_id = id) =>
+      h.post("/v1/exec", { runtime: "python3.12", code, session_id }, key);
+    const first = await call(keys.a!, "kept = 'only a'\nprint('set')");
+    assert.equal(first.status, 200);
+    const firstBody = (await first.json()) as { stdout: string; session?: { calls: number } };
+    assertSchema("ExecResult", firstBody);
+    assert.equal(firstBody.stdout, "set\n");
+    assert.equal(firstBody.session?.calls, 1);
+
+    const unknown = await call(keys.b!, "print(kept)", "AAAAAAAAAAAAAAAAAAAAAA");
+    const foreign = await call(keys.b!, "print(kept)");
+    assert.equal(foreign.status, 404);
+    assert.deepEqual(await foreign.json(), await unknown.json(), "foreign and unknown read alike");
+    const del = (key: string) =>
+      fetch(`${h.api.url}/v1/sessions/${id}`, {
+        method: "DELETE",
+        headers: { Authorization: `Bearer ${key}` },
+      });
+    assert.equal((await del(keys.b!)).status, 404, "another key cannot end it");
+    const again = await call(keys.a!, "print(kept)");
+    const againBody = (await again.json()) as { stdout: string; session?: { calls: number } };
+    assert.equal(againBody.stdout, "only a\n", "b's attempts ran nothing and ended nothing");
+    assert.equal(againBody.session?.calls, 2);
+    const ended = await del(keys.a!);
+    assert.equal(ended.status, 200);
+    assertSchema("Session", await ended.json());
+    assert.equal((await call(keys.a!, "print(1)")).status, 404, "ended: gone for its key too");
+  });
+
   test("bad input is 400, wrong media type 415, an oversized body 413, all before any sandbox", async () => {
     const before = h.runs.all().length;
     const bad = await h.post("/v1/exec", { runtime: "cobol", code: "x", extra: 1 }, keys.a);
