@@ -6,7 +6,6 @@
  */
 import type { Readable, Writable } from "node:stream";
 import { runAgentSession } from "../protocol/session.js";
-import type { AgentRequest } from "../protocol/types.js";
 import { HOST_GRACE_MS, type Teardowns } from "./call.js";
 import type { Refusal } from "../net/proxy/reasons.js";
 import type { Isolation, NetworkReport, SessionSandbox } from "./types.js";

@@ -490,7 +490,12 @@ describe("HTTP service on one engine", () => {
       const { tools } = await client.listTools();
       assert.deepEqual(
         tools.map((t) => t.name),
-        ["scratchrun_exec", "scratchrun_runtimes"],
+        [
+          "scratchrun_exec",
+          "scratchrun_runtimes",
+          "scratchrun_session_start",
+          "scratchrun_session_end",
+        ],
       );
       const before = h.runs.all().filter((r) => r.transport === "mcp").length;
       const progress: string[] = [];

@@ -18,13 +18,15 @@ describe("MCP Inspector CLI as an outside client", () => {
     return JSON.parse(stdout) as Record<string, unknown>;
   };
 
-  test("tools/list shows both tools with schemas", async () => {
+  test("tools/list shows the tools with schemas", async () => {
     const out = (await inspect("--method", "tools/list")) as {
       tools: { name: string; inputSchema: { properties: Record<string, unknown> } }[];
     };
     assert.deepEqual(out.tools.map((t) => t.name).sort(), [
       "scratchrun_exec",
       "scratchrun_runtimes",
+      "scratchrun_session_end",
+      "scratchrun_session_start",
     ]);
     const exec = out.tools.find((t) => t.name === "scratchrun_exec");
     assert.ok(exec?.inputSchema.properties.runtime);

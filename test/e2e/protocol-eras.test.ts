@@ -45,7 +45,12 @@ for (const backend of TEST_BACKENDS) {
       const { tools } = await h.client.listTools();
       assert.deepEqual(
         tools.map((t) => t.name),
-        ["scratchrun_exec", "scratchrun_runtimes"],
+        [
+          "scratchrun_exec",
+          "scratchrun_runtimes",
+          "scratchrun_session_start",
+          "scratchrun_session_end",
+        ],
       );
       const exec = tools[0]!;
       assert.equal(exec.annotations?.readOnlyHint, false);

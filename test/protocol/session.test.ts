@@ -9,7 +9,7 @@ import {
   type AgentFrame,
 } from "../../src/protocol/codec.js";
 import { runAgentSession, waitForReady } from "../../src/protocol/session.js";
-import type { AgentEvent, AgentRequest } from "../../src/protocol/types.js";
+import { PROTOCOL_VERSION, type AgentEvent, type AgentRequest } from "../../src/protocol/types.js";
 
 // A scripted peer standing in for a misbehaving agent: the real agent cannot be made to break the
 // protocol, so these tests feed the host side exactly the bytes a hostile agent could send.
@@ -48,7 +48,7 @@ const file = (path: string, content = "", status: "ok" | "missing" = "ok"): Agen
   type: "file",
   file: { path, status, size: content.length, content: Buffer.from(content) },
 });
-const R: AgentFrame = { type: "ready", version: 1 };
+const R: AgentFrame = { type: "ready", version: PROTOCOL_VERSION };
 const S: AgentFrame = { type: "started", pid: 7 };
 const D: AgentFrame = { type: "done" };
 const FILES = [file("/tmp/a", "12345"), file("/tmp/b", "", "missing")];
@@ -132,7 +132,7 @@ describe("runAgentSession: well-behaved agent", () => {
     const p = peer();
     p.send(R);
     const ready = await waitForReady(p.io.input, new AbortController().signal);
-    assert.deepEqual(ready, { ok: true, version: 1 });
+    assert.deepEqual(ready, { ok: true, version: PROTOCOL_VERSION });
     assert.equal(p.written().length, 0);
     const session = runAgentSession(p.io, request, opts({ alreadyReady: true }));
     assert.deepEqual(decodeRequest(p.written()), request);
