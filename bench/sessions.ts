@@ -159,8 +159,11 @@ async function freshArm(system: McpSystem, gzip: Buffer, rows: number): Promise<
 /** (b) One session: start, the load (the only call with the data), 10 cells, end. */
 async function sessionArm(system: McpSystem, gzip: Buffer, rows: number): Promise<SessionArm> {
   const out: Outcome[] = [];
-  const start = await timedTool(system, "scratchrun_session_start", { runtime: RUNTIME }, (s) =>
-    typeof s.session_id === "string" ? null : "no session_id",
+  const start = await timedTool(
+    system,
+    "scratchrun_session_start",
+    { runtime: RUNTIME, network: "none" },
+    (s) => (typeof s.session_id === "string" ? null : "no session_id"),
   );
   out.push(start);
   const id = start.structured?.session_id;
@@ -198,7 +201,7 @@ async function printPair(
     if (!o.ok) error ??= o.error;
     else if (i > 0) fresh.push(o.ms);
   }
-  const r = await system.tool("scratchrun_session_start", { runtime: RUNTIME });
+  const r = await system.tool("scratchrun_session_start", { runtime: RUNTIME, network: "none" });
   const id = (r.structuredContent as { session_id?: string } | undefined)?.session_id;
   if (!id) return { fresh, cell, error: `session_start: ${JSON.stringify(r.content)}` };
   try {
