@@ -251,28 +251,42 @@ async function main(): Promise<void> {
     for (const system of systems) await benchSystem(system, plan, results, rootfs.manifest);
     if (!only || only.has("namespace")) await benchCold(plan, results);
     if (!only || only.has("idle")) await benchIdleServers(plan, results);
+    // A phase that fails is a note in the results, not a lost run.
+    const attempt = async (name: string, f: () => Promise<void>) => {
+      try {
+        await f();
+      } catch (e) {
+        const why = e instanceof Error ? (e.stack ?? e.message) : String(e);
+        log(`${name} failed: ${why}`);
+        results.notes.push(`${name} phase failed: ${why.slice(0, 500)}`);
+      }
+    };
     if (phase("tti"))
-      results.tti = await benchTti(
-        [
-          hostFloor(rootfs.dir, rootfs.manifest),
-          rawBwrap(rootfs.dir, rootfs.manifest, join(work, "tti-bwrap")),
-          srtLibrary(join(work, "tti-srt-lib")),
-          srtCli(join(work, "tti-srt-cli")),
-          ttiServer("namespace"),
-          ttiServer("microvm"),
-        ],
-        plan.tti,
-        log,
-      );
+      await attempt("tti", async () => {
+        results.tti = await benchTti(
+          [
+            hostFloor(rootfs.dir, rootfs.manifest),
+            rawBwrap(rootfs.dir, rootfs.manifest, join(work, "tti-bwrap")),
+            srtLibrary(join(work, "tti-srt-lib")),
+            srtCli(join(work, "tti-srt-cli")),
+            ttiServer("namespace"),
+            ttiServer("microvm"),
+          ],
+          plan.tti,
+          log,
+        );
+      });
     if (phase("sessions"))
-      results.sessions = await benchSessions(
-        (["namespace", "microvm"] as const).map((backend) => ({
-          backend,
-          system: sessionsServer(backend),
-        })),
-        plan.sessions,
-        log,
-      );
+      await attempt("sessions", async () => {
+        results.sessions = await benchSessions(
+          (["namespace", "microvm"] as const).map((backend) => ({
+            backend,
+            system: sessionsServer(backend),
+          })),
+          plan.sessions,
+          log,
+        );
+      });
   } finally {
     rmSync(work, { recursive: true, force: true });
   }

@@ -268,6 +268,10 @@ export async function benchSessions(
     }
     try {
       backends.push(await sessionsOfBackend(system, backend, plan, gzip, log));
+    } catch (e) {
+      const why = `failed: ${e instanceof Error ? e.message : String(e)}; server said: ${system.log().slice(-300)}`;
+      log(`sessions ${backend}: ${why}`);
+      backends.push({ backend, unsupported: why });
     } finally {
       await system.close();
     }

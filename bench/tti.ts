@@ -186,6 +186,12 @@ export async function benchTti(
     }
     try {
       rows.push(...(await ttiOfSystem(system, plan, log)));
+    } catch (e) {
+      const why = `failed: ${e instanceof Error ? e.message : String(e)}`;
+      log(`tti ${system.id}: ${why}`);
+      for (const command of TTI_COMMANDS)
+        if (!rows.some((r) => r.system === system.id && r.command === command))
+          rows.push({ system: system.id, command, unsupported: why });
     } finally {
       await system.close();
     }
