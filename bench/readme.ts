@@ -40,7 +40,9 @@ export function latestResultsFile(dir = RESULTS_DIR): { file: string; results: B
 
 const range = (xs: (number | undefined)[]) => {
   const v = xs.filter((x): x is number => x !== undefined).map((x) => x / 1000);
-  return v.length ? `${Math.min(...v).toFixed(2)}–${Math.max(...v).toFixed(2)} s` : null;
+  if (v.length === 0) return null;
+  const [lo, hi] = [Math.min(...v).toFixed(2), Math.max(...v).toFixed(2)];
+  return lo === hi ? `${lo} s` : `${lo}–${hi} s`;
 };
 
 /** The numbers the README's prose quotes, each from this run. */
@@ -67,13 +69,25 @@ function sentences(r: BenchResults): string[] {
   return out.map((s) => `- ${s}`);
 }
 
+/** What the run measured: its mode and arguments, or the sizes of its phases. */
+function what(r: BenchResults): string {
+  if (r.args) return `\`node dist/bench/run.js ${r.args.join(" ")}\``;
+  const parts = [`a ${r.mode} run`];
+  if (r.tti)
+    parts.push(`time to interactive ${r.tti.sequentialN} in sequence and ${r.tti.burstN} at once`);
+  if (r.sessions)
+    parts.push(`the sessions workload on a ${(r.sessions.csvBytes / 1e6).toFixed(1)} MB CSV`);
+  return parts.join(", ");
+}
+
 /** The README's speed section for one results file (its path as the README links it). */
 export function renderSpeedBlock(r: BenchResults, file: string): string {
   const link = `bench/results/${basename(file)}`;
+  const report = `bench/results/latest${r.mode === "quick" ? "-quick" : ""}.md`;
   const L = [
-    `From [${link}](${link}) (\`npm run bench${r.mode === "quick" ? " -- --quick" : ""}\`, ${r.mode} run): ${runLine(r)}`,
+    `From [${link}](${link}) (${what(r)}; its report: [${report}](${report})): ${runLine(r)}`,
     "",
-    "Warm latency for `print(1)`-sized code, p50 ± half the IQR, ms:",
+    `Warm latency for \`print(1)\`-sized code, p50 ± half the IQR, ms${r.mode === "quick" ? " (a quick run: 2 or 3 calls per cell, a few runtimes for the microVM and the peers)" : ""}:`,
     "",
     ...glance(r, "print"),
   ];

@@ -87,9 +87,20 @@ export function phaseSections(r: BenchResults): string[] {
     out.push(
       "## Sessions: an agent's analysis, fresh calls against one session",
       "",
-      `A ${mb(s.csvBytes)} CSV (${s.rows} rows, generated deterministically; sent as a ${mb(s.gzipBytes)} gzip, since a call's files are capped at 5 MiB each), read by pandas (python3.11), then ${s.steps} analysis steps each returning a PNG. Fresh: ${s.steps + 1} calls, each sending and reading the data (each into a full pool). Session: start, one call sending and reading the data, ${s.steps} cells, end. Times are the sums of the calls' own times; "sent" is the JSON of the tool arguments. \`print(1)\`: ${s.printN} fresh calls and ${s.printN} cells of one session.`,
+      `A ${mb(s.csvBytes)} CSV (${s.rows} rows, generated deterministically; sent as a ${(s.gzipBytes / 2 ** 20).toFixed(1)} MiB gzip, since a call's files are capped at 5 MiB each), read by pandas (python3.11), then ${s.steps} analysis steps each returning a PNG. Fresh: ${s.steps + 1} calls, each sending and reading the data (each into a full pool). Session: start, one call sending and reading the data, ${s.steps} cells, end. Times are the sums of the calls' own times; "sent" is the JSON of the tool arguments. \`print(1)\`: ${s.printN} fresh calls and ${s.printN} cells of one session.`,
       "",
       ...sessionsTable(r),
+      "",
+      "Each call's time (ms):",
+      "",
+      ...s.backends.flatMap((b) => {
+        const c = b.session?.callMs ?? [];
+        const f = b.fresh?.callMs ?? [];
+        if (!c.length && !f.length) return [];
+        return [
+          `- ${b.backend}: fresh ${f.join(", ")}; session: start ${c[0] ?? "–"}, load ${c[1] ?? "–"}, steps ${c.slice(2, -1).join(", ")}, end ${c[c.length - 1] ?? "–"}.`,
+        ];
+      }),
       "",
     );
   }

@@ -31,6 +31,8 @@ export interface BenchResults {
   format: 1;
   date: string;
   mode: "full" | "quick";
+  /** The benchmark's command-line arguments (absent in runs before they were kept). */
+  args?: string[];
   host: HostInfo;
   systems: { id: string; label: string; kind: SystemKind; notes?: string }[];
   latency: LatencyRow[];

@@ -220,6 +220,7 @@ async function main(): Promise<void> {
     format: 1,
     date: new Date().toISOString(),
     mode: plan.mode,
+    args: process.argv.slice(2),
     host: hostInfo(),
     systems: [],
     latency: [],
