@@ -1,4 +1,6 @@
 import type { RuntimeName } from "../src/schema/exec.js";
+import { SESSIONS_ROWS, type SessionsPlan } from "./sessions.js";
+import type { TtiPlan } from "./tti.js";
 import type { WorkloadId } from "./workloads.js";
 
 /** How much of what to measure: the full run (~15 min on 2 cores) or the CI smoke (< 2 min). */
@@ -20,6 +22,10 @@ export interface Plan {
   idleWindowMs: number;
   /** Backends whose idle server is measured with the default pooling and with every runtime. */
   idleServers: readonly ("namespace" | "microvm")[];
+  /** Time to interactive: calls in sequence and at once per command and system (issue 30). */
+  tti: TtiPlan;
+  /** The sessions workload: the CSV's rows and the print(1) calls per side (issue 27). */
+  sessions: SessionsPlan;
 }
 
 const ALL: readonly RuntimeName[] = ["python3.12", "python3.11", "node20", "bash"];
@@ -56,6 +62,8 @@ export const FULL: Plan = {
   microvmPool: { "python3.11": 2, "python3.12": 1, node20: 1, bash: 2 },
   idleWindowMs: 5_000,
   idleServers: ["namespace", "microvm"],
+  tti: { sequentialN: 100, burstN: 100 },
+  sessions: { rows: SESSIONS_ROWS, printN: 20 },
 };
 
 export const QUICK: Plan = {
@@ -97,9 +105,14 @@ export const QUICK: Plan = {
   microvmPool: { "python3.11": 1, "python3.12": 1 },
   idleWindowMs: 2_000,
   idleServers: ["namespace"],
+  // Quick: the phases run only when named (--with or --only), smaller.
+  tti: { sequentialN: 10, burstN: 20 },
+  sessions: { rows: SESSIONS_ROWS / 10, printN: 5 },
 };
 
-export function samplesFor(plan: Plan, system: string, workload: WorkloadId): number {
+/** Samples of a workload of the latency rows (the phases, tti and sessions, have their own). */
+export function samplesFor(plan: Plan, system: string, workload: WorkloadId | "tti"): number {
+  if (workload === "tti") return plan.tti.sequentialN;
   const s = plan.samples[workload];
   return s[system] ?? s.default;
 }

@@ -1,6 +1,7 @@
 import { ratio, type Summary } from "./stats.js";
 import type { BenchResults, LatencyRow } from "./results.js";
-import { baselineRatios, burst, checkTargets, find, warmP50 } from "./targets.js";
+import { phaseSections } from "./report-phases.js";
+import { baselineRatios, burst, checkTargets, find, phaseTargets, warmP50 } from "./targets.js";
 import { RUNTIMES } from "../src/runtimes/names.js";
 
 const fmt = (s: Summary | null | undefined) =>
@@ -17,15 +18,23 @@ function cell(row: LatencyRow | undefined): string {
   return `${Math.round(s.p50)} ±${Math.round(s.iqr / 2)}`;
 }
 
-function glance(r: BenchResults, workload: string): string[] {
+/** One workload's p50 per system (rows) and runtime (columns: those the run measured). */
+export function glance(r: BenchResults, workload: string): string[] {
+  const rows = r.systems.map((s) => ({
+    label: s.label,
+    cells: RUNTIMES.map((rt) => cell(find(r.latency, s.id, rt, workload))),
+  }));
+  const cols = RUNTIMES.map((_, i) => i).filter((i) =>
+    rows.some((row) => row.cells[i] !== "" && row.cells[i] !== "n/a"),
+  );
   const lines = [
-    `| system | ${RUNTIMES.join(" | ")} |`,
-    `| --- | ${RUNTIMES.map(() => "---:").join(" | ")} |`,
+    `| system | ${cols.map((i) => RUNTIMES[i]).join(" | ")} |`,
+    `| --- | ${cols.map(() => "---:").join(" | ")} |`,
   ];
-  for (const s of r.systems) {
-    const cells = RUNTIMES.map((rt) => cell(find(r.latency, s.id, rt, workload)));
+  for (const row of rows) {
+    const cells = cols.map((i) => row.cells[i] ?? "");
     if (cells.every((c) => c === "" || c === "n/a")) continue;
-    lines.push(`| ${s.label} | ${cells.join(" | ")} |`);
+    lines.push(`| ${row.label} | ${cells.join(" | ")} |`);
   }
   return lines;
 }
@@ -78,16 +87,21 @@ function profile(r: BenchResults): string[] {
   ];
 }
 
-export function renderMarkdown(r: BenchResults): string {
+/** When, where and under what the run was made: the line every report of it starts with. */
+export function runLine(r: BenchResults): string {
   const h = r.host;
   const tcg = h.microvmIsolation ? h.microvmIsolation === "microvm-tcg" : !h.kvm;
   const accel = tcg
     ? "TCG (no usable KVM: code inside the VM runs 10–20× slower than on the host)"
     : `KVM (${h.microvmIsolation ?? "/dev/kvm present"})`;
+  return `${r.date.slice(0, 16).replace("T", " ")} UTC on \`${h.hostname}\`: ${h.cpus} × ${h.cpuModel}, ${Math.round(h.memMb / 1024)} GiB, Linux ${h.kernel}, Node ${h.node}, microVM accel ${accel}. Run took ${r.durationSec} s${h.loadAvg ? `; 1-min load average ${h.loadAvg.start.toFixed(1)} at start, ${h.loadAvg.end.toFixed(1)} at end (anything above ${h.cpus} means other work shared the CPUs)` : ""}.`;
+}
+
+export function renderMarkdown(r: BenchResults): string {
   const L: string[] = [
     `# ScratchRun benchmark (${r.mode})`,
     "",
-    `${r.date.slice(0, 16).replace("T", " ")} UTC on \`${h.hostname}\`: ${h.cpus} × ${h.cpuModel}, ${Math.round(h.memMb / 1024)} GiB, Linux ${h.kernel}, Node ${h.node}, microVM accel ${accel}. Run took ${r.durationSec} s${h.loadAvg ? `; 1-min load average ${h.loadAvg.start.toFixed(1)} at start, ${h.loadAvg.end.toFixed(1)} at end (anything above ${h.cpus} means other work shared the CPUs)` : ""}.`,
+    runLine(r),
     "",
     "Every ScratchRun number is end to end through the MCP SDK's stdio client; every row is many runs (median ± half the IQR, ms). Peers run the same code in the same run.",
     "",
@@ -122,11 +136,12 @@ export function renderMarkdown(r: BenchResults): string {
         : [];
     }),
     "",
+    ...phaseSections(r),
     "## Targets",
     "",
     "| target | measured | met |",
     "| --- | --- | :-: |",
-    ...checkTargets(r).map(
+    ...[...checkTargets(r), ...phaseTargets(r)].map(
       (t) => `| ${t.target} | ${t.measured} | ${t.met === null ? "–" : t.met ? "yes" : "**no**"} |`,
     ),
     "",

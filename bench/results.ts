@@ -31,6 +31,8 @@ export interface BenchResults {
   format: 1;
   date: string;
   mode: "full" | "quick";
+  /** The benchmark's command-line arguments (absent in runs before they were kept). */
+  args?: string[];
   host: HostInfo;
   systems: { id: string; label: string; kind: SystemKind; notes?: string }[];
   latency: LatencyRow[];
@@ -53,6 +55,10 @@ export interface BenchResults {
     /** VmHWM of the server's own node process, MB. */
     serverHwmMb: Record<string, number>;
   };
+  /** Time to interactive, the peers' method (issue 30): absent when the phase did not run. */
+  tti?: TtiResults;
+  /** The agent-shaped sessions workload (issue 27): absent when the phase did not run. */
+  sessions?: SessionsResults;
   notes: string[];
   durationSec: number;
   /** The previous full run on this host: its print p50s, for "nothing got slower". */
@@ -74,3 +80,79 @@ export interface IdleServer {
 }
 
 export const p50 = (s: Summary | null | undefined): number | undefined => s?.p50;
+
+/** A fresh sandbox per call running one shell command: n in sequence, then n at once. */
+export interface TtiResults {
+  sequentialN: number;
+  burstN: number;
+  rows: TtiRow[];
+}
+
+export interface TtiRow {
+  system: string;
+  command: string;
+  /** Exact reason when the system cannot run this here. */
+  unsupported?: string;
+  /** Back to back: each call starts when the last returned. */
+  sequential?: LatencyResult;
+  burst?: BurstResult;
+}
+
+/**
+ * n calls sent at once. Every call ends one way: answered (and its output right), answered
+ * wrong, refused with 429 (with or without Retry-After), another HTTP status, or lost (no answer
+ * at all before the client gave up).
+ */
+export interface BurstResult {
+  n: number;
+  /** "rest": HTTP to the server's REST API; "process": n processes started at once. */
+  via: "rest" | "process";
+  answered: number;
+  wrong: number;
+  refused: number;
+  refusedWithRetryAfter: number;
+  otherStatus: Record<string, number>;
+  lost: number;
+  /** From the first call sent to the last answer. */
+  wallMs: number;
+  /** Answered calls, each from the burst's start to its answer. */
+  latency: Summary | null;
+  /** Refusals, each from the burst's start to the 429. */
+  refusedLatency: Summary | null;
+  firstError?: string;
+}
+
+/** One arm of the sessions workload: what its calls cost in all. */
+export interface SessionArm {
+  calls: number;
+  totalMs: number;
+  /** Bytes of the tools/call arguments sent (JSON), and of the results received. */
+  bytesSent: number;
+  bytesReceived: number;
+  /** Each call's time, in order (the session arm: start, the cells, end). */
+  callMs: number[];
+  errors: number;
+  firstError?: string;
+}
+
+export interface SessionsBackend {
+  backend: "namespace" | "microvm";
+  /** 11 fresh calls, each re-sending the data and re-reading it. */
+  fresh?: SessionArm;
+  /** One session: start, the load, 10 steps, end. */
+  session?: SessionArm;
+  /** `print(1)` as a fresh call, and as a cell of one session, python3.11. */
+  freshPrint?: Summary | null;
+  sessionPrint?: Summary | null;
+  unsupported?: string;
+}
+
+export interface SessionsResults {
+  /** The CSV: its size, and the gzip sent in `files` (a call's files are capped below it). */
+  csvBytes: number;
+  gzipBytes: number;
+  rows: number;
+  steps: number;
+  printN: number;
+  backends: SessionsBackend[];
+}

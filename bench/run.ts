@@ -1,6 +1,7 @@
 #!/usr/bin/env node
-// `npm run bench [-- --quick] [--out DIR] [--only id,id]`: measures ScratchRun end to end through
-// the MCP stdio client, side by side with the floor and the peers, in one run on one machine.
+// `npm run bench [-- --quick] [--out DIR] [--only id,id] [--with tti,sessions] [--tti-n N]
+// [--tti-burst N] [--sessions-mb N]`: measures ScratchRun end to end through the MCP stdio client,
+// side by side with the floor and the peers, in one run on one machine.
 import {
   existsSync,
   mkdirSync,
@@ -23,6 +24,8 @@ import { hwmKb, idleCost, treeRssSampler } from "./proc.js";
 import { REPO_ROOT } from "./peers.js";
 import { renderMarkdown } from "./report-md.js";
 import { renderSvg } from "./report-svg.js";
+import { benchSessions, SESSIONS_ROWS } from "./sessions.js";
+import { benchTti } from "./tti.js";
 import { summarize } from "./stats.js";
 import type { BenchResults, HostInfo, IdleServer } from "./results.js";
 import { engineInProcess } from "./systems/engine-inproc.js";
@@ -137,16 +140,78 @@ function microvmSystem(
   });
 }
 
+/**
+ * The time-to-interactive server of a backend: its REST API on too (the burst), one pooled bash
+ * sandbox (the product's default size, for the one runtime the phase calls), no pre-imports.
+ */
+function ttiServer(backend: "namespace" | "microvm"): McpSystem {
+  return mcpSystem({
+    id: backend,
+    label: `ScratchRun ${backend}`,
+    script: BENCH_SERVER,
+    env: {
+      ...scratchrunEnv(),
+      SCRATCHRUN_ISOLATION: backend,
+      SCRATCHRUN_NETWORK: "none",
+      SCRATCHRUN_POOL_SIZE: "bash=1",
+      SCRATCHRUN_PREIMPORT: "0",
+      BENCH_REST: "1",
+    },
+  });
+}
+
+/** The sessions workload's server: python3.11 pooled (one, pre-imports on), as by default. */
+function sessionsServer(backend: "namespace" | "microvm"): McpSystem {
+  return mcpSystem({
+    id: backend,
+    label: `ScratchRun ${backend}`,
+    script: BENCH_SERVER,
+    env: {
+      ...scratchrunEnv(),
+      SCRATCHRUN_ISOLATION: backend,
+      SCRATCHRUN_NETWORK: "none",
+      SCRATCHRUN_POOL_SIZE: "python3.11=1",
+    },
+  });
+}
+
 async function main(): Promise<void> {
   const { values } = parseArgs({
     options: {
       quick: { type: "boolean", default: false },
       out: { type: "string", default: join(REPO_ROOT, "bench/results") },
       only: { type: "string" },
+      with: { type: "string" },
+      "tti-n": { type: "string" },
+      "tti-burst": { type: "string" },
+      "sessions-mb": { type: "string" },
     },
   });
-  const plan = values.quick ? QUICK : FULL;
+  const base = values.quick ? QUICK : FULL;
+  const count = (v: string | undefined, name: string, fallback: number) => {
+    if (v === undefined) return fallback;
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < 1) throw new Error(`--${name} must be an integer >= 1`);
+    return n;
+  };
+  const plan: Plan = {
+    ...base,
+    tti: {
+      sequentialN: count(values["tti-n"], "tti-n", base.tti.sequentialN),
+      burstN: count(values["tti-burst"], "tti-burst", base.tti.burstN),
+    },
+    sessions: {
+      ...base.sessions,
+      rows: values["sessions-mb"]
+        ? Math.round((count(values["sessions-mb"], "sessions-mb", 20) * SESSIONS_ROWS) / 20)
+        : base.sessions.rows,
+    },
+  };
   const only = values.only ? new Set(values.only.split(",")) : null;
+  const extra = new Set(values.with ? values.with.split(",") : []);
+  // The phases (tti, sessions) run in a full run unless --only leaves them out; in a quick run
+  // only when named.
+  const phase = (name: string) => (only ? only.has(name) : !values.quick || extra.has(name));
   const started = Date.now();
   const rootfs = findRootfs();
   if (!rootfs.ok) throw new Error(`runtime image missing: ${rootfs.error}`);
@@ -155,6 +220,7 @@ async function main(): Promise<void> {
     format: 1,
     date: new Date().toISOString(),
     mode: plan.mode,
+    args: process.argv.slice(2),
     host: hostInfo(),
     systems: [],
     latency: [],
@@ -186,6 +252,42 @@ async function main(): Promise<void> {
     for (const system of systems) await benchSystem(system, plan, results, rootfs.manifest);
     if (!only || only.has("namespace")) await benchCold(plan, results);
     if (!only || only.has("idle")) await benchIdleServers(plan, results);
+    // A phase that fails is a note in the results, not a lost run.
+    const attempt = async (name: string, f: () => Promise<void>) => {
+      try {
+        await f();
+      } catch (e) {
+        const why = e instanceof Error ? (e.stack ?? e.message) : String(e);
+        log(`${name} failed: ${why}`);
+        results.notes.push(`${name} phase failed: ${why.slice(0, 500)}`);
+      }
+    };
+    if (phase("tti"))
+      await attempt("tti", async () => {
+        results.tti = await benchTti(
+          [
+            hostFloor(rootfs.dir, rootfs.manifest),
+            rawBwrap(rootfs.dir, rootfs.manifest, join(work, "tti-bwrap")),
+            srtLibrary(join(work, "tti-srt-lib")),
+            srtCli(join(work, "tti-srt-cli")),
+            ttiServer("namespace"),
+            ttiServer("microvm"),
+          ],
+          plan.tti,
+          log,
+        );
+      });
+    if (phase("sessions"))
+      await attempt("sessions", async () => {
+        results.sessions = await benchSessions(
+          (["namespace", "microvm"] as const).map((backend) => ({
+            backend,
+            system: sessionsServer(backend),
+          })),
+          plan.sessions,
+          log,
+        );
+      });
   } finally {
     rmSync(work, { recursive: true, force: true });
   }

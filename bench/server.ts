@@ -5,7 +5,17 @@
 // runtime, starts in flight), BENCH_TEMPLATES='["python3.11"]' builds those runtimes' microVM
 // snapshot templates (plain and pre-imported) before it serves (a server past its first call per
 // runtime), and BENCH_IDLE_MS=N measures, once the pool is first full, what each kind of pooled
-// sandbox costs over N ms of idleness (`bench-idle {json}`).
+// sandbox costs over N ms of idleness (`bench-idle {json}`). BENCH_REST=1 also serves the REST
+// API from the same engine (as `scratchrun serve` does, its SQLite in a scratch home) on a free
+// loopback port, with one key whose quota never refuses (the engine's admission decides), and says
+// `bench-rest {"url","key"}`: the time-to-interactive burst's 429s are the server's, not a key's.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { startApiServer, type ApiServer } from "../src/api/server.js";
+import { createLogger } from "../src/http/log.js";
+import { openDatabase, type Db } from "../src/store/db.js";
+import { KeyStore } from "../src/store/keys.js";
 import { MicrovmBackend } from "../src/backends/microvm/backend.js";
 import { NamespaceBackend } from "../src/backends/namespace/backend.js";
 import { serveMcpStdio } from "../src/cli/mcp.js";
@@ -50,8 +60,29 @@ async function main(): Promise<void> {
       const cost = await groupCost(groups, idleMs);
       process.stderr.write(`bench-idle ${JSON.stringify(cost)}\n`);
     })();
+  let api: { server: ApiServer; db: Db; home: string } | null = null;
+  if (process.env.BENCH_REST === "1") {
+    const home = mkdtempSync(join(tmpdir(), "scratchrun-bench-rest-"));
+    const db = openDatabase(home);
+    const server = await startApiServer({
+      engine,
+      db,
+      logger: createLogger("warn"),
+      host: "127.0.0.1",
+      port: 0,
+      keyLimits: { maxConcurrent: 100_000, ratePerMinute: 1_000_000, burst: 100_000 },
+    });
+    api = { server, db, home };
+    const { key } = await new KeyStore(db).create("bench");
+    process.stderr.write(`bench-rest ${JSON.stringify({ url: server.url, key })}\n`);
+  }
   const shutdown = async () => {
     clearInterval(timer);
+    if (api) {
+      await api.server.close();
+      api.db.close();
+      rmSync(api.home, { recursive: true, force: true });
+    }
     await engine.close();
     process.exit(0);
   };

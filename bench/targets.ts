@@ -149,3 +149,79 @@ export function checkTargets(r: BenchResults): TargetCheck[] {
   } else out.push({ target: "idle warm VM cost", measured: "not measured", met: null });
   return out;
 }
+
+const TTI_NODE = "node -v";
+
+/** A time-to-interactive row's sequential p50. */
+export function ttiP50(r: BenchResults, system: string, command: string): number | undefined {
+  return r.tti?.rows.find((x) => x.system === system && x.command === command)?.sequential?.summary
+    ?.p50;
+}
+
+/** A backend's sessions arms: fresh total / session total (how many times faster the session is). */
+export function sessionsSpeedup(r: BenchResults, backend: string): number | undefined {
+  const b = r.sessions?.backends.find((x) => x.backend === backend);
+  if (!b?.fresh || !b.session || b.fresh.errors || b.session.errors) return undefined;
+  return Math.round((b.fresh.totalMs / b.session.totalMs) * 100) / 100;
+}
+
+/** Issue 30's time-to-interactive targets and issue 27's sessions targets, where measured. */
+export function phaseTargets(r: BenchResults): TargetCheck[] {
+  const out: TargetCheck[] = [];
+  const add = (target: string, measured: string | undefined, met: boolean | undefined) =>
+    out.push({ target, measured: measured ?? "not measured", met: met ?? null });
+  if (r.tti) {
+    const ns = ttiP50(r, "namespace", TTI_NODE);
+    const bw = ttiP50(r, "bwrap", TTI_NODE);
+    const q = ns !== undefined && bw !== undefined ? Math.round((ns / bw) * 100) / 100 : undefined;
+    add(
+      "time to interactive, sequential: namespace `node -v` p50 ≤ 1.3× raw bubblewrap",
+      q === undefined ? undefined : `${q}× (${ns} / ${bw} ms)`,
+      q === undefined ? undefined : q <= 1.3,
+    );
+    const vm = ttiP50(r, "microvm", TTI_NODE);
+    add(
+      "time to interactive, sequential: microvm `node -v` p50 ≤ 250 ms",
+      vm === undefined ? undefined : `${vm} ms`,
+      vm === undefined ? undefined : vm <= 250,
+    );
+    for (const row of r.tti.rows) {
+      const b = row.burst;
+      if (!b || b.via !== "rest") continue;
+      const others = Object.values(b.otherStatus).reduce((a, n) => a + n, 0);
+      add(
+        `burst of ${b.n}, ${row.system} \`${row.command}\`: every call answered or refused with 429 + Retry-After, none lost`,
+        `${b.answered} answered, ${b.refused} refused (${b.refusedWithRetryAfter} with Retry-After), ${b.wrong} wrong, ${others} other status, ${b.lost} lost`,
+        b.lost === 0 && b.wrong === 0 && others === 0 && b.refused === b.refusedWithRetryAfter,
+      );
+      if (row.system === "namespace")
+        add(
+          `burst of ${b.n}, namespace \`${row.command}\`: p99 of answered calls ≤ 3 s`,
+          b.latency ? `${b.latency.p99} ms` : undefined,
+          b.latency ? b.latency.p99 <= 3000 : undefined,
+        );
+    }
+  }
+  if (r.sessions) {
+    const s = sessionsSpeedup(r, "microvm");
+    add(
+      "sessions workload on the microVM: the session ≥ 5× faster than fresh calls",
+      s === undefined ? undefined : `${s}×`,
+      s === undefined ? undefined : s >= 5,
+    );
+    const nsFresh = r.sessions.backends.find((b) => b.backend === "namespace")?.freshPrint?.p50;
+    for (const b of r.sessions.backends) {
+      const cell = b.sessionPrint?.p50;
+      const q =
+        cell !== undefined && nsFresh !== undefined
+          ? Math.round((cell / nsFresh) * 100) / 100
+          : undefined;
+      add(
+        `${b.backend} session cell \`print(1)\` p50 ≤ 1.5× the namespace backend's fresh call`,
+        q === undefined ? undefined : `${q}× (${cell} / ${nsFresh} ms)`,
+        q === undefined ? undefined : q <= 1.5,
+      );
+    }
+  }
+  return out;
+}

@@ -5,7 +5,7 @@ export type WorkloadId = "print" | "realistic" | "product" | "pandas";
 
 /** One piece of code every system runs unchanged, and how to tell that it really ran. */
 export interface Workload {
-  id: WorkloadId;
+  id: WorkloadId | "tti";
   runtime: RuntimeName;
   code: string;
   /**
@@ -149,6 +149,27 @@ export function pandasWorkload(runtime: RuntimeName): Workload | null {
     needs: ["pandas", "matplotlib"],
     check: (stdout, files) =>
       stdout.trim() === `${SALES_ROWS} ${SALES_ROWS}` && (files["sales.png"] ?? 0) > 1000,
+  };
+}
+
+/**
+ * The peers' "time to interactive" (issue 30): a fresh sandbox runs one shell command. In
+ * ScratchRun that is a bash call whose code is the command (PATH finds the image's node and
+ * python3, as a sandbox's shell does).
+ */
+export const TTI_COMMANDS = ["node -v", "python3 -c 'print(1)'"] as const;
+export type TtiCommand = (typeof TTI_COMMANDS)[number];
+
+export function ttiWorkload(command: TtiCommand): Workload {
+  return {
+    id: "tti",
+    runtime: "bash",
+    code: command,
+    returnFiles: [],
+    check:
+      command === "node -v"
+        ? (stdout) => /^v\d+\.\d+\.\d+$/.test(stdout.trim())
+        : (stdout) => stdout.trim() === "1",
   };
 }
 

@@ -1,10 +1,12 @@
 // Rewrites the generated blocks of the docs (limits quoted from src/schema/limits.ts, the
-// README's configuration table from src/schema/settings/table.ts).
+// README's configuration table from src/schema/settings/table.ts), and the README's speed
+// section from the latest benchmark results file (bench/readme.ts).
 // Run after changing a limit or a setting: npm run build && node scripts/gen-docs.mjs
 // test/schema/docs.unit.test.ts fails while a doc differs from what this writes.
 import { readFileSync, writeFileSync } from "node:fs";
 import { renderGeneratedBlocks } from "../dist/src/schema/limits-doc.js";
 import { GENERATED_DOCS } from "../dist/src/schema/doc-files.js";
+import { latestResultsFile, renderReadme } from "../dist/bench/readme.js";
 
 for (const file of GENERATED_DOCS) {
   const url = new URL(`../${file}`, import.meta.url);
@@ -14,4 +16,13 @@ for (const file of GENERATED_DOCS) {
     writeFileSync(url, after);
     console.log(`${file}: generated blocks rewritten`);
   }
+}
+
+const readme = new URL("../README.md", import.meta.url);
+const { file, results } = latestResultsFile();
+const before = readFileSync(readme, "utf8");
+const after = renderReadme(before, results, file);
+if (after !== before) {
+  writeFileSync(readme, after);
+  console.log(`README.md: speed section rewritten from ${file}`);
 }

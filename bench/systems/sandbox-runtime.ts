@@ -18,8 +18,13 @@ export const HOST_INTERPRETERS: Partial<Record<RuntimeName, string>> = {
 
 const PKG = "@anthropic-ai/sandbox-runtime";
 
+/**
+ * The code file run by the host's interpreter. PATH is the system's own (as in the image): the
+ * time-to-interactive commands (`node -v`, `python3 -c`) then find /usr/bin's node and python3,
+ * not a version manager's shim that would add its own start-up to every call.
+ */
 function shellCommand(dir: string, workload: Workload): string {
-  return `cd '${dir}' && exec ${HOST_INTERPRETERS[workload.runtime] ?? "false"} ${CODE_FILE[workload.runtime]}`;
+  return `cd '${dir}' && PATH=/usr/bin:/bin exec ${HOST_INTERPRETERS[workload.runtime] ?? "false"} ${CODE_FILE[workload.runtime]}`;
 }
 
 function unsupportedOnHost(workload: Workload): string | null {

@@ -29,7 +29,7 @@ export interface McpSystemOptions {
 /** The two SDK clients behind one shape: connect, one tools/call, close. */
 interface EraClient {
   connect(timeoutMs: number): Promise<void>;
-  callTool(args: Record<string, unknown>, timeoutMs: number): Promise<CallToolResult>;
+  callTool(name: string, args: Record<string, unknown>, timeoutMs: number): Promise<CallToolResult>;
   close(): Promise<void>;
 }
 
@@ -52,11 +52,8 @@ function eraClient(
       transport,
       client: {
         connect: (timeout) => client.connect(transport, { timeout }),
-        callTool: async (args, timeout) =>
-          (await client.callTool(
-            { name: "scratchrun_exec", arguments: args },
-            { timeout },
-          )) as CallToolResult,
+        callTool: async (name, args, timeout) =>
+          (await client.callTool({ name, arguments: args }, { timeout })) as CallToolResult,
         close: () => client.close(),
       },
     };
@@ -67,8 +64,8 @@ function eraClient(
     transport,
     client: {
       connect: (timeout) => client.connect(transport, { timeout }),
-      callTool: async (args, timeout) =>
-        (await client.callTool({ name: "scratchrun_exec", arguments: args }, CallToolResultSchema, {
+      callTool: async (name, args, timeout) =>
+        (await client.callTool({ name, arguments: args }, CallToolResultSchema, {
           timeout,
         })) as CallToolResult,
       close: () => client.close(),
@@ -91,6 +88,10 @@ export interface McpSystem extends BenchSystem {
   idleCost(timeoutMs: number): Promise<Record<string, PoolKindCost> | null>;
   /** Every stderr line (besides pool reports) the server wrote, for failure reports. */
   log(): string;
+  /** One tools/call of any tool (the session tools), as the client got it; throws on a failure. */
+  tool(name: string, args: Record<string, unknown>, timeoutMs?: number): Promise<CallToolResult>;
+  /** The server's REST API (BENCH_REST=1): its URL and a key, once it said so; else null. */
+  rest(): { url: string; key: string } | null;
 }
 
 function text(result: CallToolResult): string {
@@ -108,6 +109,7 @@ export function mcpSystem(o: McpSystemOptions): McpSystem {
   let starting = 0;
   let reported = false;
   let idle: Record<string, PoolKindCost> | null = null;
+  let rest: { url: string; key: string } | null = null;
   let log = "";
   let waiters: (() => void)[] = [];
   const full = () =>
@@ -146,6 +148,8 @@ export function mcpSystem(o: McpSystemOptions): McpSystem {
           } else if (line.startsWith("bench-idle ")) {
             idle = JSON.parse(line.slice(11)) as Record<string, PoolKindCost>;
             for (const w of waiters.splice(0)) w();
+          } else if (line.startsWith("bench-rest ")) {
+            rest = JSON.parse(line.slice(11)) as { url: string; key: string };
           } else if (log.length < 20_000) log += `${line}\n`;
         }
       });
@@ -158,6 +162,7 @@ export function mcpSystem(o: McpSystemOptions): McpSystem {
       let result: CallToolResult;
       try {
         result = await client.callTool(
+          "scratchrun_exec",
           {
             runtime: w.runtime,
             code: w.code,
@@ -218,6 +223,11 @@ export function mcpSystem(o: McpSystemOptions): McpSystem {
     },
     poolReady: () => ({ ...ready }),
     log: () => log,
+    rest: () => rest,
+    async tool(name, args, timeoutMs = 300_000) {
+      if (!client) throw new Error("not started");
+      return client.callTool(name, args, timeoutMs);
+    },
     async close() {
       await client?.close();
       client = null;

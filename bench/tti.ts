@@ -1,0 +1,200 @@
+/**
+ * Time to interactive, the published sandbox comparison's method (issue 30): a fresh sandbox runs
+ * `node -v`, n times in sequence, then n at once; the same for `python3 -c 'print(1)'`. Both
+ * backends beside the bare host, raw bubblewrap and sandbox-runtime, in one run.
+ *
+ * ScratchRun's sequential calls go through the MCP stdio client as every other row of the
+ * benchmark does; its burst goes to the REST API of the same server (`bench/server.ts`
+ * BENCH_REST=1), where a refusal is an HTTP 429 whose Retry-After the burst counts. The floors and
+ * the peers have nothing to refuse with: their burst is n processes started at once.
+ */
+import { measureLatency } from "./measure.js";
+import type { BurstResult, TtiResults, TtiRow } from "./results.js";
+import { summarize } from "./stats.js";
+import type { McpSystem } from "./systems/scratchrun.js";
+import type { BenchSystem } from "./systems/types.js";
+import { TTI_COMMANDS, ttiWorkload, type Workload } from "./workloads.js";
+
+export interface TtiPlan {
+  sequentialN: number;
+  burstN: number;
+}
+
+/** Longest a burst's call may go unanswered before it counts as lost. */
+const LOST_AFTER_MS = 300_000;
+
+/** n calls of a per-call system at once (each a process of its own: none is ever refused). */
+export async function processBurst(
+  system: BenchSystem,
+  w: Workload,
+  n: number,
+): Promise<BurstResult> {
+  const t0 = performance.now();
+  const ends: number[] = [];
+  let wrong = 0;
+  let firstError: string | undefined;
+  await Promise.all(
+    Array.from({ length: n }, async () => {
+      const r = await system.call(w);
+      if (r.ok) ends.push(performance.now() - t0);
+      else {
+        wrong++;
+        firstError ??= r.error;
+      }
+    }),
+  );
+  return {
+    n,
+    via: "process",
+    answered: ends.length,
+    wrong,
+    refused: 0,
+    refusedWithRetryAfter: 0,
+    otherStatus: {},
+    lost: 0,
+    wallMs: Math.round(performance.now() - t0),
+    latency: summarize(ends),
+    refusedLatency: null,
+    ...(firstError ? { firstError: firstError.slice(0, 300) } : {}),
+  };
+}
+
+/** n POST /v1/exec at once to a server's REST API; every call's fate counted. */
+export async function restBurst(
+  api: { url: string; key: string },
+  w: Workload,
+  n: number,
+): Promise<BurstResult> {
+  const body = JSON.stringify({ runtime: w.runtime, code: w.code, network: "none" });
+  const answered: number[] = [];
+  const refused: number[] = [];
+  const otherStatus: Record<string, number> = {};
+  let wrong = 0;
+  let lost = 0;
+  let withRetryAfter = 0;
+  let firstError: string | undefined;
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: n }, async () => {
+      let res: Response;
+      let text: string;
+      try {
+        res = await fetch(`${api.url}/v1/exec`, {
+          method: "POST",
+          headers: { "Content-Type": "application/json", Authorization: `Bearer ${api.key}` },
+          body,
+          signal: AbortSignal.timeout(LOST_AFTER_MS),
+        });
+        text = await res.text();
+      } catch (e) {
+        lost++;
+        firstError ??= `no answer: ${e instanceof Error ? e.message : String(e)}`;
+        return;
+      }
+      const at = performance.now() - t0;
+      if (res.status === 429) {
+        refused.push(at);
+        const after = res.headers.get("retry-after");
+        if (after !== null && /^\d+$/.test(after)) withRetryAfter++;
+        return;
+      }
+      if (res.status !== 200) {
+        otherStatus[res.status] = (otherStatus[res.status] ?? 0) + 1;
+        firstError ??= `HTTP ${res.status}: ${text.slice(0, 200)}`;
+        return;
+      }
+      const r = JSON.parse(text) as { stdout?: string; exit_code?: number | null };
+      if (r.exit_code === 0 && w.check(r.stdout ?? "", {})) answered.push(at);
+      else {
+        wrong++;
+        firstError ??= `wrong answer: ${text.slice(0, 200)}`;
+      }
+    }),
+  );
+  return {
+    n,
+    via: "rest",
+    answered: answered.length,
+    wrong,
+    refused: refused.length,
+    refusedWithRetryAfter: withRetryAfter,
+    otherStatus,
+    lost,
+    wallMs: Math.round(performance.now() - t0),
+    latency: summarize(answered),
+    refusedLatency: summarize(refused),
+    ...(firstError ? { firstError } : {}),
+  };
+}
+
+/**
+ * Both commands on one started system: n back to back (after one untimed call; a pooled server
+ * starts with its pools full), then the burst once its pools are full again.
+ */
+export async function ttiOfSystem(
+  system: BenchSystem,
+  plan: TtiPlan,
+  log: (m: string) => void,
+): Promise<TtiRow[]> {
+  const mcp = "rest" in system ? (system as McpSystem) : null;
+  const rows: TtiRow[] = [];
+  for (const command of TTI_COMMANDS) {
+    const w = ttiWorkload(command);
+    const why = system.unsupported(w);
+    if (why) {
+      rows.push({ system: system.id, command, unsupported: why });
+      continue;
+    }
+    await mcp?.waitWarm(300_000);
+    const sequential = await measureLatency(system, w, plan.sequentialN, { warmup: 1 });
+    await mcp?.waitWarm(300_000);
+    const api = mcp?.rest() ?? null;
+    const burst = mcp
+      ? api
+        ? await restBurst(api, w, plan.burstN)
+        : null
+      : await processBurst(system, w, plan.burstN);
+    log(
+      `tti ${system.id} ${command}: sequential p50 ${sequential.summary?.p50 ?? "-"} p99 ${sequential.summary?.p99 ?? "-"} ms (errors ${sequential.errors}); burst ${burst ? `${burst.answered} answered, ${burst.refused} refused (${burst.refusedWithRetryAfter} with Retry-After), ${burst.lost} lost, p99 ${burst.latency?.p99 ?? "-"} ms` : "no REST API"}`,
+    );
+    rows.push({
+      system: system.id,
+      command,
+      sequential,
+      ...(burst ? { burst } : {}),
+    });
+  }
+  return rows;
+}
+
+/** The phase: every system started, measured and closed in turn. */
+export async function benchTti(
+  systems: readonly BenchSystem[],
+  plan: TtiPlan,
+  log: (m: string) => void,
+): Promise<TtiResults> {
+  const rows: TtiRow[] = [];
+  for (const system of systems) {
+    log(`tti ${system.id}: starting`);
+    try {
+      await system.start();
+    } catch (e) {
+      const reason = `failed to start here: ${e instanceof Error ? e.message : String(e)}`;
+      for (const command of TTI_COMMANDS)
+        rows.push({ system: system.id, command, unsupported: reason });
+      continue;
+    }
+    try {
+      rows.push(...(await ttiOfSystem(system, plan, log)));
+    } catch (e) {
+      const why = `failed: ${e instanceof Error ? e.message : String(e)}`;
+      log(`tti ${system.id}: ${why}`);
+      for (const command of TTI_COMMANDS)
+        if (!rows.some((r) => r.system === system.id && r.command === command))
+          rows.push({ system: system.id, command, unsupported: why });
+    } finally {
+      await system.close();
+    }
+  }
+  return { sequentialN: plan.sequentialN, burstN: plan.burstN, rows };
+}

@@ -1,0 +1,70 @@
+import assert from "node:assert/strict";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { basename, join } from "node:path";
+import { describe, test } from "node:test";
+import {
+  latestResultsFile,
+  renderReadme,
+  renderSpeedBlock,
+  RESULTS_DIR,
+} from "../../bench/readme.js";
+import { REPO_ROOT } from "../../bench/peers.js";
+import type { BenchResults } from "../../bench/results.js";
+
+const readme = () => readFileSync(join(REPO_ROOT, "README.md"), "utf8");
+
+/**
+ * The README's speed numbers are the latest benchmark run's (issue 30): its section is rendered
+ * from the newest results file in bench/results, and this fails while the two differ.
+ */
+describe("the README's speed section is the latest results file's", () => {
+  test("README.md equals its rendering from the latest file (node dist/bench/readme.js)", () => {
+    const { file, results } = latestResultsFile();
+    const doc = readme();
+    assert.equal(
+      renderReadme(doc, results, file),
+      doc,
+      `README.md's speed section is not ${basename(file)}'s: run npm run build && node dist/bench/readme.js`,
+    );
+    assert.ok(doc.includes(`(bench/results/${basename(file)})`), "the section names its file");
+  });
+
+  test("the section changes with the file: an older run renders another table", () => {
+    const { file, results } = latestResultsFile();
+    const older = JSON.parse(
+      readFileSync(join(RESULTS_DIR, "2026-11-30-vm.json"), "utf8"),
+    ) as BenchResults;
+    assert.notEqual(
+      renderSpeedBlock(older, join(RESULTS_DIR, "2026-11-30-vm.json")),
+      renderSpeedBlock(results, file),
+    );
+  });
+
+  test("latest means the newest run by its own date, among bench results only", () => {
+    const dir = mkdtempSync(join(tmpdir(), "bench-readme-"));
+    try {
+      const run = JSON.parse(
+        readFileSync(join(RESULTS_DIR, "2026-11-30-vm.json"), "utf8"),
+      ) as BenchResults;
+      writeFileSync(
+        join(dir, "b-old.json"),
+        JSON.stringify({ ...run, date: "2026-01-01T00:00:00Z" }),
+      );
+      writeFileSync(
+        join(dir, "a-new.json"),
+        JSON.stringify({ ...run, date: "2026-06-01T00:00:00Z" }),
+      );
+      writeFileSync(join(dir, "cluster-latest.json"), JSON.stringify({ date: "2027-01-01" }));
+      writeFileSync(join(dir, "broken.json"), "{");
+      assert.equal(basename(latestResultsFile(dir).file), "a-new.json");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test("a README without the section is an error, not a silent pass", () => {
+    const { file, results } = latestResultsFile();
+    assert.throws(() => renderReadme("# no section\n", results, file), /bench:speed/);
+  });
+});
