@@ -9,6 +9,8 @@ import { resolveCallerPolicy, type CallerPolicy } from "../policy/resolve.js";
 import type { ExecRequest } from "../schema/exec.js";
 import { policyViolations } from "../schema/policy.js";
 import type { RunStart, RunStore } from "../store/runs.js";
+import type { SessionRow, SessionStore } from "../store/sessions.js";
+import type { SessionInfo } from "../schema/session.js";
 import type { Logger } from "../http/log.js";
 import type { Metrics } from "../http/metrics.js";
 import type { KeyLimits, KeyQuota } from "../policy/quota.js";
@@ -22,6 +24,15 @@ export class RetryLater extends ScratchRunError {
   ) {
     super("BUSY", message);
   }
+}
+
+/** A session of the caller whose sandbox's process died without ending it (error code docs). */
+export function sessionLost(): ScratchRunError {
+  return new ScratchRunError(
+    "SESSION_LOST",
+    "session_id: this session was lost (the process holding its sandbox stopped: a worker lost or a server restarted); its files and interpreter are gone",
+    { fix: "Start a new session with scratchrun_session_start and run its setup again" },
+  );
 }
 
 /** Seconds a client is told to wait when the engine's own queue is full or its deadline passed. */
@@ -44,10 +55,24 @@ export interface Caller {
 /** The engine behind the service, and the most any call may get there. */
 export type ServiceEngine = ExecEngine & {
   readonly ceiling: Ceiling;
-  /** A local engine's sessions (src/engine/sessions.ts); an API replica's engine has none. */
-  startSession?: Engine["startSession"];
+  /**
+   * Sessions (src/engine/sessions.ts; an API replica's: on its workers). A started session may
+   * say where it lives (`placement`: an API replica's worker), which its record keeps.
+   */
+  startSession?: (
+    ...args: Parameters<Engine["startSession"]>
+  ) => Promise<SessionInfo & { placement?: SessionPlacement }>;
   endSession?: Engine["endSession"];
+  /** Whether it keeps sessions at all (off: the session tools are not listed). */
+  readonly sessionsOn?: boolean;
+  /** Tells the listener of each session's end (its record is closed then). */
+  onSessionEnd?: Engine["onSessionEnd"];
+  /** Ends the sessions this process holds (a single server's shutdown). */
+  endAllSessions?: Engine["endAllSessions"];
 };
+
+/** Where a session lives in a cluster: the worker's address and its process's worker_id. */
+export type SessionPlacement = { worker: string; workerId: string | null };
 
 export type Admitted =
   | { ok: true; runId: string; release: () => void }
@@ -58,17 +83,25 @@ export type Admitted =
  * server (`localAdmission`), one Postgres transaction for API replicas (src/cluster/api-role.ts).
  */
 export interface CallAdmission {
-  admit(caller: Caller, req: ExecRequest, now: number): Promise<Admitted>;
+  /** `sessionRecord`: the record of the session the call runs in, which its run names. */
+  admit(
+    caller: Caller,
+    req: ExecRequest,
+    now: number,
+    sessionRecord?: string | null,
+  ): Promise<Admitted>;
 }
 
 /** One server: the in-memory quota, then the run's row. */
 export function localAdmission(quota: KeyQuota, runs: RunStore): CallAdmission {
   return {
-    async admit(caller, req, now) {
+    async admit(caller, req, now, sessionRecord = null) {
       const decision = quota.tryAcquire(caller.keyId, now, caller.policy.quota);
       if (!decision.ok) return decision;
       try {
-        const runId = await runs.begin(caller.keyId, caller.transport, req, now);
+        const runId = await runs.begin(caller.keyId, caller.transport, req, now, {
+          sessionRecord,
+        });
         return { ok: true, runId, release: decision.release };
       } catch (e) {
         decision.release();
@@ -98,6 +131,12 @@ export class ExecService {
   /** The server-wide per-key quota (a key's policy may set its own). */
   private readonly keyLimits: KeyLimits;
   private readonly tracker: SandboxTracker | undefined;
+  /** The sessions' records (absent: none kept). */
+  private readonly sessionRecords: SessionStore | undefined;
+  /** Session record writes not yet settled (a shutdown waits for them). */
+  private readonly recordWrites = new Set<Promise<unknown>>();
+  private readonly unsubscribe: () => void;
+  private readonly replicaId: string | undefined;
 
   constructor(o: {
     engine: ServiceEngine;
@@ -107,6 +146,9 @@ export class ExecService {
     log: Logger;
     keyLimits: KeyLimits;
     tracker?: SandboxTracker | undefined;
+    sessions?: SessionStore | undefined;
+    /** The API replica this service is (its session records name it). */
+    replicaId?: string | undefined;
   }) {
     this.engine = o.engine;
     this.runs = o.runs;
@@ -115,6 +157,51 @@ export class ExecService {
     this.log = o.log;
     this.keyLimits = o.keyLimits;
     this.tracker = o.tracker;
+    this.sessionRecords = o.sessions;
+    this.replicaId = o.replicaId;
+    const records = o.sessions;
+    // Every end closes the session's record, whoever ended it (its caller, a lifetime, shutdown).
+    this.unsubscribe =
+      records && o.engine.onSessionEnd
+        ? o.engine.onSessionEnd((info, why) => {
+            this.log.info(
+              { session_calls: info.calls, runtime: info.runtime, reason: why },
+              "session ended",
+            );
+            this.recordWrite(() => records.endById(info.session_id, why, info.calls));
+          })
+        : () => {};
+  }
+
+  /** A session record write, logged if it fails, awaited by `closeSessions`. */
+  private recordWrite(write: () => Promise<unknown>): void {
+    const p = write().catch((e: unknown) =>
+      this.log.error(
+        { err: e instanceof Error ? e.message : String(e) },
+        "session record write failed",
+      ),
+    );
+    this.recordWrites.add(p);
+    void p.finally(() => this.recordWrites.delete(p));
+  }
+
+  /**
+   * At shutdown, after the drain: ends the sessions this process holds (a single server's; an API
+   * replica's live on their workers) and waits until their records are closed.
+   */
+  async closeSessions(): Promise<void> {
+    await this.engine.endAllSessions?.();
+    this.unsubscribe();
+    await Promise.all([...this.recordWrites]);
+  }
+
+  /**
+   * The record of the caller's session `id`, or undefined: none, or another key's (which is
+   * answered as an unknown id is, wherever the call goes next).
+   */
+  private async ownSessionRecord(caller: Caller, id: string): Promise<SessionRow | undefined> {
+    const row = await this.sessionRecords?.find(id);
+    return row && row.key_id === caller.keyId ? row : undefined;
   }
 
   /**
@@ -180,30 +267,60 @@ export class ExecService {
   }
 
   /**
-   * The caller's sessions, where this service's engine keeps them (a local engine; an API replica
-   * of a cluster has none yet): bound to the caller's key, held to its policy.
+   * The caller's sessions, where this service's engine keeps them (a local engine; an API
+   * replica's workers): bound to the caller's key, held to its policy.
    */
   sessionsFor(caller: () => Caller): SessionOps | undefined {
     const engine = this.engine;
-    if (!engine.startSession || !engine.endSession || !engine.sessionOps) return undefined;
+    if (!engine.startSession || !engine.endSession || !engine.sessionsOn) return undefined;
     const start = engine.startSession.bind(engine);
     const end = engine.endSession.bind(engine);
     return {
-      start: (input, signal) => {
+      start: async (input, signal) => {
         if (this.draining)
           throw new ScratchRunError("NOT_READY", "The server is shutting down", {
             fix: "Retry against another instance or after it restarts",
           });
         const c = caller();
-        return start(input, {
+        const { placement, ...info } = await start(input, {
           owner: c.keyId,
           policy: c.policy.call,
           ...(c.policy.egressAllow ? { egressAllow: c.policy.egressAllow } : {}),
           ...(signal ? { signal } : {}),
         });
+        await this.recordSessionStart(c, info, placement);
+        return info;
       },
       end: (id) => end(id, caller().keyId),
     };
+  }
+
+  /**
+   * A started session's record, written before its id is handed out (an API replica routes its
+   * calls by it). A session that cannot be recorded is ended, not handed out unrecorded.
+   */
+  private async recordSessionStart(
+    caller: Caller,
+    info: SessionInfo,
+    placement: SessionPlacement | undefined,
+  ): Promise<void> {
+    if (!this.sessionRecords) return;
+    try {
+      await this.sessionRecords.begin({
+        sessionId: info.session_id,
+        keyId: caller.keyId,
+        transport: caller.transport,
+        runtime: info.runtime,
+        memoryMb: info.memory_mb,
+        network: info.network,
+        isolation: info.isolation,
+        ...(placement ? { worker: placement.worker, workerId: placement.workerId } : {}),
+        ...(this.replicaId ? { replicaId: this.replicaId } : {}),
+      });
+    } catch (e) {
+      await this.engine.endSession?.(info.session_id, caller.keyId).catch(() => {});
+      throw e;
+    }
   }
 
   async run(caller: Caller, req: ExecRequest, options: ExecuteOptions = {}): Promise<ExecOutcome> {
@@ -238,7 +355,17 @@ export class ExecService {
     options: ExecuteOptions,
   ): Promise<ExecOutcome> {
     const arrived = Date.now();
-    const decision = await this.admission.admit(caller, req, arrived);
+    let sessionRecord: SessionRow | undefined;
+    if (req.session_id !== undefined) {
+      const own = await this.ownSessionRecord(caller, req.session_id);
+      if (own?.end_reason === "lost") {
+        this.metrics.refused.inc({ reason: "SESSION_LOST" });
+        throw sessionLost();
+      }
+      // An ended session's id is answered as an unknown one, wherever the call goes next.
+      if (own?.ended_at === null) sessionRecord = own;
+    }
+    const decision = await this.admission.admit(caller, req, arrived, sessionRecord?.id ?? null);
     if (!decision.ok) {
       this.metrics.refused.inc({ reason: `key_${decision.reason}` });
       throw new RetryLater(
@@ -274,6 +401,15 @@ export class ExecService {
         ...options,
         owner: caller.keyId,
         runId,
+        ...(sessionRecord?.worker
+          ? {
+              sessionPlacement: {
+                worker: sessionRecord.worker,
+                workerId: sessionRecord.worker_id,
+                record: sessionRecord.id,
+              },
+            }
+          : {}),
         ...(caller.policy.egressAllow ? { egressAllow: caller.policy.egressAllow } : {}),
         onProgress: (p) => {
           if (p.stage === "starting" && !start) {

@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { openDatabase, type Db } from "../../src/store/db.js";
 import { KeyStore } from "../../src/store/keys.js";
+import type { SessionRow } from "../../src/store/sessions.js";
 import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
 import { REPO_ROOT, startServer, type McpHarness } from "../helpers/mcp-client.js";
 import { runRows, waitFor } from "./harness.js";
@@ -118,6 +119,71 @@ describe("lifecycle: crash recovery, graceful shutdown, remote mode", () => {
     assert.equal(((await res.json()) as { stdout: string }).stdout, "drained\n");
     assert.equal(await second.exited, 0);
     assert.equal(existsSync(join(home, "server.pid")), false, "the lock is released");
+  });
+
+  test("sessions: kill -9 leaves their records open until the restart closes them as lost (their id then answers SESSION_LOST); SIGTERM ends them and closes theirs as shutdown", async () => {
+    const other = (await new KeyStore(db).create("life-other")).key;
+    const sessions = () =>
+      db.prepare("SELECT * FROM sessions ORDER BY started_at").all() as SessionRow[];
+    const post = (url: string, path: string, body: unknown, bearer = key) =>
+      fetch(`${url}${path}`, {
+        method: "POST",
+        headers: { Authorization: `Bearer ${bearer}`, "Content-Type": "application/json" },
+        body: JSON.stringify(body),
+      });
+    const startIn = async (url: string) => {
+      const res = await post(url, "/v1/sessions", { runtime: "bash" });
+      assert.equal(res.status, 201);
+      const { session_id } = (await res.json()) as { session_id: string };
+      const ran = await post(url, "/v1/exec", {
+        runtime: "bash",
+        code: "echo kept > /tmp/f; cat /tmp/f",
+        session_id,
+      });
+      assert.equal(ran.status, 200);
+      assert.equal(((await ran.json()) as { stdout: string }).stdout, "kept\n");
+      return session_id;
+    };
+    const before = sessions().length;
+
+    const first = await serve(home);
+    const killed = await startIn(first.url);
+    first.child.kill("SIGKILL");
+    await first.exited;
+    const open = sessions().slice(before);
+    assert.equal(open.length, 1);
+    assert.equal(open[0]!.ended_at, null, "a killed server closes nothing");
+
+    const second = await serve(home);
+    assert.match(second.stderr(), /"lost_sessions":1/);
+    const lost = db.prepare("SELECT * FROM sessions WHERE id = ?").get(open[0]!.id) as SessionRow;
+    assert.deepEqual([lost.end_reason, lost.calls], ["lost", 1]);
+    const again = await post(second.url, "/v1/exec", {
+      runtime: "bash",
+      code: "cat /tmp/f",
+      session_id: killed,
+    });
+    assert.equal(again.status, 410);
+    const body = (await again.json()) as { error: { code: string; message: string } };
+    assert.equal(body.error.code, "SESSION_LOST");
+    assert.match(body.error.message, /lost.*Start a new session/);
+    const foreign = await post(
+      second.url,
+      "/v1/exec",
+      { runtime: "bash", code: "cat /tmp/f", session_id: killed },
+      other,
+    );
+    assert.equal(foreign.status, 404, "another key learns nothing of it");
+
+    const live = await startIn(second.url);
+    second.child.kill("SIGTERM");
+    assert.equal(await second.exited, 0);
+    const closed = sessions().slice(before + 1);
+    assert.equal(closed.length, 1);
+    assert.deepEqual([closed[0]!.end_reason, closed[0]!.calls], ["shutdown", 1]);
+    assert.ok(closed[0]!.ended_at! >= closed[0]!.started_at);
+    for (const id of [killed, live])
+      assert.ok(!JSON.stringify(sessions()).includes(id), "records keep no session_id");
   });
 
   test("remote mode: scratchrun-mcp with SCRATCHRUN_URL gives the embedded result", async () => {
