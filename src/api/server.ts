@@ -350,6 +350,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
         version: VERSION,
         isolation: engine.backend.isolation,
         network_note: policy.networkNote ?? engine.networkNote,
+        sessions: engine.sessionsOn === true && engine.startSession !== undefined,
         limits: limitsToWire(policy),
         ...(engine.options.runtimes ? { runtimes: engine.options.runtimes } : {}),
       });

@@ -8,7 +8,8 @@ import { openDatabase, type Db } from "../../src/store/db.js";
 import { KeyStore } from "../../src/store/keys.js";
 import type { SessionRow } from "../../src/store/sessions.js";
 import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
-import { REPO_ROOT, startServer, type McpHarness } from "../helpers/mcp-client.js";
+import { REPO_ROOT, startServer, textOf, type McpHarness } from "../helpers/mcp-client.js";
+import { CallToolResultSchema, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { runRows, waitFor } from "./harness.js";
 
 const CLI = join(REPO_ROOT, "dist/src/bin/scratchrun.js");
@@ -184,6 +185,70 @@ describe("lifecycle: crash recovery, graceful shutdown, remote mode", () => {
     assert.ok(closed[0]!.ended_at! >= closed[0]!.started_at);
     for (const id of [killed, live])
       assert.ok(!JSON.stringify(sessions()).includes(id), "records keep no session_id");
+  });
+
+  test("remote mode: scratchrun-mcp with SCRATCHRUN_URL lists the session tools and forwards them to the service's REST API", async () => {
+    const server = await serve(home);
+    let remote: McpHarness | undefined;
+    try {
+      remote = await startServer({ SCRATCHRUN_URL: server.url, SCRATCHRUN_API_KEY: key });
+      const client = remote.client;
+      const names = (await client.listTools()).tools.map((t) => t.name);
+      assert.ok(names.includes("scratchrun_session_start"), names.join());
+      assert.ok(names.includes("scratchrun_session_end"), names.join());
+      const tool = async (name: string, args: Record<string, unknown>) =>
+        (await client.callTool({ name, arguments: args }, CallToolResultSchema, {
+          timeout: 120_000,
+        })) as CallToolResult;
+      const recordsBefore = (
+        db.prepare("SELECT count(*) AS n FROM sessions").get() as { n: number }
+      ).n;
+
+      // Refused here, before anything reaches the server: the key's policy, as for a call.
+      const bad = await tool("scratchrun_session_start", { runtime: "cobol" });
+      assert.equal(bad.isError, true);
+      assert.match(textOf(bad), /^INVALID_INPUT: .*runtime/);
+
+      const begun = await tool("scratchrun_session_start", { runtime: "python3.12" });
+      assert.ok(!begun.isError, textOf(begun));
+      const sid = (begun.structuredContent as { session_id: string }).session_id;
+      const first = await remote.call({ runtime: "python3.12", code: "x = 41", session_id: sid });
+      assert.ok(!first.isError, textOf(first));
+      const second = await remote.call({
+        runtime: "python3.12",
+        code: "print(x + 1)",
+        session_id: sid,
+      });
+      assert.equal((second.structuredContent as { stdout: string }).stdout, "42\n");
+      assert.equal(
+        (second.structuredContent as { session: { calls: number } }).session.calls,
+        2,
+        "the interpreter stayed on the server between the forwarded calls",
+      );
+      const ended = await tool("scratchrun_session_end", { session_id: sid });
+      assert.ok(!ended.isError, textOf(ended));
+      assert.equal((ended.structuredContent as { calls: number }).calls, 2);
+      const after = await remote.call({ runtime: "python3.12", code: "print(x)", session_id: sid });
+      assert.equal(after.isError, true);
+      assert.match(textOf(after), /SESSION_NOT_FOUND/);
+      const again = await tool("scratchrun_session_end", { session_id: sid });
+      assert.equal(again.isError, true);
+      assert.match(textOf(again), /^SESSION_NOT_FOUND: /);
+
+      const records = db
+        .prepare("SELECT * FROM sessions ORDER BY started_at")
+        .all()
+        .slice(recordsBefore) as SessionRow[];
+      assert.equal(records.length, 1, "the refused start recorded nothing");
+      assert.deepEqual(
+        [records[0]!.runtime, records[0]!.transport, records[0]!.end_reason, records[0]!.calls],
+        ["python3.12", "rest", "ended", 2],
+      );
+    } finally {
+      await remote?.close();
+      server.child.kill("SIGTERM");
+      await server.exited;
+    }
   });
 
   test("remote mode: scratchrun-mcp with SCRATCHRUN_URL gives the embedded result", async () => {
