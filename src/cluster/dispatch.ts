@@ -10,7 +10,7 @@ import type { Isolation } from "../backends/types.js";
 import { choose } from "./choose.js";
 import { WORKER_PATHS, workerEventSchema, type WorkerExecBody } from "./protocol.js";
 import type { PlacedCall, WorkerTable } from "./workers.js";
-import { givenFields } from "../schema/validate.js";
+import { namedSessionFields } from "../schema/validate.js";
 import type { SessionInfo } from "../schema/session.js";
 import { ClusterSessions, sessionNotFound, type ClusterSessionOptions } from "./sessions.js";
 import { sessionLost } from "../api/service.js";
@@ -93,15 +93,10 @@ export class ClusterEngine {
     if (!(await this.sessions.reachable(placement))) throw sessionLost();
     // Defaults the caller did not name are not held against the session (decision 0013): the
     // worker parses the request again, so they are left for it to fill.
-    const given = givenFields(req);
-    const request = given
-      ? Object.fromEntries(
-          Object.entries(req).filter(
-            ([k]) => given.has(k) || (k !== "memory_mb" && k !== "network"),
-          ),
-        )
-      : req;
+    const request = namedSessionFields(req);
     options.onProgress?.({ stage: "queued" });
+    // Placed: its worker is the session's (the record's start and worker say so).
+    options.onProgress?.({ stage: "starting", worker: placement.worker });
     let r: Attempt;
     try {
       r = await this.attempt(placement.worker, req, options, { request, owner: options.owner });

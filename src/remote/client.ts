@@ -8,6 +8,7 @@ import { DEFAULT_POLICY, type CallPolicy } from "../schema/policy.js";
 import { policyFromWire, wireToError, wireToOutcome } from "../http/wire.js";
 import { setting } from "../schema/settings/read.js";
 import type { SessionOps } from "../mcp/session-tools.js";
+import { namedSessionFields } from "../schema/validate.js";
 import { parseSessionStart, sessionInfoSchema, type SessionInfo } from "../schema/session.js";
 
 export interface RemoteOptions {
@@ -79,7 +80,8 @@ export class RemoteEngine {
    */
   async execute(req: ExecRequest, options: ExecuteOptions = {}): Promise<ExecOutcome> {
     options.onProgress?.({ stage: "queued" });
-    const res = await request(this.opts, "POST", "/v1/exec", req, options.signal, () =>
+    const body = req.session_id === undefined ? req : namedSessionFields(req);
+    const res = await request(this.opts, "POST", "/v1/exec", body, options.signal, () =>
       options.onProgress?.({ stage: "running" }),
     );
     if (res.status !== 200) throw wireToError(res.status, res.body);
