@@ -402,6 +402,8 @@ describe(
       );
       const endLost = await call(at(r2), "DELETE", `/v1/sessions/${doomed}`);
       assert.equal(endLost.status, 410);
+      // Both replicas see it gone before it returns (a new process at its address is a restart).
+      await c.waitWorkersUp(1);
       await victim.start();
       const recovered = logLines(victim.proc!.stderr, "recovered")[0]!;
       assert.ok(Number(recovered.reaped_sandboxes) >= 1, "the session's sandbox was reaped");
