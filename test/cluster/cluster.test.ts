@@ -275,7 +275,7 @@ describe(
       await c.waitWorkersUp(2);
     });
 
-    test("sessions: one worker holds each; either replica routes its calls there (REST and /mcp); a lost worker ends it with SESSION_LOST, recorded lost, never re-created", async () => {
+    test("sessions: one worker holds each; either replica routes its calls there (REST and /mcp); a lost worker ends it with SESSION_LOST, recorded lost, never re-created; a drained one's are recorded shutdown", async () => {
       const at = (r: (typeof c.replicas)[number]) => `http://${API_ADDRESS}:${r.port}`;
       const [r1, r2] = [c.replicas[0]!, c.replicas[1]!];
       const call = async (base: string, method: string, path: string, body?: unknown) => {
@@ -409,6 +409,20 @@ describe(
       assert.ok(Number(recovered.reaped_sandboxes) >= 1, "the session's sandbox was reaped");
       await c.waitWorkersUp(2);
       assert.equal((await exec(at(r1), doomed, "echo again")).status, 410, "still lost");
+
+      // A worker's SIGTERM ends its sessions after its drain (they cannot move): "shutdown".
+      const drained = await start(at(r2));
+      const home = workerAt((await record(drained)).worker);
+      home.proc!.kill("SIGTERM");
+      assert.equal(await home.proc!.exited, 0);
+      const shut = await waitFor("the drained worker's session record to close", async () => {
+        const r = await record(drained);
+        return r.ended_at !== null ? r : undefined;
+      });
+      assert.deepEqual([shut.end_reason, shut.calls], ["shutdown", 0]);
+      await c.waitWorkersUp(1);
+      await home.start();
+      await c.waitWorkersUp(2);
       const open = await c.sql("SELECT id FROM sessions WHERE ended_at IS NULL");
       assert.deepEqual(open, [], "no session record is left open");
     });
