@@ -71,7 +71,12 @@ describe(
 
     before(async () => {
       base = snapshot();
-      c = await Cluster.start({ workers: 2, replicas: 2 });
+      // Replicas hold a key to 2 open sessions across the cluster, under each worker's own 3.
+      c = await Cluster.start({
+        workers: 2,
+        replicas: 2,
+        replicaEnv: { SCRATCHRUN_SESSIONS_PER_KEY: "2" },
+      });
       await c.waitWorkersUp(2);
     });
 
@@ -376,6 +381,15 @@ describe(
         return r.ended_at !== null ? r : undefined;
       });
       assert.deepEqual([idled.end_reason, idled.calls], ["idle", 0]);
+
+      // The per-key limit holds across the cluster, from the key's open records (replica 2 was
+      // started with SCRATCHRUN_SESSIONS_PER_KEY=2; one worker alone would take a third).
+      const pair = [await start(at(r2)), await start(at(r2))];
+      const third = await call(at(r2), "POST", "/v1/sessions", { runtime: "bash" });
+      assert.equal(third.status, 429, JSON.stringify(third.body));
+      assert.match(String(third.body.error?.message), /2 sessions open/);
+      for (const id of pair)
+        assert.equal((await call(at(r2), "DELETE", `/v1/sessions/${id}`)).status, 200);
 
       // A worker killed under a session: its next call is SESSION_LOST on every replica, its
       // record says lost, and nothing re-creates it elsewhere.
