@@ -133,11 +133,8 @@ export class ClusterSessions {
       await this.lose(placement);
       throw sessionLost();
     }
-    if (res.status !== 200) {
-      const error = wireToError(res.status, res.body);
-      // Gone on its worker already (it expired a moment ago): its record closes from the status.
-      throw error;
-    }
+    // Gone on its worker already (it expired a moment ago): its record closes from the status.
+    if (res.status !== 200) throw wireToError(res.status, res.body);
     const info = sessionInfoSchema.parse((res.body as { session?: unknown }).session);
     await this.o.store.end(row.id, "ended", info.calls);
     return info;
