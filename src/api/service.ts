@@ -11,6 +11,7 @@ import { policyViolations } from "../schema/policy.js";
 import type { RunStart, RunStore } from "../store/runs.js";
 import type { SessionRow, SessionStore } from "../store/sessions.js";
 import type { SessionInfo } from "../schema/session.js";
+import { SessionRecorder, sessionLost, type SessionPlacement } from "./session-records.js";
 import type { Logger } from "../http/log.js";
 import type { Metrics } from "../http/metrics.js";
 import type { KeyLimits, KeyQuota } from "../policy/quota.js";
@@ -24,15 +25,6 @@ export class RetryLater extends ScratchRunError {
   ) {
     super("BUSY", message);
   }
-}
-
-/** A session of the caller whose sandbox's process died without ending it (error code docs). */
-export function sessionLost(): ScratchRunError {
-  return new ScratchRunError(
-    "SESSION_LOST",
-    "session_id: this session was lost (the process holding its sandbox stopped: a worker lost or a server restarted); its files and interpreter are gone",
-    { fix: "Start a new session with scratchrun_session_start and run its setup again" },
-  );
 }
 
 /** Seconds a client is told to wait when the engine's own queue is full or its deadline passed. */
@@ -71,8 +63,7 @@ export type ServiceEngine = ExecEngine & {
   endAllSessions?: Engine["endAllSessions"];
 };
 
-/** Where a session lives in a cluster: the worker's address and its process's worker_id. */
-export type SessionPlacement = { worker: string; workerId: string | null };
+export type { SessionPlacement };
 
 export type Admitted =
   | { ok: true; runId: string; release: () => void }
@@ -132,11 +123,7 @@ export class ExecService {
   private readonly keyLimits: KeyLimits;
   private readonly tracker: SandboxTracker | undefined;
   /** The sessions' records (absent: none kept). */
-  private readonly sessionRecords: SessionStore | undefined;
-  /** Session record writes not yet settled (a shutdown waits for them). */
-  private readonly recordWrites = new Set<Promise<unknown>>();
-  private readonly unsubscribe: () => void;
-  private readonly replicaId: string | undefined;
+  private readonly recorder: SessionRecorder | undefined;
 
   constructor(o: {
     engine: ServiceEngine;
@@ -157,32 +144,9 @@ export class ExecService {
     this.log = o.log;
     this.keyLimits = o.keyLimits;
     this.tracker = o.tracker;
-    this.sessionRecords = o.sessions;
-    this.replicaId = o.replicaId;
-    const records = o.sessions;
-    // Every end closes the session's record, whoever ended it (its caller, a lifetime, shutdown).
-    this.unsubscribe =
-      records && o.engine.onSessionEnd
-        ? o.engine.onSessionEnd((info, why) => {
-            this.log.info(
-              { session_calls: info.calls, runtime: info.runtime, reason: why },
-              "session ended",
-            );
-            this.recordWrite(() => records.endById(info.session_id, why, info.calls));
-          })
-        : () => {};
-  }
-
-  /** A session record write, logged if it fails, awaited by `closeSessions`. */
-  private recordWrite(write: () => Promise<unknown>): void {
-    const p = write().catch((e: unknown) =>
-      this.log.error(
-        { err: e instanceof Error ? e.message : String(e) },
-        "session record write failed",
-      ),
-    );
-    this.recordWrites.add(p);
-    void p.finally(() => this.recordWrites.delete(p));
+    this.recorder = o.sessions
+      ? new SessionRecorder(o.engine, o.sessions, o.log, o.replicaId)
+      : undefined;
   }
 
   /**
@@ -191,17 +155,7 @@ export class ExecService {
    */
   async closeSessions(): Promise<void> {
     await this.engine.endAllSessions?.();
-    this.unsubscribe();
-    await Promise.all([...this.recordWrites]);
-  }
-
-  /**
-   * The record of the caller's session `id`, or undefined: none, or another key's (which is
-   * answered as an unknown id is, wherever the call goes next).
-   */
-  private async ownSessionRecord(caller: Caller, id: string): Promise<SessionRow | undefined> {
-    const row = await this.sessionRecords?.find(id);
-    return row && row.key_id === caller.keyId ? row : undefined;
+    await this.recorder?.close();
   }
 
   /**
@@ -288,39 +242,11 @@ export class ExecService {
           ...(c.policy.egressAllow ? { egressAllow: c.policy.egressAllow } : {}),
           ...(signal ? { signal } : {}),
         });
-        await this.recordSessionStart(c, info, placement);
+        await this.recorder?.started(c, info, placement);
         return info;
       },
       end: (id) => end(id, caller().keyId),
     };
-  }
-
-  /**
-   * A started session's record, written before its id is handed out (an API replica routes its
-   * calls by it). A session that cannot be recorded is ended, not handed out unrecorded.
-   */
-  private async recordSessionStart(
-    caller: Caller,
-    info: SessionInfo,
-    placement: SessionPlacement | undefined,
-  ): Promise<void> {
-    if (!this.sessionRecords) return;
-    try {
-      await this.sessionRecords.begin({
-        sessionId: info.session_id,
-        keyId: caller.keyId,
-        transport: caller.transport,
-        runtime: info.runtime,
-        memoryMb: info.memory_mb,
-        network: info.network,
-        isolation: info.isolation,
-        ...(placement ? { worker: placement.worker, workerId: placement.workerId } : {}),
-        ...(this.replicaId ? { replicaId: this.replicaId } : {}),
-      });
-    } catch (e) {
-      await this.engine.endSession?.(info.session_id, caller.keyId).catch(() => {});
-      throw e;
-    }
   }
 
   async run(caller: Caller, req: ExecRequest, options: ExecuteOptions = {}): Promise<ExecOutcome> {
@@ -357,7 +283,7 @@ export class ExecService {
     const arrived = Date.now();
     let sessionRecord: SessionRow | undefined;
     if (req.session_id !== undefined) {
-      const own = await this.ownSessionRecord(caller, req.session_id);
+      const own = await this.recorder?.own(caller, req.session_id);
       if (own?.end_reason === "lost") {
         this.metrics.refused.inc({ reason: "SESSION_LOST" });
         throw sessionLost();

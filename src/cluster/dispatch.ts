@@ -13,7 +13,7 @@ import type { PlacedCall, WorkerTable } from "./workers.js";
 import { namedSessionFields } from "../schema/validate.js";
 import type { SessionInfo } from "../schema/session.js";
 import { ClusterSessions, sessionNotFound, type ClusterSessionOptions } from "./sessions.js";
-import { sessionLost } from "../api/service.js";
+import { sessionLost } from "../api/session-records.js";
 
 export interface DispatchOptions {
   token: string;

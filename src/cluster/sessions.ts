@@ -1,4 +1,4 @@
-import { sessionLost } from "../api/service.js";
+import { sessionLost } from "../api/session-records.js";
 import { wireToError } from "../http/wire.js";
 import type { Logger } from "../http/log.js";
 import type { ExecuteOptions } from "../engine/engine.js";
