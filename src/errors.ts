@@ -11,6 +11,8 @@
  *                      a sandbox that breaks off once the call runs is a result (`killed`)
  * - SESSION_NOT_FOUND  a session_id that names no session of this caller: never started, ended,
  *                      expired, or another caller's (the same answer for each)
+ * - SESSION_LOST       a session of this caller whose sandbox's process died without ending it
+ *                      (a worker lost, a server killed): it is over and is never re-created
  * - WORKER_LOST        (API replicas) the worker running the call stopped answering mid-call;
  *                      the call may or may not have run to its end and is never re-run
  * - INTERNAL           a bug in ScratchRun
@@ -22,6 +24,7 @@ export const ERROR_CODES = [
   "SANDBOX_FAILED",
   "WORKER_LOST",
   "SESSION_NOT_FOUND",
+  "SESSION_LOST",
   "INTERNAL",
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];

@@ -49,6 +49,12 @@ export function buildOpenApiDocument() {
             "400": error("The request failed validation; nothing ran"),
             "401": error("API key missing, unknown or revoked; nothing ran"),
             "403": error("Host or Origin is not this loopback server"),
+            "404": error(
+              "session_id names no session of this key (SESSION_NOT_FOUND); nothing ran",
+            ),
+            "410": error(
+              "session_id names this key's session that was lost (SESSION_LOST); nothing ran",
+            ),
             "413": error("The request body is over the cap"),
             "415": error("Content-Type is not application/json"),
             "429": error("Per-key limit, full queue or queue deadline; retry later", retryAfter),
@@ -89,6 +95,9 @@ export function buildOpenApiDocument() {
             },
             "401": error("API key missing, unknown or revoked"),
             "404": error("No session of this key has this id (never started, ended, expired)"),
+            "410": error(
+              "SESSION_LOST: the process holding this key's session stopped (a worker lost, a server restarted)",
+            ),
           },
         },
       },
@@ -153,6 +162,11 @@ export function buildOpenApiDocument() {
             version: { type: "string" },
             isolation: { type: "string" },
             network_note: { type: "string" },
+            sessions: {
+              type: "boolean",
+              description:
+                "Whether this server keeps sessions (POST /v1/sessions); false when SCRATCHRUN_SESSIONS_MAX is 0",
+            },
             limits: {
               ...schemaOf(limitsWireSchema, "output"),
               description:

@@ -8,6 +8,7 @@ import type { Db } from "../store/db.js";
 import { KeyStore, type VerifiedKey } from "../store/keys.js";
 import { RunStore } from "../store/runs.js";
 import { SandboxStore } from "../store/sandboxes.js";
+import { SessionStore } from "../store/sessions.js";
 import { SandboxTracker } from "../http/tracker.js";
 import { VERSION } from "../version.js";
 import { FailureLimiter, parseBearer } from "../http/auth.js";
@@ -36,6 +37,8 @@ import { limitsToWire, outcomeToWire } from "../http/wire.js";
 export interface ReplicaBacking {
   keys: KeyStore;
   runs: RunStore;
+  sessions: SessionStore;
+  replicaId: string;
   admission: CallAdmission;
   readiness(): { ready: boolean; status: string };
   gauges: GaugeSource[];
@@ -104,10 +107,20 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
       log: logger,
       keyLimits,
       tracker,
+      sessions: new SessionStore(local.db),
     });
   } else {
     const admission = replica!.admission;
-    service = new ExecService({ engine, runs, admission, metrics, log: logger, keyLimits });
+    service = new ExecService({
+      engine,
+      runs,
+      admission,
+      metrics,
+      log: logger,
+      keyLimits,
+      sessions: replica!.sessions,
+      replicaId: replica!.replicaId,
+    });
   }
   const bodyCap = options.bodyCapBytes ?? DEFAULT_BODY_CAP_BYTES;
   const sessions = new McpSessions(service, {
@@ -229,6 +242,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
         BUSY: 429,
         WORKER_LOST: 502,
         SESSION_NOT_FOUND: 404,
+        SESSION_LOST: 410,
       }[e.code as string] ?? 500;
     sendError(res, status, e.code, e.message, e.code === "NOT_READY" ? { "Retry-After": "2" } : {});
   };
@@ -246,7 +260,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
         res,
         400,
         "INVALID_INPUT",
-        "this server keeps no sessions (sessions are off, or this is an API replica of a cluster)",
+        "sessions are off on this server (SCRATCHRUN_SESSIONS_MAX=0)",
       );
     try {
       if (id === null) {
@@ -336,6 +350,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
         version: VERSION,
         isolation: engine.backend.isolation,
         network_note: policy.networkNote ?? engine.networkNote,
+        sessions: engine.sessionsOn === true && engine.startSession !== undefined,
         limits: limitsToWire(policy),
         ...(engine.options.runtimes ? { runtimes: engine.options.runtimes } : {}),
       });
@@ -402,6 +417,8 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
         );
         await Promise.race([flushed, new Promise((r) => (timer = setTimeout(r, bound)))]);
         clearTimeout(timer);
+        // The sessions this process holds end now, their records closed (reason "shutdown").
+        await service.closeSessions();
         await sessions.closeAll();
         server.closeAllConnections();
         await stopped;

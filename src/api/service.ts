@@ -9,6 +9,9 @@ import { resolveCallerPolicy, type CallerPolicy } from "../policy/resolve.js";
 import type { ExecRequest } from "../schema/exec.js";
 import { policyViolations } from "../schema/policy.js";
 import type { RunStart, RunStore } from "../store/runs.js";
+import type { SessionRow, SessionStore } from "../store/sessions.js";
+import type { SessionInfo } from "../schema/session.js";
+import { SessionRecorder, sessionLost, type SessionPlacement } from "./session-records.js";
 import type { Logger } from "../http/log.js";
 import type { Metrics } from "../http/metrics.js";
 import type { KeyLimits, KeyQuota } from "../policy/quota.js";
@@ -44,10 +47,23 @@ export interface Caller {
 /** The engine behind the service, and the most any call may get there. */
 export type ServiceEngine = ExecEngine & {
   readonly ceiling: Ceiling;
-  /** A local engine's sessions (src/engine/sessions.ts); an API replica's engine has none. */
-  startSession?: Engine["startSession"];
+  /**
+   * Sessions (src/engine/sessions.ts; an API replica's: on its workers). A started session may
+   * say where it lives (`placement`: an API replica's worker), which its record keeps.
+   */
+  startSession?: (
+    ...args: Parameters<Engine["startSession"]>
+  ) => Promise<SessionInfo & { placement?: SessionPlacement }>;
   endSession?: Engine["endSession"];
+  /** Whether it keeps sessions at all (off: the session tools are not listed). */
+  readonly sessionsOn?: boolean;
+  /** Tells the listener of each session's end (its record is closed then). */
+  onSessionEnd?: Engine["onSessionEnd"];
+  /** Ends the sessions this process holds (a single server's shutdown). */
+  endAllSessions?: Engine["endAllSessions"];
 };
+
+export type { SessionPlacement };
 
 export type Admitted =
   | { ok: true; runId: string; release: () => void }
@@ -58,17 +74,25 @@ export type Admitted =
  * server (`localAdmission`), one Postgres transaction for API replicas (src/cluster/api-role.ts).
  */
 export interface CallAdmission {
-  admit(caller: Caller, req: ExecRequest, now: number): Promise<Admitted>;
+  /** `sessionRecord`: the record of the session the call runs in, which its run names. */
+  admit(
+    caller: Caller,
+    req: ExecRequest,
+    now: number,
+    sessionRecord?: string | null,
+  ): Promise<Admitted>;
 }
 
 /** One server: the in-memory quota, then the run's row. */
 export function localAdmission(quota: KeyQuota, runs: RunStore): CallAdmission {
   return {
-    async admit(caller, req, now) {
+    async admit(caller, req, now, sessionRecord = null) {
       const decision = quota.tryAcquire(caller.keyId, now, caller.policy.quota);
       if (!decision.ok) return decision;
       try {
-        const runId = await runs.begin(caller.keyId, caller.transport, req, now);
+        const runId = await runs.begin(caller.keyId, caller.transport, req, now, {
+          sessionRecord,
+        });
         return { ok: true, runId, release: decision.release };
       } catch (e) {
         decision.release();
@@ -98,6 +122,8 @@ export class ExecService {
   /** The server-wide per-key quota (a key's policy may set its own). */
   private readonly keyLimits: KeyLimits;
   private readonly tracker: SandboxTracker | undefined;
+  /** The sessions' records (absent: none kept). */
+  private readonly recorder: SessionRecorder | undefined;
 
   constructor(o: {
     engine: ServiceEngine;
@@ -107,6 +133,9 @@ export class ExecService {
     log: Logger;
     keyLimits: KeyLimits;
     tracker?: SandboxTracker | undefined;
+    sessions?: SessionStore | undefined;
+    /** The API replica this service is (its session records name it). */
+    replicaId?: string | undefined;
   }) {
     this.engine = o.engine;
     this.runs = o.runs;
@@ -115,6 +144,18 @@ export class ExecService {
     this.log = o.log;
     this.keyLimits = o.keyLimits;
     this.tracker = o.tracker;
+    this.recorder = o.sessions
+      ? new SessionRecorder(o.engine, o.sessions, o.log, o.replicaId)
+      : undefined;
+  }
+
+  /**
+   * At shutdown, after the drain: ends the sessions this process holds (a single server's; an API
+   * replica's live on their workers) and waits until their records are closed.
+   */
+  async closeSessions(): Promise<void> {
+    await this.engine.endAllSessions?.();
+    await this.recorder?.close();
   }
 
   /**
@@ -180,27 +221,29 @@ export class ExecService {
   }
 
   /**
-   * The caller's sessions, where this service's engine keeps them (a local engine; an API replica
-   * of a cluster has none yet): bound to the caller's key, held to its policy.
+   * The caller's sessions, where this service's engine keeps them (a local engine; an API
+   * replica's workers): bound to the caller's key, held to its policy.
    */
   sessionsFor(caller: () => Caller): SessionOps | undefined {
     const engine = this.engine;
-    if (!engine.startSession || !engine.endSession || !engine.sessionOps) return undefined;
+    if (!engine.startSession || !engine.endSession || !engine.sessionsOn) return undefined;
     const start = engine.startSession.bind(engine);
     const end = engine.endSession.bind(engine);
     return {
-      start: (input, signal) => {
+      start: async (input, signal) => {
         if (this.draining)
           throw new ScratchRunError("NOT_READY", "The server is shutting down", {
             fix: "Retry against another instance or after it restarts",
           });
         const c = caller();
-        return start(input, {
+        const { placement, ...info } = await start(input, {
           owner: c.keyId,
           policy: c.policy.call,
           ...(c.policy.egressAllow ? { egressAllow: c.policy.egressAllow } : {}),
           ...(signal ? { signal } : {}),
         });
+        await this.recorder?.started(c, info, placement);
+        return info;
       },
       end: (id) => end(id, caller().keyId),
     };
@@ -238,7 +281,17 @@ export class ExecService {
     options: ExecuteOptions,
   ): Promise<ExecOutcome> {
     const arrived = Date.now();
-    const decision = await this.admission.admit(caller, req, arrived);
+    let sessionRecord: SessionRow | undefined;
+    if (req.session_id !== undefined) {
+      const own = await this.recorder?.own(caller, req.session_id);
+      if (own?.end_reason === "lost") {
+        this.metrics.refused.inc({ reason: "SESSION_LOST" });
+        throw sessionLost();
+      }
+      // An ended session's id is answered as an unknown one, wherever the call goes next.
+      if (own?.ended_at === null) sessionRecord = own;
+    }
+    const decision = await this.admission.admit(caller, req, arrived, sessionRecord?.id ?? null);
     if (!decision.ok) {
       this.metrics.refused.inc({ reason: `key_${decision.reason}` });
       throw new RetryLater(
@@ -274,6 +327,15 @@ export class ExecService {
         ...options,
         owner: caller.keyId,
         runId,
+        ...(sessionRecord?.worker
+          ? {
+              sessionPlacement: {
+                worker: sessionRecord.worker,
+                workerId: sessionRecord.worker_id,
+                record: sessionRecord.id,
+              },
+            }
+          : {}),
         ...(caller.policy.egressAllow ? { egressAllow: caller.policy.egressAllow } : {}),
         onProgress: (p) => {
           if (p.stage === "starting" && !start) {

@@ -7,7 +7,11 @@ import { discovery } from "../cluster/discovery.js";
 import { workerTokenFromEnv } from "../cluster/protocol.js";
 import { startWorkerRole } from "../cluster/worker-role.js";
 import { withImageConfig } from "../images/config-load.js";
-import { createEngineFromEnv, withEgressAllow } from "../compose/engine-factory.js";
+import {
+  createEngineFromEnv,
+  sessionLimitsFromEnv,
+  withEgressAllow,
+} from "../compose/engine-factory.js";
 import { egressAllowlistFromEnv } from "../compose/network.js";
 import { openDatabase } from "../store/db.js";
 import { scratchrunHome } from "../store/home.js";
@@ -15,6 +19,7 @@ import { acquireHomeLock } from "../store/lock.js";
 import { databaseUrl, openStore } from "../store/open.js";
 import { RunStore } from "../store/runs.js";
 import { SandboxStore } from "../store/sandboxes.js";
+import { SessionStore } from "../store/sessions.js";
 import { hostCeiling, RECORDABLE_CEILING } from "../policy/host.js";
 import { serverLimitsFromEnv, serverPolicy, withServerLimits } from "../policy/server-policy.js";
 import { createLogger, type Logger } from "../http/log.js";
@@ -185,6 +190,7 @@ export async function runServe(
       policy: serverPolicy(serverLimits),
       bodyCapBytes,
       taskAfterMs: taskAfterMsFromEnv(env),
+      sessions: sessionLimitsFromEnv(env),
       ...(leaseTtl ? { leaseTtlMs: int(leaseTtl, "lease-ttl-ms", 15_000, 100) } : {}),
       ...(pollEvery ? { pollMs: int(pollEvery, "worker-poll-ms", 1000, 50) } : {}),
     });
@@ -205,6 +211,8 @@ export async function runServe(
   const db = openDatabase(home);
   const lock = acquireHomeLock(home);
   const interrupted = await new RunStore(db).markInterrupted();
+  // Sessions a killed predecessor held: their sandboxes are reaped just below.
+  const lostSessions = await new SessionStore(db).markLost();
   const sandboxes = new SandboxStore(db);
   const reaped = await reapOrphanSandboxes({ recorded: sandboxes.names() });
   sandboxes.clear();
@@ -212,6 +220,7 @@ export async function runServe(
     {
       home,
       interrupted_runs: interrupted,
+      lost_sessions: lostSessions,
       reaped_sandboxes: reaped.cgroups.length,
       reaped_processes: reaped.processes.length,
     },

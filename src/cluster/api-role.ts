@@ -9,6 +9,8 @@ import { KeyStore } from "../store/keys.js";
 import type { Store } from "../store/open.js";
 import { admitShared } from "../store/shared-quota.js";
 import { ClusterEngine } from "./dispatch.js";
+import type { SessionLimits } from "../engine/sessions.js";
+import { LIMITS } from "../schema/limits.js";
 import { WorkerTable } from "./workers.js";
 
 /** How long a replica trusts a key it verified (SECURITY.md, "API keys"). */
@@ -32,6 +34,11 @@ export interface ApiReplicaOptions {
   pollMs?: number;
   replicaId?: string;
   drainTimeoutMs?: number;
+  /**
+   * Sessions (SCRATCHRUN_SESSIONS_MAX, SCRATCHRUN_SESSIONS_PER_KEY): 0 per server turns them off
+   * here; per caller holds across the cluster (open records of the key).
+   */
+  sessions?: SessionLimits;
 }
 
 /** A replica's lease without `leaseTtlMs` (SCRATCHRUN_LEASE_TTL_MS). */
@@ -84,21 +91,36 @@ export async function startApiReplica(o: ApiReplicaOptions): Promise<ApiReplica>
   );
   leaseTimer.unref();
 
+  // The table tells the engine's sessions of workers lost and sessions ended (set just below).
+  const late: { engine?: ClusterEngine } = {};
   const table = new WorkerTable({
     discover: o.discover,
     token: o.token,
     logger,
     ...(o.pollMs ? { pollMs: o.pollMs } : {}),
+    // Sessions live on workers: a lost one takes its sessions along, and what ended on a worker
+    // reaches the records through its status.
+    onLost: (addr, keep) => void late.engine?.sessions?.workerLost(addr, keep),
+    onStatus: (_addr, status) => {
+      if (status.sessions?.ended.length) void late.engine?.sessions?.ended(status.sessions.ended);
+    },
   });
   await table.start();
   const engine = new ClusterEngine(table, {
     token: o.token,
     replicaId,
     ...(o.policy ? { policy: o.policy } : {}),
+    sessions: {
+      store: store.sessions,
+      perCaller: o.sessions?.perCaller ?? LIMITS.session.perCaller,
+      on: (o.sessions?.perServer ?? LIMITS.session.perServer) !== 0,
+      logger,
+    },
   });
+  late.engine = engine;
   const limits: KeyLimits = { ...DEFAULT_KEY_LIMITS, ...o.keyLimits };
   const admission: CallAdmission = {
-    async admit(caller, req, now) {
+    async admit(caller, req, now, sessionRecord = null) {
       const r = await admitShared(
         store.sql,
         {
@@ -107,6 +129,7 @@ export async function startApiReplica(o: ApiReplicaOptions): Promise<ApiReplica>
           req,
           replicaId,
           limits: caller.policy.quota,
+          sessionRecord,
         },
         now,
       );
@@ -120,6 +143,8 @@ export async function startApiReplica(o: ApiReplicaOptions): Promise<ApiReplica>
       // a revocation or a policy change reaches every replica within that second.
       keys: new KeyStore(store.sql, { verifiedCacheMs: VERIFIED_KEY_CACHE_MS }),
       runs: store.runs,
+      sessions: store.sessions,
+      replicaId,
       admission,
       readiness: () => ({ ready: true, status: "ready" }),
       admissionTouchesKey: true,

@@ -10,6 +10,10 @@ import type { Isolation } from "../backends/types.js";
 import { choose } from "./choose.js";
 import { WORKER_PATHS, workerEventSchema, type WorkerExecBody } from "./protocol.js";
 import type { PlacedCall, WorkerTable } from "./workers.js";
+import { namedSessionFields } from "../schema/validate.js";
+import type { SessionInfo } from "../schema/session.js";
+import { ClusterSessions, sessionNotFound, type ClusterSessionOptions } from "./sessions.js";
+import { sessionLost } from "../api/session-records.js";
 
 export interface DispatchOptions {
   token: string;
@@ -19,6 +23,8 @@ export interface DispatchOptions {
   random?: () => number;
   /** The server-wide policy of callers without their own (default: the product's). */
   policy?: CallPolicy;
+  /** Sessions on the workers, routed by their records (absent: sessions are off here). */
+  sessions?: Omit<ClusterSessionOptions, "replicaId">;
 }
 
 /** How one attempt on one worker ended. */
@@ -37,11 +43,75 @@ export class ClusterEngine {
   /** A replica runs no sandbox: what a policy may name; each worker holds calls to its host's. */
   readonly ceiling: Ceiling = RECORDABLE_CEILING;
 
+  /** Sessions on the workers (src/cluster/sessions.ts). */
+  readonly sessions: ClusterSessions | null;
+
   constructor(
     readonly table: WorkerTable,
     private readonly dispatch: DispatchOptions,
   ) {
     this.policy = dispatch.policy ?? DEFAULT_POLICY;
+    this.sessions = dispatch.sessions
+      ? new ClusterSessions(
+          table,
+          (addr, path, body, signal) => postJson(addr, path, dispatch.token, body, signal),
+          { ...dispatch.sessions, replicaId: dispatch.replicaId },
+        )
+      : null;
+  }
+
+  get sessionsOn(): boolean {
+    return this.sessions?.on ?? false;
+  }
+
+  /** Starts a session on a worker; its placement goes into the session's record. */
+  startSession(
+    input: unknown,
+    options: {
+      owner?: string;
+      policy?: CallPolicy;
+      egressAllow?: readonly string[] | null;
+      signal?: AbortSignal;
+    } = {},
+  ): Promise<SessionInfo & { placement: { worker: string; workerId: string | null } }> {
+    if (!this.sessions) throw sessionNotFound();
+    return this.sessions.start(input, options, this.policy);
+  }
+
+  endSession(id: string, owner = "local"): Promise<SessionInfo> {
+    if (!this.sessions) throw sessionNotFound();
+    return this.sessions.end(id, owner);
+  }
+
+  /**
+   * A session's call goes to the worker holding it, and nowhere else: a refusal there is the
+   * answer, a worker that is gone or restarted makes it SESSION_LOST (its record closed so).
+   */
+  private async sessionCall(req: ExecRequest, options: ExecuteOptions): Promise<ExecOutcome> {
+    const placement = options.sessionPlacement;
+    if (!this.sessions || !placement || !options.owner) throw sessionNotFound();
+    if (!(await this.sessions.reachable(placement))) throw sessionLost();
+    // Defaults the caller did not name are not held against the session (decision 0013): the
+    // worker parses the request again, so they are left for it to fill.
+    const request = namedSessionFields(req);
+    options.onProgress?.({ stage: "queued" });
+    // Placed: its worker is the session's (the record's start and worker say so).
+    options.onProgress?.({ stage: "starting", worker: placement.worker });
+    let r: Attempt;
+    try {
+      r = await this.attempt(placement.worker, req, options, { request, owner: options.owner });
+    } catch (e) {
+      if (e instanceof ScratchRunError && e.code === "WORKER_LOST")
+        await this.sessions.lose(placement);
+      throw e;
+    }
+    if (r.kind === "done") return r.outcome;
+    // Never connected: its process is gone, and the session with it.
+    if (r.error.code === "NOT_READY" && r.error.message.includes("not accepting connections")) {
+      await this.sessions.lose(placement);
+      throw sessionLost();
+    }
+    throw r.error;
   }
 
   get backend(): { isolation: string } {
@@ -59,6 +129,7 @@ export class ClusterEngine {
   }
 
   async execute(req: ExecRequest, options: ExecuteOptions = {}): Promise<ExecOutcome> {
+    if (req.session_id !== undefined) return this.sessionCall(req, options);
     const arrived = Date.now();
     options.onProgress?.({ stage: "queued" });
     const tried = new Set<string>();
@@ -90,7 +161,12 @@ export class ClusterEngine {
     throw new ScratchRunError("BUSY", "Every worker is busy", { fix: "Retry in a few seconds" });
   }
 
-  private async attempt(addr: string, req: ExecRequest, options: ExecuteOptions): Promise<Attempt> {
+  private async attempt(
+    addr: string,
+    req: ExecRequest,
+    options: ExecuteOptions,
+    session?: { request: unknown; owner: string },
+  ): Promise<Attempt> {
     const controller = new AbortController();
     let lostWith: ScratchRunError | undefined;
     const placed: PlacedCall = {
@@ -109,8 +185,9 @@ export class ClusterEngine {
     const body: WorkerExecBody = {
       run_id: options.runId ?? "-",
       replica_id: this.dispatch.replicaId,
-      request: req,
+      request: session?.request ?? req,
       ...(options.egressAllow ? { egress_allow: [...options.egressAllow] } : {}),
+      ...(session ? { owner: session.owner } : {}),
     };
     const cancelled = (): Attempt => ({
       kind: "done",
@@ -236,6 +313,18 @@ function post(
     req.once("error", reject);
     req.end(payload);
   });
+}
+
+/** One JSON request to a worker, answered with its status and parsed body. */
+async function postJson(
+  addr: string,
+  path: string,
+  token: string,
+  body: unknown,
+  signal?: AbortSignal,
+): Promise<{ status: number; body: unknown }> {
+  const res = await post(addr, path, token, body, signal ?? new AbortController().signal);
+  return { status: res.statusCode ?? 0, body: safeJson(await readAll(res)) };
 }
 
 async function readAll(res: IncomingMessage): Promise<string> {

@@ -9,6 +9,15 @@
  *   events, then exactly one `result` or `error` line. A replica that drops the connection
  *   cancels the call: the worker destroys its sandbox.
  *
+ * - `POST /v1/worker/sessions`     → `{ session, worker_id }` (201): a session started here for
+ *   `owner` (the caller's key id); refusals as for exec. A replica that drops the request before
+ *   the answer ends the session it asked for.
+ * - `POST /v1/worker/sessions/end` → `{ session }`: the owner's session ended (its running call
+ *   cancelled, its sandbox destroyed); SESSION_NOT_FOUND (404) for any other.
+ * - A session's call is an exec whose request names its session_id, with its `owner`.
+ * - The status lists the sessions that ended here lately (by the SHA-256 of their id, with why
+ *   and their calls), so that replicas close their records.
+ *
  * Both sides authenticate with a shared secret (Authorization: Bearer, compared as SHA-256 in
  * constant time); workers hold no database credentials and no API keys.
  */
@@ -19,13 +28,30 @@ import { ERROR_CODES } from "../errors.js";
 import { ISOLATIONS, RUNTIMES } from "../schema/exec.js";
 import { setting } from "../schema/settings/read.js";
 
+const count = z.number().int().min(0);
+
 export const WORKER_PATHS = {
   status: "/v1/worker/status",
   info: "/v1/worker/info",
   exec: "/v1/worker/exec",
+  sessions: "/v1/worker/sessions",
+  sessionEnd: "/v1/worker/sessions/end",
 } as const;
 
-const count = z.number().int().min(0);
+/** Why a session ended, as a worker reports it (the engine's reasons). */
+export const SESSION_END_REASONS = ["ended", "idle", "lifetime", "shutdown", "crashed"] as const;
+
+/** A session that ended on a worker lately (kept in its status for ENDED_SESSIONS_KEPT_MS). */
+export const endedSessionSchema = z.strictObject({
+  id_sha256: z.string().regex(/^[0-9a-f]{64}$/),
+  reason: z.enum(SESSION_END_REASONS),
+  calls: count,
+  at: count,
+});
+export type EndedSession = z.infer<typeof endedSessionSchema>;
+
+/** How long a worker lists an ended session in its status (replicas poll about once a second). */
+export const ENDED_SESSIONS_KEPT_MS = 60_000;
 
 export const workerStatusSchema = z.strictObject({
   version: z.string(),
@@ -39,6 +65,10 @@ export const workerStatusSchema = z.strictObject({
   warm: z.strictObject(
     Object.fromEntries(RUNTIMES.map((r) => [r, z.strictObject({ ready: count, target: count })])),
   ),
+  /** Sessions open here, and those that ended in the last ENDED_SESSIONS_KEPT_MS. */
+  sessions: z
+    .strictObject({ open: count, ended: z.array(endedSessionSchema).max(4096) })
+    .optional(),
 });
 export type WorkerStatus = z.infer<typeof workerStatusSchema>;
 
@@ -54,8 +84,24 @@ export const workerExecBodySchema = z.strictObject({
   request: z.unknown(),
   /** The key's egress allowlist (domain patterns), when it has one; the worker's engine enforces it. */
   egress_allow: z.array(z.string().max(256)).max(256).optional(),
+  /** For a call in a session: the caller's key id, whose session it must be. */
+  owner: z.string().min(1).max(128).optional(),
 });
 export type WorkerExecBody = z.infer<typeof workerExecBodySchema>;
+
+export const workerSessionStartSchema = z.strictObject({
+  replica_id: z.string().min(1).max(128),
+  owner: z.string().min(1).max(128),
+  /** Validated by the worker with the session schema, up to its host's ceiling. */
+  request: z.unknown(),
+  egress_allow: z.array(z.string().max(256)).max(256).optional(),
+});
+export type WorkerSessionStart = z.infer<typeof workerSessionStartSchema>;
+
+export const workerSessionEndSchema = z.strictObject({
+  owner: z.string().min(1).max(128),
+  session_id: z.string().min(1).max(128),
+});
 
 export const workerEventSchema = z.discriminatedUnion("t", [
   z.strictObject({

@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Logger } from "../http/log.js";
 import { reapOrphanSandboxes } from "../jail/reap.js";
 import { drainBoundMs } from "../api/server.js";
@@ -22,7 +23,12 @@ export interface WorkerRoleOptions {
   createEngine: () => Promise<Engine>;
   /** Upper bound on how long a drain waits for calls in flight. */
   drainTimeoutMs?: number;
+  /** How long a stopping worker still answers polls after ending its sessions. */
+  endedSessionsLingerMs?: number;
 }
+
+/** Replicas poll every second by default: two polls' time. */
+export const ENDED_SESSIONS_LINGER_MS = 2000;
 
 export interface WorkerRole {
   readonly server: WorkerServer;
@@ -75,6 +81,11 @@ export async function startWorkerRole(o: WorkerRoleOptions): Promise<WorkerRole>
           ),
         ]);
         clearTimeout(timer);
+        // Its sessions end with it (they cannot move); their ends stay in the status a moment
+        // longer, so that the replicas' polls close their records as "shutdown", not "lost".
+        const open = engine.sessions.count;
+        await engine.endAllSessions();
+        if (open > 0) await sleep(o.endedSessionsLingerMs ?? ENDED_SESSIONS_LINGER_MS);
         await server.close();
         await engine.close();
         db.close();

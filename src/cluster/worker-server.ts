@@ -13,6 +13,7 @@ import { RUNTIMES } from "../schema/exec.js";
 import { parseExecRequest } from "../schema/validate.js";
 import { ceilingPolicyOf } from "../policy/resolve.js";
 import { VERSION } from "../version.js";
+import { WorkerSessions } from "./worker-sessions.js";
 import {
   tokenMatches,
   WORKER_PATHS,
@@ -64,6 +65,7 @@ export async function startWorkerServer(options: WorkerServerOptions): Promise<W
   let draining = false;
   const deadlines = new Map<symbol, number>();
   const idle: (() => void)[] = [];
+  const sessions = new WorkerSessions(engine, logger, bodyCap);
 
   const status = (): WorkerStatus => ({
     version: VERSION,
@@ -80,6 +82,7 @@ export async function startWorkerServer(options: WorkerServerOptions): Promise<W
     warm: Object.fromEntries(
       RUNTIMES.map((r) => [r, engine.backend.warm(r)]),
     ) as WorkerStatus["warm"],
+    sessions: sessions.status(),
   });
 
   metrics.addGauge({
@@ -141,6 +144,7 @@ export async function startWorkerServer(options: WorkerServerOptions): Promise<W
       const outcome = await engine.execute(request, {
         signal: controller.signal,
         ...(envelope.data.egress_allow ? { egressAllow: envelope.data.egress_allow } : {}),
+        ...(envelope.data.owner ? { owner: envelope.data.owner } : {}),
         onProgress: (p) => {
           if (p.stage === "output")
             emit({
@@ -217,6 +221,11 @@ export async function startWorkerServer(options: WorkerServerOptions): Promise<W
     else if (path === WORKER_PATHS.info && method === "GET")
       sendJson(res, 200, { runtimes: engine.options.runtimes });
     else if (path === WORKER_PATHS.exec && method === "POST") await exec(req, res);
+    else if (path === WORKER_PATHS.sessions && method === "POST") {
+      if (draining)
+        sendError(res, 503, "NOT_READY", "The worker is draining", { Connection: "close" });
+      else await sessions.start(req, res, workerId);
+    } else if (path === WORKER_PATHS.sessionEnd && method === "POST") await sessions.end(req, res);
     else sendError(res, 405, "NOT_FOUND", `${method} is not allowed on ${path}`);
     return path;
   };
@@ -244,6 +253,7 @@ export async function startWorkerServer(options: WorkerServerOptions): Promise<W
       server.closeAllConnections();
       await closed;
       untrack?.();
+      sessions.close();
     },
   };
 }

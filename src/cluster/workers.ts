@@ -24,6 +24,13 @@ export interface WorkerTableOptions {
   pollTimeoutMs?: number;
   missLimit?: number;
   discoverMs?: number;
+  /**
+   * A worker was lost (stopped answering, or answers as a new process `keep`): its sessions went
+   * with it.
+   */
+  onLost?: (addr: string, keep: string | null) => void;
+  /** Each good status a worker answers (the sessions that ended there lately). */
+  onStatus?: (addr: string, status: WorkerStatus) => void;
 }
 
 /** One call placed on a worker, failed by the table when that worker is lost. */
@@ -132,8 +139,10 @@ export class WorkerTable {
       const w = this.workers.get(addr);
       if (!w) return;
       const previous = w.status?.worker_id;
-      if (previous !== undefined && previous !== parsed.data.worker_id)
+      if (previous !== undefined && previous !== parsed.data.worker_id) {
         this.loseCalls(w, "restarted");
+        this.options.onLost?.(addr, parsed.data.worker_id);
+      }
       if (!w.up)
         this.options.logger.info({ worker: addr, worker_id: parsed.data.worker_id }, "worker up");
       w.status = parsed.data;
@@ -141,6 +150,7 @@ export class WorkerTable {
       w.misses = 0;
       w.callsAtPoll = callsAtPoll;
       if (w.runtimes === undefined) void this.readInfo(w);
+      this.options.onStatus?.(addr, parsed.data);
     } catch {
       this.miss(addr);
     } finally {
@@ -166,7 +176,10 @@ export class WorkerTable {
     if (!w) return;
     w.misses++;
     if (w.misses < this.missLimit) return;
-    if (w.up) this.options.logger.warn({ worker: addr, misses: w.misses }, "worker lost");
+    if (w.up) {
+      this.options.logger.warn({ worker: addr, misses: w.misses }, "worker lost");
+      this.options.onLost?.(addr, null);
+    }
     w.up = false;
     this.loseCalls(w, "stopped answering");
     if (!w.listed) this.workers.delete(addr);

@@ -16,7 +16,7 @@ import { cancelledOutcome, toExecOutcome, type ExecOutcome } from "./result.js";
 import { egressFor } from "../backends/egress.js";
 import { LIMITS } from "../schema/limits.js";
 import { parseSessionStart, type SessionInfo } from "../schema/session.js";
-import { Sessions, type SessionLimits } from "./sessions.js";
+import { Sessions, type SessionEndListener, type SessionLimits } from "./sessions.js";
 
 export interface EngineOptions {
   /** Sandboxes running at once; further calls queue. */
@@ -87,6 +87,11 @@ export interface ExecuteOptions {
    * that started it. Default "local".
    */
   owner?: string;
+  /**
+   * Where a session's record says it lives (an API replica routes its calls there): the worker's
+   * address, the worker_id of the process that started it, and the record's id.
+   */
+  sessionPlacement?: { worker: string; workerId: string | null; record: string };
 }
 
 /**
@@ -163,6 +168,21 @@ export class Engine {
       start: (input, signal) => this.startSession(input, signal ? { signal } : {}),
       end: (id) => this.endSession(id),
     };
+  }
+
+  /** Whether this engine keeps sessions (SCRATCHRUN_SESSIONS_MAX is not 0). */
+  get sessionsOn(): boolean {
+    return (this.options.sessions?.perServer ?? 1) !== 0;
+  }
+
+  /** Tells `listener` of every session's end, after its sandbox is gone (the records). */
+  onSessionEnd(listener: SessionEndListener): () => void {
+    return this.sessions.addEndListener(listener);
+  }
+
+  /** Ends every session (a server's shutdown, before its records close). */
+  endAllSessions(): Promise<void> {
+    return this.sessions.close();
   }
 
   /** Ends the caller's session (SESSION_NOT_FOUND for anything but one of its own). */

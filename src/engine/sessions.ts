@@ -29,8 +29,14 @@ export interface SessionLimits {
   perCaller: number;
 }
 
-/** Why a session ended (its records and the log say so). */
-export type SessionEnd = "ended" | "idle" | "lifetime" | "lost" | "server_closed";
+/**
+ * Why a session ended (its records and the log say so): ended by its caller, idle or total
+ * lifetime over, the server shutting down, or its sandbox broken under a call (crashed).
+ */
+export type SessionEnd = "ended" | "idle" | "lifetime" | "shutdown" | "crashed";
+
+/** Told of every session's end, after its sandbox is gone. */
+export type SessionEndListener = (info: SessionInfo, why: SessionEnd) => void;
 
 interface Session {
   readonly id: string;
@@ -61,6 +67,7 @@ export class Sessions {
   /** Sessions being started (counted against the limits while their sandbox boots). */
   private starting = 0;
   private closed = false;
+  private readonly endListeners = new Set<SessionEndListener>();
 
   constructor(
     private readonly backend: Backend,
@@ -69,6 +76,12 @@ export class Sessions {
     private readonly seeds: Partial<Record<ExecRequest["runtime"], AgentFile[]>>,
     private readonly onEnd?: (info: SessionInfo, why: SessionEnd) => void,
   ) {}
+
+  /** Calls `listener` at every session's end (the service's records); returns the unsubscribe. */
+  addEndListener(listener: SessionEndListener): () => void {
+    this.endListeners.add(listener);
+    return () => this.endListeners.delete(listener);
+  }
 
   get count(): number {
     return this.byId.size;
@@ -248,7 +261,7 @@ export class Sessions {
     } finally {
       options.signal?.removeEventListener("abort", onAbort);
       s.running = null;
-      if (s.sandbox.broken) await this.finish(s, "lost");
+      if (s.sandbox.broken) await this.finish(s, "crashed");
       else if (this.byId.has(s.id)) s.idleTimer = this.timer(s.id, "idle", s.idleTimeoutMs);
     }
   }
@@ -264,7 +277,7 @@ export class Sessions {
   /** Ends every session (server shutdown). */
   async close(): Promise<void> {
     this.closed = true;
-    await Promise.all([...this.byId.values()].map((s) => this.finish(s, "server_closed")));
+    await Promise.all([...this.byId.values()].map((s) => this.finish(s, "shutdown")));
   }
 
   private timer(id: string, why: "idle" | "lifetime", ms: number): NodeJS.Timeout {
@@ -283,6 +296,8 @@ export class Sessions {
     clearTimeout(s.lifeTimer);
     s.running?.abort();
     await s.sandbox.close();
-    this.onEnd?.(this.info(s), why);
+    const info = this.info(s);
+    this.onEnd?.(info, why);
+    for (const listener of this.endListeners) listener(info, why);
   }
 }

@@ -7,6 +7,9 @@ import type { ExecRequest } from "../schema/exec.js";
 import { DEFAULT_POLICY, type CallPolicy } from "../schema/policy.js";
 import { policyFromWire, wireToError, wireToOutcome } from "../http/wire.js";
 import { setting } from "../schema/settings/read.js";
+import type { SessionOps } from "../mcp/session-tools.js";
+import { namedSessionFields } from "../schema/validate.js";
+import { parseSessionStart, sessionInfoSchema, type SessionInfo } from "../schema/session.js";
 
 export interface RemoteOptions {
   /** Base URL of a ScratchRun server, e.g. https://scratchrun.example.com */
@@ -21,6 +24,8 @@ interface Info {
   runtimes?: EngineOptions["runtimes"];
   /** The key's limits (policy and quota); absent from servers older than per-key policies. */
   limits?: unknown;
+  /** Whether the server keeps sessions; absent from servers older than remote sessions. */
+  sessions?: boolean;
 }
 
 /**
@@ -75,14 +80,45 @@ export class RemoteEngine {
    */
   async execute(req: ExecRequest, options: ExecuteOptions = {}): Promise<ExecOutcome> {
     options.onProgress?.({ stage: "queued" });
-    const res = await request(this.opts, "POST", "/v1/exec", req, options.signal, () =>
+    const body = req.session_id === undefined ? req : namedSessionFields(req);
+    const res = await request(this.opts, "POST", "/v1/exec", body, options.signal, () =>
       options.onProgress?.({ stage: "running" }),
     );
     if (res.status !== 200) throw wireToError(res.status, res.body);
     return wireToOutcome(res.body);
   }
 
+  /**
+   * The session tools, forwarded to the server's REST API (POST /v1/sessions, DELETE
+   * /v1/sessions/{id}); listed when the server keeps sessions. A start is validated here first,
+   * with the key's policy, as a call is. scratchrun_exec's session_id travels with the call.
+   */
+  get sessionOps(): SessionOps | undefined {
+    if (this.info.sessions !== true) return undefined;
+    return {
+      start: async (input, signal) => {
+        const req = parseSessionStart(input, this.policy);
+        const res = await request(this.opts, "POST", "/v1/sessions", req, signal);
+        if (res.status !== 201) throw wireToError(res.status, res.body);
+        return answered(res.body);
+      },
+      end: async (id) => {
+        const res = await request(this.opts, "DELETE", `/v1/sessions/${encodeURIComponent(id)}`);
+        if (res.status !== 200) throw wireToError(res.status, res.body);
+        return answered(res.body);
+      },
+    };
+  }
+
   async close(): Promise<void> {}
+}
+
+/** A session as the server answered it, or INTERNAL if it is not one. */
+function answered(body: unknown): SessionInfo {
+  const parsed = sessionInfoSchema.safeParse(body);
+  if (!parsed.success)
+    throw new ScratchRunError("INTERNAL", "the ScratchRun server answered with no session");
+  return parsed.data;
 }
 
 /**
@@ -91,7 +127,7 @@ export class RemoteEngine {
  */
 function request(
   opts: RemoteOptions,
-  method: "GET" | "POST",
+  method: "GET" | "POST" | "DELETE",
   path: string,
   body?: unknown,
   signal?: AbortSignal,

@@ -44,6 +44,20 @@ export function givenFields(req: ExecRequest): ReadonlySet<string> | undefined {
 }
 
 /**
+ * A session call's request as it travels on to the server holding the session (an API replica's
+ * worker, remote mode's service), which parses it again: `memory_mb` and `network` only when the
+ * caller named them, so that defaults it did not name are not held against the session there
+ * either (docs/decisions/0013-sessions.md).
+ */
+export function namedSessionFields(req: ExecRequest): Record<string, unknown> {
+  const given = givenFields(req);
+  if (!given) return { ...req };
+  return Object.fromEntries(
+    Object.entries(req).filter(([k]) => given.has(k) || (k !== "memory_mb" && k !== "network")),
+  );
+}
+
+/**
  * Parses untrusted input into a typed request with the schema of the caller's policy (the
  * product's by default), or throws INVALID_INPUT naming every problem and the limit it broke.
  */

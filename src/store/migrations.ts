@@ -153,6 +153,33 @@ export const MIGRATIONS: readonly Migration[] = [
   // allowlist, maximum timeout and memory, concurrency and rate, as checked JSON; NULL: the
   // server's settings. Read with the key on every request, so an update holds from the next one.
   both(`ALTER TABLE keys ADD COLUMN policy TEXT;`),
+  // Sessions (docs/decisions/0013-sessions.md): one row per session, its own id (`id`) apart
+  // from the session_id its caller holds, which is a bearer capability and is kept only as its
+  // SHA-256. Each call in a session is a run naming the session's row (runs.session_record). In
+  // a cluster the row names the worker holding the sandbox (its address and its process's
+  // worker_id), which is how every replica routes the session's calls; a row with ended_at NULL
+  // is open.
+  both(`CREATE TABLE sessions (
+     id TEXT PRIMARY KEY,
+     id_sha256 TEXT NOT NULL UNIQUE,
+     key_id TEXT,
+     transport TEXT NOT NULL,
+     runtime TEXT NOT NULL,
+     memory_mb INTEGER NOT NULL,
+     network TEXT NOT NULL,
+     isolation TEXT,
+     started_at BIGINT NOT NULL,
+     ended_at BIGINT,
+     end_reason TEXT,
+     calls INTEGER,
+     replica_id TEXT,
+     worker TEXT,
+     worker_id TEXT
+   );
+   CREATE INDEX sessions_open ON sessions(ended_at, worker);
+   CREATE INDEX sessions_key ON sessions(key_id, started_at);
+   ALTER TABLE runs ADD COLUMN session_record TEXT;
+   CREATE INDEX runs_session ON runs(session_record);`),
 ];
 
 export function migrationText(m: Migration, dialect: Dialect): string {

@@ -5,11 +5,12 @@ import { KeyStore } from "./keys.js";
 import { LeaseStore } from "./leases.js";
 import { migratePostgres, PostgresDriver } from "./postgres.js";
 import { RECORD_RETRY_MS, RunStore } from "./runs.js";
+import { SessionStore } from "./sessions.js";
 import { SqliteDriver, type SqlDriver } from "./sql.js";
 import { setting } from "../schema/settings/read.js";
 
 /**
- * The records of keys, runs, quotas and replica leases behind one interface: SQLite in
+ * The records of keys, runs, sessions, quotas and replica leases behind one interface: SQLite in
  * SCRATCHRUN_HOME (one server, the default) or Postgres at SCRATCHRUN_DATABASE_URL (API replicas
  * share it). Either is migrated before it is returned.
  */
@@ -17,6 +18,7 @@ export interface Store {
   readonly sql: SqlDriver;
   readonly keys: KeyStore;
   readonly runs: RunStore;
+  readonly sessions: SessionStore;
   readonly leases: LeaseStore;
   /** The SQLite database (for the host-local sandboxes table), when the store is SQLite. */
   readonly sqlite: Db | null;
@@ -28,6 +30,7 @@ export function storeOn(sql: SqlDriver, retryMs = RECORD_RETRY_MS): Store {
     sql,
     keys: new KeyStore(sql),
     runs: new RunStore(sql, retryMs),
+    sessions: new SessionStore(sql, retryMs),
     leases: new LeaseStore(sql, sql.dialect === "postgres" ? 5_000 : 0),
     sqlite: sql instanceof SqliteDriver ? sql.db : null,
     close: () => sql.close(),

@@ -29,9 +29,13 @@ export interface RunRow {
   [column: string]: unknown;
 }
 
-/** Who records a run: the replica (its lease) and, once placed, the worker that ran it. */
+/**
+ * Who records a run: the replica (its lease) and, once placed, the worker that ran it; and the
+ * session's record when the call ran in a session.
+ */
 export interface RunOwner {
   replicaId?: string | null;
+  sessionRecord?: string | null;
 }
 
 /** When a call left the queue, and the worker it was placed on (API replicas). */
@@ -59,6 +63,7 @@ export const RUN_INSERT_COLUMNS = [
   "files_in_count",
   "files_in_bytes",
   "replica_id",
+  "session_record",
 ] as const;
 
 export const INSERT_RUN_SQL = `INSERT INTO runs (${RUN_INSERT_COLUMNS.join(", ")}, status)
@@ -72,6 +77,7 @@ export function runInsertParams(
   req: ExecRequest,
   now: number,
   replicaId: string | null,
+  sessionRecord: string | null = null,
 ): unknown[] {
   const files = Object.values(req.files);
   return [
@@ -89,6 +95,7 @@ export function runInsertParams(
     files.length,
     files.reduce((n, f) => n + fileBytes(f).length, 0),
     replicaId,
+    sessionRecord,
   ];
 }
 
@@ -113,7 +120,15 @@ export class RunStore {
     const id = randomUUID();
     await this.sql.run(
       INSERT_RUN_SQL,
-      runInsertParams(id, keyId, transport, req, now, owner.replicaId ?? null),
+      runInsertParams(
+        id,
+        keyId,
+        transport,
+        req,
+        now,
+        owner.replicaId ?? null,
+        owner.sessionRecord ?? null,
+      ),
     );
     return id;
   }

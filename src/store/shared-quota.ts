@@ -23,11 +23,21 @@ export async function admitShared(
     req: ExecRequest;
     replicaId: string;
     limits: KeyLimits;
+    /** The session's record, for a call in a session. */
+    sessionRecord?: string | null;
   },
   now = Date.now(),
 ): Promise<SharedAdmit> {
   const runId = randomUUID();
-  const p = runInsertParams(runId, call.keyId, call.transport, call.req, now, call.replicaId);
+  const p = runInsertParams(
+    runId,
+    call.keyId,
+    call.transport,
+    call.req,
+    now,
+    call.replicaId,
+    call.sessionRecord ?? null,
+  );
   const run = Object.fromEntries(RUN_INSERT_COLUMNS.map((c, i) => [c, p[i]]));
   run.status = "queued";
   const row = await sql.get<{ ok: boolean; reason: string | null; retry_after_s: number }>(

@@ -6,8 +6,10 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { openDatabase, type Db } from "../../src/store/db.js";
 import { KeyStore } from "../../src/store/keys.js";
+import type { SessionRow } from "../../src/store/sessions.js";
 import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
-import { REPO_ROOT, startServer, type McpHarness } from "../helpers/mcp-client.js";
+import { REPO_ROOT, startServer, textOf, type McpHarness } from "../helpers/mcp-client.js";
+import { CallToolResultSchema, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { runRows, waitFor } from "./harness.js";
 
 const CLI = join(REPO_ROOT, "dist/src/bin/scratchrun.js");
@@ -118,6 +120,135 @@ describe("lifecycle: crash recovery, graceful shutdown, remote mode", () => {
     assert.equal(((await res.json()) as { stdout: string }).stdout, "drained\n");
     assert.equal(await second.exited, 0);
     assert.equal(existsSync(join(home, "server.pid")), false, "the lock is released");
+  });
+
+  test("sessions: kill -9 leaves their records open until the restart closes them as lost (their id then answers SESSION_LOST); SIGTERM ends them and closes theirs as shutdown", async () => {
+    const other = (await new KeyStore(db).create("life-other")).key;
+    const sessions = () =>
+      db.prepare("SELECT * FROM sessions ORDER BY started_at").all() as SessionRow[];
+    const post = (url: string, path: string, body: unknown, bearer = key) =>
+      fetch(`${url}${path}`, {
+        method: "POST",
+        headers: { Authorization: `Bearer ${bearer}`, "Content-Type": "application/json" },
+        body: JSON.stringify(body),
+      });
+    const startIn = async (url: string) => {
+      const res = await post(url, "/v1/sessions", { runtime: "bash" });
+      assert.equal(res.status, 201);
+      const { session_id } = (await res.json()) as { session_id: string };
+      const ran = await post(url, "/v1/exec", {
+        runtime: "bash",
+        code: "echo kept > /tmp/f; cat /tmp/f",
+        session_id,
+      });
+      assert.equal(ran.status, 200);
+      assert.equal(((await ran.json()) as { stdout: string }).stdout, "kept\n");
+      return session_id;
+    };
+    const before = sessions().length;
+
+    const first = await serve(home);
+    const killed = await startIn(first.url);
+    first.child.kill("SIGKILL");
+    await first.exited;
+    const open = sessions().slice(before);
+    assert.equal(open.length, 1);
+    assert.equal(open[0]!.ended_at, null, "a killed server closes nothing");
+
+    const second = await serve(home);
+    assert.match(second.stderr(), /"lost_sessions":1/);
+    const lost = db.prepare("SELECT * FROM sessions WHERE id = ?").get(open[0]!.id) as SessionRow;
+    assert.deepEqual([lost.end_reason, lost.calls], ["lost", 1]);
+    const again = await post(second.url, "/v1/exec", {
+      runtime: "bash",
+      code: "cat /tmp/f",
+      session_id: killed,
+    });
+    assert.equal(again.status, 410);
+    const body = (await again.json()) as { error: { code: string; message: string } };
+    assert.equal(body.error.code, "SESSION_LOST");
+    assert.match(body.error.message, /lost.*Start a new session/);
+    const foreign = await post(
+      second.url,
+      "/v1/exec",
+      { runtime: "bash", code: "cat /tmp/f", session_id: killed },
+      other,
+    );
+    assert.equal(foreign.status, 404, "another key learns nothing of it");
+
+    const live = await startIn(second.url);
+    second.child.kill("SIGTERM");
+    assert.equal(await second.exited, 0);
+    const closed = sessions().slice(before + 1);
+    assert.equal(closed.length, 1);
+    assert.deepEqual([closed[0]!.end_reason, closed[0]!.calls], ["shutdown", 1]);
+    assert.ok(closed[0]!.ended_at! >= closed[0]!.started_at);
+    for (const id of [killed, live])
+      assert.ok(!JSON.stringify(sessions()).includes(id), "records keep no session_id");
+  });
+
+  test("remote mode: scratchrun-mcp with SCRATCHRUN_URL lists the session tools and forwards them to the service's REST API", async () => {
+    const server = await serve(home);
+    let remote: McpHarness | undefined;
+    try {
+      remote = await startServer({ SCRATCHRUN_URL: server.url, SCRATCHRUN_API_KEY: key });
+      const client = remote.client;
+      const names = (await client.listTools()).tools.map((t) => t.name);
+      assert.ok(names.includes("scratchrun_session_start"), names.join());
+      assert.ok(names.includes("scratchrun_session_end"), names.join());
+      const tool = async (name: string, args: Record<string, unknown>) =>
+        (await client.callTool({ name, arguments: args }, CallToolResultSchema, {
+          timeout: 120_000,
+        })) as CallToolResult;
+      const recordsBefore = (
+        db.prepare("SELECT count(*) AS n FROM sessions").get() as { n: number }
+      ).n;
+
+      // Refused here, before anything reaches the server: the key's policy, as for a call.
+      const bad = await tool("scratchrun_session_start", { runtime: "cobol" });
+      assert.equal(bad.isError, true);
+      assert.match(textOf(bad), /^INVALID_INPUT: .*runtime/);
+
+      const begun = await tool("scratchrun_session_start", { runtime: "python3.12" });
+      assert.ok(!begun.isError, textOf(begun));
+      const sid = (begun.structuredContent as { session_id: string }).session_id;
+      const first = await remote.call({ runtime: "python3.12", code: "x = 41", session_id: sid });
+      assert.ok(!first.isError, textOf(first));
+      const second = await remote.call({
+        runtime: "python3.12",
+        code: "print(x + 1)",
+        session_id: sid,
+      });
+      assert.equal((second.structuredContent as { stdout: string }).stdout, "42\n");
+      assert.equal(
+        (second.structuredContent as { session: { calls: number } }).session.calls,
+        2,
+        "the interpreter stayed on the server between the forwarded calls",
+      );
+      const ended = await tool("scratchrun_session_end", { session_id: sid });
+      assert.ok(!ended.isError, textOf(ended));
+      assert.equal((ended.structuredContent as { calls: number }).calls, 2);
+      const after = await remote.call({ runtime: "python3.12", code: "print(x)", session_id: sid });
+      assert.equal(after.isError, true);
+      assert.match(textOf(after), /SESSION_NOT_FOUND/);
+      const again = await tool("scratchrun_session_end", { session_id: sid });
+      assert.equal(again.isError, true);
+      assert.match(textOf(again), /^SESSION_NOT_FOUND: /);
+
+      const records = db
+        .prepare("SELECT * FROM sessions ORDER BY started_at")
+        .all()
+        .slice(recordsBefore) as SessionRow[];
+      assert.equal(records.length, 1, "the refused start recorded nothing");
+      assert.deepEqual(
+        [records[0]!.runtime, records[0]!.transport, records[0]!.end_reason, records[0]!.calls],
+        ["python3.12", "rest", "ended", 2],
+      );
+    } finally {
+      await remote?.close();
+      server.child.kill("SIGTERM");
+      await server.exited;
+    }
   });
 
   test("remote mode: scratchrun-mcp with SCRATCHRUN_URL gives the embedded result", async () => {

@@ -16,6 +16,7 @@ import { RUNTIMES } from "../../src/schema/exec.js";
 import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
 import { REPO_ROOT } from "../helpers/mcp-client.js";
 import { WireClient, type WireError } from "../helpers/wire-2026.js";
+import type { SessionRow } from "../../src/store/sessions.js";
 import { startService, waitFor, type ServiceHarness } from "./harness.js";
 
 const openapi = JSON.parse(readFileSync(join(REPO_ROOT, "openapi/openapi.json"), "utf8")) as {
@@ -229,6 +230,54 @@ describe("HTTP service on one engine", () => {
     assert.equal(ended.status, 200);
     assertSchema("Session", await ended.json());
     assert.equal((await call(keys.a!, "print(1)")).status, 404, "ended: gone for its key too");
+
+    // Its record: whose, what, how it ended, its calls; each call's run names it.
+    secrets.push(id);
+    const [record, ...others] = h.db
+      .prepare("SELECT * FROM sessions WHERE key_id = ?")
+      .all((await h.keys.list()).find((k) => k.name === "a")!.id) as SessionRow[];
+    assert.equal(others.length, 0);
+    assert.deepEqual(
+      [record!.runtime, record!.memory_mb, record!.transport, record!.end_reason, record!.calls],
+      ["python3.12", 128, "rest", "ended", 2],
+    );
+    assert.ok(record!.ended_at! >= record!.started_at);
+    const runs = h.runs.all().filter((r) => r.session_record === record!.id);
+    assert.deepEqual(
+      runs.map((r) => [r.status, r.exit_reason]),
+      [
+        ["finished", "ok"],
+        ["finished", "ok"],
+      ],
+      "a's two calls name the record; b's foreign call and a's call after the end do not",
+    );
+    const refused = h.runs
+      .all()
+      .filter((r) => r.error_code === "SESSION_NOT_FOUND")
+      .map((r) => r.session_record);
+    assert.deepEqual(refused, [null, null, null]);
+  });
+
+  test("a session that expires idle is recorded so, with its calls", async () => {
+    const started = await h.post(
+      "/v1/sessions",
+      { runtime: "bash", idle_timeout_ms: 1000 },
+      keys.c,
+    );
+    assert.equal(started.status, 201);
+    const { session_id } = (await started.json()) as { session_id: string };
+    secrets.push(session_id);
+    const ran = await h.post("/v1/exec", { runtime: "bash", code: "echo x", session_id }, keys.c);
+    assert.equal(ran.status, 200);
+    const cId = (await h.keys.list()).find((k) => k.name === "c")!.id;
+    const record = await waitFor("the idle session's record to close", () => {
+      const r = h.db.prepare("SELECT * FROM sessions WHERE key_id = ?").get(cId) as
+        SessionRow | undefined;
+      return r?.ended_at ? r : undefined;
+    });
+    assert.deepEqual([record.end_reason, record.calls, record.runtime], ["idle", 1, "bash"]);
+    const gone = await h.post("/v1/exec", { runtime: "bash", code: "echo x", session_id }, keys.c);
+    assert.equal(gone.status, 404);
   });
 
   test("bad input is 400, wrong media type 415, an oversized body 413, all before any sandbox", async () => {

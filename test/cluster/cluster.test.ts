@@ -7,9 +7,12 @@ import { waitFor } from "../api/harness.js";
 import { skipOutsideCi } from "../helpers/ci.js";
 import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
 import { postgresMissing, promote, startStandby, type PgServer } from "../helpers/postgres.js";
-import { Cluster, type CallResult, type WorkerNode } from "./harness.js";
+import { API_ADDRESS, Cluster, type CallResult, type WorkerNode } from "./harness.js";
 import { REPO_ROOT } from "../helpers/mcp-client.js";
 import { join } from "node:path";
+import { createHash } from "node:crypto";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
 const CLI = join(REPO_ROOT, "dist/src/bin/scratchrun.js");
 
@@ -35,7 +38,19 @@ async function workerStatus(c: Cluster, w: WorkerNode) {
     headers: { Authorization: `Bearer ${c.token}` },
     signal: AbortSignal.timeout(2000),
   });
-  return (await res.json()) as { slots: { active: number }; worker_id: string };
+  return (await res.json()) as {
+    slots: { active: number };
+    worker_id: string;
+    sessions: { open: number };
+  };
+}
+
+/** A REST answer of the session tests: a session, a result, or an error. */
+interface SessionAnswer {
+  session_id?: string;
+  stdout?: string;
+  session?: { calls: number };
+  error?: { code: string; message: string };
 }
 
 /** Log lines (pino JSON) of a process whose message is `msg`. */
@@ -56,7 +71,12 @@ describe(
 
     before(async () => {
       base = snapshot();
-      c = await Cluster.start({ workers: 2, replicas: 2 });
+      // Replicas hold a key to 2 open sessions across the cluster, under each worker's own 3.
+      c = await Cluster.start({
+        workers: 2,
+        replicas: 2,
+        replicaEnv: { SCRATCHRUN_SESSIONS_PER_KEY: "2" },
+      });
       await c.waitWorkersUp(2);
     });
 
@@ -258,6 +278,167 @@ describe(
       );
       await draining.start();
       await c.waitWorkersUp(2);
+    });
+
+    test("sessions: one worker holds each; either replica routes its calls there (REST and /mcp); a lost worker ends it with SESSION_LOST, recorded lost, never re-created; a drained one's are recorded shutdown", async () => {
+      const at = (r: (typeof c.replicas)[number]) => `http://${API_ADDRESS}:${r.port}`;
+      const [r1, r2] = [c.replicas[0]!, c.replicas[1]!];
+      const call = async (base: string, method: string, path: string, body?: unknown) => {
+        const res = await fetch(`${base}${path}`, {
+          method,
+          headers: {
+            Authorization: `Bearer ${c.key}`,
+            "Content-Type": "application/json",
+            Connection: "close",
+          },
+          ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+        });
+        return { status: res.status, body: (await res.json()) as SessionAnswer };
+      };
+      const start = async (base: string, extra: object = {}) => {
+        const r = await call(base, "POST", "/v1/sessions", { runtime: "bash", ...extra });
+        assert.equal(r.status, 201, JSON.stringify(r.body));
+        return r.body.session_id!;
+      };
+      const exec = (base: string, session_id: string, code: string) =>
+        call(base, "POST", "/v1/exec", { runtime: "bash", code, session_id });
+      const record = async (id: string) => {
+        const digest = createHash("sha256").update(id).digest("hex");
+        const rows = (await c.sql("SELECT * FROM sessions WHERE id_sha256 = $1", [digest])) as {
+          id: string;
+          worker: string;
+          worker_id: string;
+          replica_id: string;
+          ended_at: string | null;
+          end_reason: string | null;
+          calls: number | null;
+        }[];
+        assert.ok(rows.length <= 1, "one record per session, never a second");
+        return rows[0]!;
+      };
+
+      // Started through one replica, called through both: the same sandbox, on its worker.
+      const kept = await start(at(r1));
+      const rec = await record(kept);
+      assert.ok(
+        c.workers.some((w) => w.addr === rec.worker),
+        rec.worker,
+      );
+      assert.equal(rec.worker_id, (await workerStatus(c, workerAt(rec.worker))).worker_id);
+      assert.equal(rec.replica_id, r1.replicaId);
+      const first = await exec(at(r1), kept, "echo from-r1 > /tmp/state; echo one");
+      assert.equal(first.status, 200, JSON.stringify(first.body));
+      const second = await exec(at(r2), kept, "cat /tmp/state");
+      assert.equal(second.status, 200, JSON.stringify(second.body));
+      assert.equal(second.body.stdout, "from-r1\n", "replica 2 reached the session's sandbox");
+      assert.equal(second.body.session?.calls, 2);
+      const runs = (await c.runs()).filter((r) => r.session_record === rec.id);
+      assert.equal(runs.length, 2);
+      assert.ok(runs.every((r) => r.worker === rec.worker && r.status === "finished"));
+      const ended = await call(at(r2), "DELETE", `/v1/sessions/${kept}`);
+      assert.equal(ended.status, 200, JSON.stringify(ended.body));
+      const closed = await record(kept);
+      assert.deepEqual([closed.end_reason, closed.calls], ["ended", 2]);
+      assert.equal((await exec(at(r1), kept, "echo x")).status, 404);
+
+      // /mcp on a replica lists the session tools and runs them.
+      const client = new Client({ name: "cluster-test", version: "1" });
+      await client.connect(
+        new StreamableHTTPClientTransport(new URL(`${at(r2)}/mcp`), {
+          requestInit: { headers: { Authorization: `Bearer ${c.key}` } },
+        }),
+      );
+      try {
+        const names = (await client.listTools()).tools.map((t) => t.name);
+        for (const n of ["scratchrun_exec", "scratchrun_session_start", "scratchrun_session_end"])
+          assert.ok(names.includes(n), `${n} in ${names.join(", ")}`);
+        const begun = await client.callTool({
+          name: "scratchrun_session_start",
+          arguments: { runtime: "bash" },
+        });
+        assert.ok(!begun.isError, JSON.stringify(begun.content));
+        const sid = (begun.structuredContent as { session_id: string }).session_id;
+        const ran = await client.callTool({
+          name: "scratchrun_exec",
+          arguments: { runtime: "bash", code: "echo mcp > f; cat f", session_id: sid },
+        });
+        assert.equal((ran.structuredContent as { stdout: string }).stdout, "mcp\n");
+        const bye = await client.callTool({
+          name: "scratchrun_session_end",
+          arguments: { session_id: sid },
+        });
+        assert.ok(!bye.isError, JSON.stringify(bye.content));
+        const r = await record(sid);
+        assert.deepEqual([r.end_reason, r.calls], ["ended", 1]);
+      } finally {
+        await client.close();
+      }
+
+      // An idle end on the worker reaches the record through the worker's status.
+      const idle = await start(at(r1), { idle_timeout_ms: 1000 });
+      const idled = await waitFor("the idle session's record to close", async () => {
+        const r = await record(idle);
+        return r.ended_at !== null ? r : undefined;
+      });
+      assert.deepEqual([idled.end_reason, idled.calls], ["idle", 0]);
+
+      // The per-key limit holds across the cluster, from the key's open records (replica 2 was
+      // started with SCRATCHRUN_SESSIONS_PER_KEY=2; one worker alone would take a third).
+      const pair = [await start(at(r2)), await start(at(r2))];
+      const third = await call(at(r2), "POST", "/v1/sessions", { runtime: "bash" });
+      assert.equal(third.status, 429, JSON.stringify(third.body));
+      assert.match(String(third.body.error?.message), /2 sessions open/);
+      for (const id of pair)
+        assert.equal((await call(at(r2), "DELETE", `/v1/sessions/${id}`)).status, 200);
+
+      // A worker killed under a session: its next call is SESSION_LOST on every replica, its
+      // record says lost, and nothing re-creates it elsewhere.
+      const doomed = await start(at(r1));
+      const placed = await record(doomed);
+      assert.equal((await exec(at(r2), doomed, "echo alive")).status, 200);
+      const victim = workerAt(placed.worker);
+      const other = c.workers.find((w) => w !== victim)!;
+      const openElsewhere = (await workerStatus(c, other)).sessions.open;
+      await victim.proc!.kill("SIGKILL");
+      for (const r of [r2, r1]) {
+        const lost = await exec(at(r), doomed, "echo again");
+        assert.equal(lost.status, 410, JSON.stringify(lost.body));
+        assert.equal(lost.body.error?.code, "SESSION_LOST");
+        assert.match(String(lost.body.error?.message), /lost.*Start a new session/);
+      }
+      const gone = await record(doomed);
+      assert.equal(gone.end_reason, "lost");
+      assert.equal(gone.calls, 1, "counted from its runs");
+      assert.equal(
+        (await workerStatus(c, other)).sessions.open,
+        openElsewhere,
+        "no session was re-created on the other worker",
+      );
+      const endLost = await call(at(r2), "DELETE", `/v1/sessions/${doomed}`);
+      assert.equal(endLost.status, 410);
+      // Both replicas see it gone before it returns (a new process at its address is a restart).
+      await c.waitWorkersUp(1);
+      await victim.start();
+      const recovered = logLines(victim.proc!.stderr, "recovered")[0]!;
+      assert.ok(Number(recovered.reaped_sandboxes) >= 1, "the session's sandbox was reaped");
+      await c.waitWorkersUp(2);
+      assert.equal((await exec(at(r1), doomed, "echo again")).status, 410, "still lost");
+
+      // A worker's SIGTERM ends its sessions after its drain (they cannot move): "shutdown".
+      const drained = await start(at(r2));
+      const home = workerAt((await record(drained)).worker);
+      home.proc!.kill("SIGTERM");
+      assert.equal(await home.proc!.exited, 0);
+      const shut = await waitFor("the drained worker's session record to close", async () => {
+        const r = await record(drained);
+        return r.ended_at !== null ? r : undefined;
+      });
+      assert.deepEqual([shut.end_reason, shut.calls], ["shutdown", 0]);
+      await c.waitWorkersUp(1);
+      await home.start();
+      await c.waitWorkersUp(2);
+      const open = await c.sql("SELECT id FROM sessions WHERE ended_at IS NULL");
+      assert.deepEqual(open, [], "no session record is left open");
     });
 
     test("overload: every call is answered, the excess with 429 and Retry-After; no record left open", async () => {

@@ -381,6 +381,11 @@ export class Cluster {
     }
   }
 
+  /** A query on the primary (not through the proxy). */
+  async sql(text: string, params: unknown[] = []): Promise<Record<string, unknown>[]> {
+    return (await this.db.query(text, params)).rows as Record<string, unknown>[];
+  }
+
   /** Points the read-side pool at another server (after a failover). */
   async readFrom(server: PgServer): Promise<void> {
     await this.db.end().catch(() => {});

@@ -243,6 +243,8 @@ describe("the packed package", () => {
       assert.deepEqual(tools.tools.map((t) => t.name).sort(), [
         "scratchrun_exec",
         "scratchrun_runtimes",
+        "scratchrun_session_end",
+        "scratchrun_session_start",
       ]);
       const r = await c.call({
         runtime: "python3.12",

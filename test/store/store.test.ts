@@ -142,13 +142,37 @@ for (const [kind, open] of Object.entries(KINDS)) {
           replicas: ["expires_at", "id", "renewed_at", "started_at"],
           key_quota: ["at", "key_id", "tokens"],
           sandboxes: ["name", "seen_at", "server_pid"],
+          sessions: [
+            "calls",
+            "end_reason",
+            "ended_at",
+            "id",
+            "id_sha256",
+            "isolation",
+            "key_id",
+            "memory_mb",
+            "network",
+            "replica_id",
+            "runtime",
+            "started_at",
+            "transport",
+            "worker",
+            "worker_id",
+          ],
         };
         for (const [table, cols] of Object.entries(expected))
           assert.deepEqual(await columns(store.sql, table), cols, table);
         const runCols = await columns(store.sql, "runs");
-        for (const c of ["replica_id", "worker", "status", "error_code", "code_sha256"])
+        for (const c of [
+          "replica_id",
+          "worker",
+          "status",
+          "error_code",
+          "code_sha256",
+          "session_record",
+        ])
           assert.ok(runCols.includes(c), c);
-        assert.equal(runCols.length, 31);
+        assert.equal(runCols.length, 32);
         if (store.sql.dialect === "postgres") {
           assert.equal(await migratePostgres(store.sql), 0, "a second run applies nothing");
           const v = await store.sql.get<{ version: number }>("SELECT version FROM schema_version");
@@ -337,6 +361,99 @@ for (const [kind, open] of Object.entries(KINDS)) {
         await store.runs.finished(long, OUTCOME, 4900, { at: 4500, worker: "other" });
         const g = (await store.runs.get(long))!;
         assert.deepEqual([g.started_at, g.worker], [4001, "10.0.0.7:8788"]);
+      });
+
+      test("a session's record: its calls' runs name it, it closes once with its reason; only the session_id's digest is stored", async () => {
+        const sessionId = "S".repeat(22);
+        const rec = await store.sessions.begin(
+          {
+            sessionId,
+            keyId: "k3",
+            transport: "rest",
+            runtime: "python3.12",
+            memoryMb: 512,
+            network: "none",
+            isolation: "namespace",
+          },
+          6_000,
+        );
+        const SREQ = { ...REQ, session_id: sessionId };
+        const a = await store.runs.begin("k3", "rest", SREQ, 6_001, { sessionRecord: rec });
+        await store.runs.finished(a, OUTCOME, 6_002);
+        const admitted = store.sql.dialect === "postgres";
+        // On Postgres a replica's run is inserted by scratchrun_admit: it names the session too.
+        const b = admitted
+          ? await admitShared(
+              store.sql,
+              {
+                keyId: "k3",
+                transport: "mcp",
+                req: SREQ,
+                replicaId: "r9",
+                limits: { maxConcurrent: 4, ratePerMinute: 60, burst: 10 },
+                sessionRecord: rec,
+              },
+              6_003,
+            ).then((r) => (r.ok ? r.runId : assert.fail("admitted")))
+          : await store.runs.begin("k3", "mcp", SREQ, 6_003, { sessionRecord: rec });
+        assert.equal((await store.runs.get(a))!.session_record, rec);
+        assert.equal((await store.runs.get(b))!.session_record, rec);
+        await store.runs.failed(b, "SESSION_LOST", 6_004);
+        const found = (await store.sessions.find(sessionId))!;
+        assert.deepEqual(
+          [found.id, found.key_id, found.runtime, found.memory_mb, found.network, found.started_at],
+          [rec, "k3", "python3.12", 512, "none", 6_000],
+        );
+        assert.equal(found.ended_at, null, "open");
+        assert.equal(await store.sessions.find("T".repeat(22)), undefined);
+        const raw = JSON.stringify(await store.sql.all("SELECT * FROM sessions"));
+        assert.ok(!raw.includes(sessionId), "the bearer session_id itself is never stored");
+        assert.ok(!JSON.stringify(await store.runs.all()).includes(sessionId));
+        assert.equal(await store.sessions.openCount("k3"), 1);
+        assert.equal(await store.sessions.endById(sessionId, "idle", 2, 6_100), true);
+        assert.equal(
+          await store.sessions.end(rec, "shutdown", 5, 6_200),
+          false,
+          "a second close changes nothing",
+        );
+        const ended = (await store.sessions.get(rec))!;
+        assert.deepEqual([ended.ended_at, ended.end_reason, ended.calls], [6_100, "idle", 2]);
+        assert.equal(await store.sessions.openCount("k3"), 0);
+      });
+
+      test("records a killed process left open are closed as lost, their calls counted from their runs; a lost worker's sessions too, not its successor's", async () => {
+        const begin = (sessionId: string, worker?: string, workerId?: string) =>
+          store.sessions.begin(
+            {
+              sessionId,
+              keyId: "k4",
+              transport: "mcp",
+              runtime: "bash",
+              memoryMb: 256,
+              network: "none",
+              isolation: "namespace",
+              ...(worker ? { worker, workerId: workerId ?? null, replicaId: "r1" } : {}),
+            },
+            7_000,
+          );
+        const onOld = await begin("w-old-session-00000001", "10.0.0.7:8788", "aaaa");
+        const onNew = await begin("w-new-session-00000001", "10.0.0.7:8788", "bbbb");
+        const elsewhere = await begin("w-else-session-0000001", "10.0.0.8:8788", "cccc");
+        assert.equal(await store.sessions.markWorkerLost("10.0.0.7:8788", "bbbb", 7_100), 1);
+        assert.equal((await store.sessions.get(onOld))!.end_reason, "lost");
+        assert.equal((await store.sessions.get(onNew))!.ended_at, null, "the live process's stays");
+        assert.equal(await store.sessions.markWorkerLost("10.0.0.8:8788", null, 7_150), 1);
+        assert.equal((await store.sessions.get(elsewhere))!.end_reason, "lost");
+        const local = await begin("local-session-000000001");
+        const run = await store.runs.begin("k4", "mcp", REQ, 7_001, { sessionRecord: local });
+        await store.runs.finished(run, OUTCOME, 7_002);
+        await store.runs.begin("k4", "mcp", REQ, 7_003, { sessionRecord: local });
+        // A server's start: every open record is its dead predecessor's.
+        assert.equal(await store.sessions.markLost(7_200), 2);
+        const l = (await store.sessions.get(local))!;
+        assert.deepEqual([l.ended_at, l.end_reason, l.calls], [7_200, "lost", 1]);
+        assert.equal((await store.sessions.get(onNew))!.end_reason, "lost");
+        assert.equal(await store.sessions.markLost(7_300), 0);
       });
 
       test("leases: runs of a replica whose lease expired become INTERRUPTED, a live one's stay", async () => {

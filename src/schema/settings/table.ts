@@ -227,7 +227,7 @@ export const SETTINGS = {
     unit: null,
     fallback: String(LIMITS.session.perCaller),
     readers: ["server"],
-    doc: "sessions one API key (or the stdio client) keeps at once",
+    doc: "sessions one API key (or the stdio client) keeps at once; on API replicas, across all workers",
   },
   SCRATCHRUN_LOG_LEVEL: {
     kind: "enum",

@@ -1,0 +1,115 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { readJsonBody } from "../http/body.js";
+import { sendError, sendJson } from "../http/json-server.js";
+import type { Logger } from "../http/log.js";
+import type { Engine } from "../engine/engine.js";
+import { isScratchRunError } from "../errors.js";
+import { ceilingPolicyOf } from "../policy/resolve.js";
+import { sessionDigest } from "../store/sessions.js";
+import {
+  ENDED_SESSIONS_KEPT_MS,
+  workerSessionEndSchema,
+  workerSessionStartSchema,
+  type EndedSession,
+} from "./protocol.js";
+
+/** HTTP statuses of the engine's refusals on the worker's session routes. */
+const STATUS: Record<string, number> = {
+  INVALID_INPUT: 400,
+  SESSION_NOT_FOUND: 404,
+  BUSY: 429,
+  NOT_READY: 503,
+};
+
+/**
+ * A worker's sessions (docs/decisions/0013-sessions.md, "Cluster mode"): started and ended for
+ * the replica's caller (`owner`, its key id), run by the worker's own engine, and every end kept
+ * in a short list the status reports, so that replicas, which hold the records, close them.
+ * Only digests of session ids go in the status.
+ */
+export class WorkerSessions {
+  private ended: EndedSession[] = [];
+  private readonly unsubscribe: () => void;
+  private readonly ceiling;
+
+  constructor(
+    private readonly engine: Engine,
+    private readonly logger: Logger,
+    private readonly bodyCap: number,
+  ) {
+    this.ceiling = ceilingPolicyOf(engine.ceiling);
+    this.unsubscribe = engine.onSessionEnd((info, reason) => {
+      this.ended.push({
+        id_sha256: sessionDigest(info.session_id),
+        reason,
+        calls: info.calls,
+        at: Date.now(),
+      });
+      logger.info({ reason, calls: info.calls }, "session ended");
+    });
+  }
+
+  /** For the status: sessions open, and the ends of the last ENDED_SESSIONS_KEPT_MS. */
+  status(now = Date.now()): { open: number; ended: EndedSession[] } {
+    this.ended = this.ended.filter((e) => now - e.at < ENDED_SESSIONS_KEPT_MS).slice(-4096);
+    return { open: this.engine.sessions.count, ended: this.ended };
+  }
+
+  /** POST /v1/worker/sessions. */
+  async start(req: IncomingMessage, res: ServerResponse, workerId: string): Promise<void> {
+    const body = await readJsonBody(req, this.bodyCap);
+    if (!body.ok) return sendError(res, body.status, "INVALID_INPUT", body.message);
+    const parsed = workerSessionStartSchema.safeParse(body.value);
+    if (!parsed.success) return sendError(res, 400, "INVALID_INPUT", "Malformed session start");
+    const { owner, request, egress_allow } = parsed.data;
+    const controller = new AbortController();
+    res.once("close", () => {
+      if (!res.writableFinished) controller.abort();
+    });
+    try {
+      const info = await this.engine.startSession(request, {
+        owner,
+        policy: this.ceiling,
+        ...(egress_allow ? { egressAllow: egress_allow } : {}),
+        signal: controller.signal,
+      });
+      // The replica went away before the answer: nobody holds the id, so nobody may keep it.
+      if (res.destroyed || controller.signal.aborted) {
+        await this.engine.endSession(info.session_id, owner).catch(() => {});
+        return;
+      }
+      sendJson(res, 201, { session: info, worker_id: workerId });
+    } catch (e) {
+      this.refuse(res, e, parsed.data.replica_id);
+    }
+  }
+
+  /** POST /v1/worker/sessions/end. */
+  async end(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = await readJsonBody(req, this.bodyCap);
+    if (!body.ok) return sendError(res, body.status, "INVALID_INPUT", body.message);
+    const parsed = workerSessionEndSchema.safeParse(body.value);
+    if (!parsed.success) return sendError(res, 400, "INVALID_INPUT", "Malformed session end");
+    try {
+      const info = await this.engine.endSession(parsed.data.session_id, parsed.data.owner);
+      sendJson(res, 200, { session: info });
+    } catch (e) {
+      this.refuse(res, e, null);
+    }
+  }
+
+  private refuse(res: ServerResponse, e: unknown, replica: string | null): void {
+    if (!isScratchRunError(e)) {
+      this.logger.error(
+        { replica, err: e instanceof Error ? e.message : String(e) },
+        "session failed",
+      );
+      return sendError(res, 500, "INTERNAL", "Internal error");
+    }
+    sendError(res, STATUS[e.code] ?? 500, e.code, e.message);
+  }
+
+  close(): void {
+    this.unsubscribe();
+  }
+}
