@@ -12,7 +12,9 @@ import { createInterface } from "node:readline";
  * - A 2025-11-25 `initialize` starts a stdio server of its own (one per `Mcp-Session-Id`), as a
  *   desktop client starts one per connection; the session's later requests go to it.
  * - A request without a session (the 2026-07-28 era: no handshake) goes to one shared stdio
- *   server, which the first such request pins to that era, as it would on a real pipe.
+ *   server, opened as a 2026 client opens its pipe (`server/discover`, then a request, which pins
+ *   the era), so a malformed request from the suite meets a pinned 2026 server, as it would on a
+ *   client's pipe, instead of deciding the era of every request after it.
  * - A request is answered on an event stream: the notifications and server requests the stdio
  *   server sends while it runs (progress by its token; otherwise while it is the only request
  *   running), then its response. Request ids are the bridge's own on the pipe, so two requests
@@ -50,12 +52,28 @@ class Pipe {
     });
   }
 
+  private readonly own = new Map<number, (m: Message) => void>();
+
+  /** A request of the bridge's own (negative ids, never the suite's), answered to it alone. */
+  request(id: number, method: string, params: Record<string, unknown>): Promise<Message> {
+    return new Promise((resolve) => {
+      this.own.set(id, resolve);
+      this.send({ jsonrpc: "2.0", id, method, params });
+    });
+  }
+
   send(message: unknown): void {
     this.child.stdin!.write(`${JSON.stringify(message)}\n`);
   }
 
   private fromServer(m: Message): void {
     if (m.method === undefined && m.id !== undefined) {
+      const mine = this.own.get(Number(m.id));
+      if (mine) {
+        this.own.delete(Number(m.id));
+        mine(m);
+        return;
+      }
       const p = this.pending.get(Number(m.id));
       if (!p) return;
       this.pending.delete(Number(m.id));
@@ -93,7 +111,23 @@ export async function startStdioBridge(command: string, args: string[], env: Nod
   const spawnServer = () => spawn(command, args, { env, stdio: ["pipe", "pipe", "pipe"] });
   const pipe = () => new Pipe(spawnServer, (s) => (stderr += s));
   const sessions = new Map<string, Pipe>();
-  let modern: Pipe | undefined;
+  let modern: Promise<Pipe> | undefined;
+  const openModern = async () => {
+    const p = pipe();
+    const _meta = {
+      "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+      "io.modelcontextprotocol/clientInfo": { name: "stdio-bridge", version: "1.0.0" },
+      "io.modelcontextprotocol/clientCapabilities": {},
+    };
+    for (const [id, method] of [
+      [-1, "server/discover"],
+      [-2, "tools/list"],
+    ] as const) {
+      const answer = await p.request(id, method, { _meta });
+      if (!("result" in answer)) throw new Error(`stdio ${method}: ${JSON.stringify(answer)}`);
+    }
+    return p;
+  };
   let nextId = 1;
 
   const serve = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
@@ -136,7 +170,7 @@ export async function startStdioBridge(command: string, args: string[], env: Nod
         return;
       }
       to = found;
-    } else to = modern ??= pipe();
+    } else to = await (modern ??= openModern());
 
     if (m.method === undefined || m.id === undefined) {
       // A notification, or the client's answer to a server request: nothing comes back for it.
@@ -173,7 +207,8 @@ export async function startStdioBridge(command: string, args: string[], env: Nod
     async close() {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
-      await Promise.all([...sessions.values(), ...(modern ? [modern] : [])].map((p) => p.close()));
+      const all = [...sessions.values(), ...(modern ? [await modern] : [])];
+      await Promise.all(all.map((p) => p.close()));
     },
   } satisfies StdioBridge;
 }
