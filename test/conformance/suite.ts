@@ -58,13 +58,14 @@ export async function runSuite(url: string, revision: Revision): Promise<Map<str
 }
 
 /**
- * test/conformance/baseline.yaml: what may fail, and why. A key is a scenario (all its checks may
- * fail) or `scenario:check-id` (that check alone may fail; the scenario's other checks must pass).
+ * test/conformance/baseline.yaml: what may fail on a leg, and why: its `fixtures` (every leg)
+ * and the leg's own section. A key is a scenario (all its checks may fail) or
+ * `scenario:check-id` (that check alone; the scenario's other checks must pass).
  */
-export function readBaseline(): Map<string, string> {
+export function readBaseline(leg: "mcp" | "stdio"): Map<string, string> {
   const text = readFileSync(join(REPO_ROOT, "test/conformance/baseline.yaml"), "utf8");
-  const doc = (parse(text) ?? {}) as Record<string, string>;
-  return new Map(Object.entries(doc));
+  const doc = parse(text) as Record<string, Record<string, string> | null>;
+  return new Map([...Object.entries(doc.fixtures ?? {}), ...Object.entries(doc[leg] ?? {})]);
 }
 
 /**
