@@ -24,8 +24,9 @@ export interface Scenario {
 }
 
 /**
- * Runs every server scenario the suite has for `revision` (`--suite all`: pending scenarios and
- * extensions included) against `url`, and reads each scenario's checks.json.
+ * Runs every server scenario the suite has for `revision` (`--suite all`: pending ones included;
+ * the extensions' scenarios, tasks and skills, belong to no revision and are not run) against
+ * `url`, and reads each scenario's checks.json.
  */
 export async function runSuite(url: string, revision: Revision): Promise<Map<string, Scenario>> {
   const cli = conformanceCli();
