@@ -5,11 +5,20 @@ import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js"
 import { startKeyDoor, type KeyDoor } from "../helpers/key-door.js";
 import { MCP_BIN, serverParams } from "../helpers/mcp-client.js";
 import { startStdioBridge, type StdioBridge } from "../helpers/stdio-bridge.js";
-import { judge, readBaseline, REVISIONS, runSuite, type Revision, type Scenario } from "./suite.js";
+import {
+  judge,
+  readBaseline,
+  REVISIONS,
+  runScenarios,
+  runSuite,
+  type Revision,
+  type Scenario,
+} from "./suite.js";
 
 /**
  * The official MCP conformance suite, server scenarios, against the service's `/mcp` and the
- * stdio server, at both revisions it covers (CONF-SUITE in docs/SPECIFICATION.md). Every scenario
+ * stdio server, at both revisions it covers and for the tasks extension ScratchRun serves
+ * (CONF-SUITE in docs/SPECIFICATION.md; the skills extension, which it does not serve, is not run). Every scenario
  * passes but those in test/conformance/baseline.yaml, which need the suite's own fixture tools,
  * resources or prompts; a listed scenario that passes fails the test, so the list stays true.
  *
@@ -28,8 +37,22 @@ const HTTP_ONLY: Record<string, string> = {
   "http-custom-header-server-validation": "custom headers of Streamable HTTP",
 };
 
-/** Checks that test the HTTP status the bridge, not the stdio server, answers with. */
-const HTTP_STATUS_CHECK = /^sep-2575-http-server-/;
+/** Checks of the HTTP status or headers the bridge, not the stdio server, answers with. */
+const HTTP_STATUS_CHECK = /^sep-2575-http-server-|^tasks-headers-reject-mismatched-method$/;
+
+/** The tasks extension's scenarios (2026-07-28): no revision's suite runs them. */
+const TASKS_EXTENSION = [
+  "tasks-lifecycle",
+  "tasks-capability-negotiation",
+  "tasks-wire-fields",
+  "tasks-request-state-removal",
+  "tasks-mrtr-input",
+  "tasks-request-headers",
+  "tasks-dispatch-and-envelope",
+  "tasks-status-notifications",
+  "tasks-required-task-error",
+  "tasks-mrtr-composition",
+];
 
 const QUIET = { SCRATCHRUN_POOL_SIZE: "0", SCRATCHRUN_PREIMPORT: "0" };
 
@@ -41,8 +64,9 @@ const CORE: Record<Revision, string[]> = {
 
 function assertJudged(
   runs: Map<string, Scenario>,
-  revision: Revision,
-  leg: string,
+  leg: "/mcp" | "stdio",
+  what: string,
+  core: string[],
   skip: Record<string, string> = {},
 ) {
   for (const name of Object.keys(skip)) runs.delete(name);
@@ -51,13 +75,9 @@ function assertJudged(
       s.checks = s.checks.filter((c) => !HTTP_STATUS_CHECK.test(c.id));
       s.failed = s.failed.filter((c) => !HTTP_STATUS_CHECK.test(c.id));
     }
-  const problems = judge(
-    runs,
-    readBaseline(leg === "/mcp" ? "mcp" : "stdio"),
-    `${leg} ${revision}`,
-  );
+  const problems = judge(runs, readBaseline(leg === "/mcp" ? "mcp" : "stdio"), `${leg} ${what}`);
   assert.deepEqual(problems, [], problems.join("\n"));
-  for (const name of CORE[revision]) assert.ok(runs.has(name), `${leg} ${revision}: ${name} ran`);
+  for (const name of core) assert.ok(runs.has(name), `${leg} ${what}: ${name} ran`);
 }
 
 describe("MCP conformance suite: the service's /mcp", () => {
@@ -82,8 +102,13 @@ describe("MCP conformance suite: the service's /mcp", () => {
 
   for (const revision of REVISIONS)
     test(`${revision}: every scenario passes but the baseline's`, async () => {
-      assertJudged(await runSuite(`${door.url}/mcp`, revision), revision, "/mcp");
+      assertJudged(await runSuite(`${door.url}/mcp`, revision), "/mcp", revision, CORE[revision]);
     });
+
+  test("the tasks extension: every scenario passes but the baseline's", async () => {
+    const runs = await runScenarios(`${door.url}/mcp`, TASKS_EXTENSION);
+    assertJudged(runs, "/mcp", "tasks", TASKS_EXTENSION);
+  });
 });
 
 describe("MCP conformance suite: the stdio server (local mode, namespace)", () => {
@@ -101,6 +126,12 @@ describe("MCP conformance suite: the stdio server (local mode, namespace)", () =
 
   for (const revision of REVISIONS)
     test(`${revision}: every scenario passes but the baseline's and HTTP's own`, async () => {
-      assertJudged(await runSuite(bridge.url, revision), revision, "stdio", HTTP_ONLY);
+      const runs = await runSuite(bridge.url, revision);
+      assertJudged(runs, "stdio", revision, CORE[revision], HTTP_ONLY);
     });
+
+  test("the tasks extension: every scenario passes but the baseline's", async () => {
+    const runs = await runScenarios(bridge.url, TASKS_EXTENSION);
+    assertJudged(runs, "stdio", "tasks", TASKS_EXTENSION);
+  });
 });

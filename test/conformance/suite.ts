@@ -24,22 +24,36 @@ export interface Scenario {
 }
 
 /**
- * Runs every server scenario the suite has for `revision` (`--suite all`: pending ones included;
- * the extensions' scenarios, tasks and skills, belong to no revision and are not run) against
- * `url`, and reads each scenario's checks.json.
+ * Runs every server scenario the suite has for `revision` (`--suite all`: pending ones included)
+ * against `url`, and reads each scenario's checks.json.
  */
-export async function runSuite(url: string, revision: Revision): Promise<Map<string, Scenario>> {
+export function runSuite(url: string, revision: Revision): Promise<Map<string, Scenario>> {
+  return runCli([["--url", url, "--suite", "all", "--spec-version", revision]]);
+}
+
+/**
+ * Runs the named scenarios, one run each: the extensions' scenarios (tasks) belong to no
+ * revision, so `--suite` never picks them.
+ */
+export function runScenarios(url: string, names: string[]): Promise<Map<string, Scenario>> {
+  return runCli(names.map((name) => ["--url", url, "--scenario", name]));
+}
+
+async function runCli(runs: string[][]): Promise<Map<string, Scenario>> {
   const cli = conformanceCli();
   const out = mkdtempSync(join(tmpdir(), "sr-conformance-"));
   try {
-    const args = [cli.script, "server", "--url", url, "--suite", "all"];
-    args.push("--spec-version", revision, "--output-dir", out);
-    const child = spawn(cli.node, args, { cwd: out, stdio: ["ignore", "pipe", "pipe"] });
     let log = "";
-    child.stdout.on("data", (d: Buffer) => (log += d.toString()));
-    child.stderr.on("data", (d: Buffer) => (log += d.toString()));
-    // Its exit status says whether anything failed; the baseline decides what that means.
-    await new Promise((resolve) => child.once("close", resolve));
+    for (const args of runs) {
+      const child = spawn(cli.node, [cli.script, "server", ...args, "--output-dir", out], {
+        cwd: out,
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      child.stdout.on("data", (d: Buffer) => (log += d.toString()));
+      child.stderr.on("data", (d: Buffer) => (log += d.toString()));
+      // Its exit status says whether anything failed; the baseline decides what that means.
+      await new Promise((resolve) => child.once("close", resolve));
+    }
     const scenarios = new Map<string, Scenario>();
     for (const dir of readdirSync(out)) {
       const m = /^server-(.+)-\d{4}-\d\d-\d\dT[\d-]+Z$/.exec(dir);
