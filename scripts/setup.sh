@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs and builds everything ScratchRun needs on a Debian 12 host, idempotently:
 #   1. Debian packages (bubblewrap, QEMU, kernel, mmdebstrap, nftables, ...), only if missing
-#   2. npm dependencies (npm ci)                                  [source checkout only]
+#   2. npm dependencies (npm ci; and test/node-legs: Node 22/24, the conformance suite) [source checkout only]
 #   3. the TypeScript build (tsc) [source checkout only] and the static guest agent
 #   4. the runtime image (Debian rootfs with python3.12, python3.11, node20, bash, and what the
 #      image config SCRATCHRUN_IMAGE_CONFIG adds: `scratchrun setup --image-config PATH`), cached by recipe
@@ -58,6 +58,15 @@ if [ "$checkout" = 1 ]; then
     npm ci --no-audit --no-fund
   else
     step "npm dependencies: up to date"
+  fi
+  # The test legs on Node 22 and 24 LTS and the MCP conformance suite (needs Node 22+): a package
+  # of its own, as each Node binary declares a `node` bin that would shadow the host's (0014).
+  if [ ! -d test/node-legs/node_modules ] ||
+    [ test/node-legs/package-lock.json -nt test/node-legs/node_modules/.package-lock.json ]; then
+    step "npm ci --prefix test/node-legs (Node 22 and 24 for the test legs, the conformance suite)"
+    npm ci --prefix test/node-legs --no-audit --no-fund
+  else
+    step "test legs' npm dependencies: up to date"
   fi
   step "npm run build (TypeScript + guest agent)"
   npm run build --silent

@@ -1,3 +1,8 @@
+import {
+  PROTOCOL_VERSION_META_KEY,
+  ProtocolErrorCode,
+  type JSONRPCMessage,
+} from "@modelcontextprotocol/server";
 import { serveStdio, StdioServerTransport } from "@modelcontextprotocol/server/stdio";
 import { parseArgs } from "node:util";
 import { LIMITS } from "../schema/limits.js";
@@ -115,10 +120,49 @@ export function serveMcpStdio(engine: ExecEngine, onClosed: () => void): void {
   });
 }
 
-/** The stdio transport, bounded to our request size, that ends the process when it closes. */
+/** The 2026 revisions serveStdio serves (its SUPPORTED_MODERN_PROTOCOL_VERSIONS, not exported). */
+const MODERN_REVISIONS = ["2026-07-28"];
+
+/**
+ * The revision a request's `_meta` envelope claims, when it claims one this server does not
+ * serve. serveStdio answers such a claim on the opening exchange only; once the connection is
+ * pinned, later requests reach the server as they are (CONF-SUITE).
+ */
+function unsupportedClaim(message: JSONRPCMessage): string | undefined {
+  if (!("method" in message) || !("id" in message)) return undefined;
+  const meta = (message.params as { _meta?: Record<string, unknown> } | undefined)?._meta;
+  const claim = meta?.[PROTOCOL_VERSION_META_KEY];
+  return typeof claim === "string" && !MODERN_REVISIONS.includes(claim) ? claim : undefined;
+}
+
+/**
+ * The stdio transport, bounded to our request size, that ends the process when it closes. A
+ * request claiming a revision we do not serve is answered here, whenever it comes, as serveStdio
+ * answers it at the opening: UnsupportedProtocolVersionError with the revisions we do serve.
+ */
 class ClosingStdioTransport extends StdioServerTransport {
   constructor(private readonly onClosed: () => void) {
     super(process.stdin, process.stdout, { maxBufferSize: LIMITS.requestLineBytes.max });
+    let inner: ((message: JSONRPCMessage) => void) | undefined;
+    Object.defineProperty(this, "onmessage", {
+      configurable: true,
+      get: () => (inner ? (m: JSONRPCMessage) => this.screen(m, inner!) : undefined),
+      set: (fn: ((message: JSONRPCMessage) => void) | undefined) => (inner = fn),
+    });
+  }
+
+  private screen(message: JSONRPCMessage, deliver: (message: JSONRPCMessage) => void): void {
+    const requested = unsupportedClaim(message);
+    if (requested === undefined || !("id" in message)) return deliver(message);
+    void this.send({
+      jsonrpc: "2.0",
+      id: message.id,
+      error: {
+        code: ProtocolErrorCode.UnsupportedProtocolVersion,
+        message: `Unsupported protocol version: ${requested}`,
+        data: { supported: MODERN_REVISIONS, requested },
+      },
+    });
   }
 
   override async close(): Promise<void> {

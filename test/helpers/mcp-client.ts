@@ -45,10 +45,10 @@ export interface McpHarness {
   close(): Promise<void>;
 }
 
-/** How the suites spawn the built stdio server. */
-export function serverParams(env: Record<string, string>) {
+/** How the suites spawn the built stdio server: on this test's own Node unless one is named. */
+export function serverParams(env: Record<string, string>, node = process.execPath) {
   return {
-    command: process.execPath,
+    command: node,
     args: [MCP_BIN],
     // Network "none" unless a test builds its own topology: the suites never touch real links.
     env: {
@@ -65,8 +65,11 @@ export function serverParams(env: Record<string, string>) {
  * Starts the built stdio server as a 2025-11-25 client does (Claude Desktop, Claude Code, Cursor
  * as they are today), with the v1 SDK's own Client.
  */
-export async function startServer(env: Record<string, string> = {}): Promise<McpHarness> {
-  const transport = new StdioClientTransport(serverParams(env));
+export async function startServer(
+  env: Record<string, string> = {},
+  node?: string,
+): Promise<McpHarness> {
+  const transport = new StdioClientTransport(serverParams(env, node));
   let stderr = "";
   transport.stderr?.on("data", (d: Buffer) => (stderr += d.toString()));
   const client = new Client({ name: "scratchrun-test", version: "1.0.0" });
@@ -113,8 +116,11 @@ export interface ModernHarness {
  * Starts the built stdio server as a 2026-07-28 client does: the v2 SDK's Client pinned to that
  * revision (server/discover, every request with its _meta envelope, no initialize).
  */
-export async function startModernServer(env: Record<string, string> = {}): Promise<ModernHarness> {
-  const transport = new ModernStdioTransport(serverParams(env));
+export async function startModernServer(
+  env: Record<string, string> = {},
+  node?: string,
+): Promise<ModernHarness> {
+  const transport = new ModernStdioTransport(serverParams(env, node));
   let stderr = "";
   transport.stderr?.on("data", (d: Buffer) => (stderr += d.toString()));
   const client = new ModernClient(
