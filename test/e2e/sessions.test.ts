@@ -348,15 +348,12 @@ for (const backend of TEST_BACKENDS) {
 
     test("a session ends at its total lifetime, even under a running call", async () => {
       const lifetimeMs = backend === "microvm" ? 10_000 : 3000;
-      const started = Date.now();
       const { session_id, expires_at } = await start({ runtime: "bash", lifetime_ms: lifetimeMs });
       assert.ok(Date.parse(expires_at) <= Date.now() + lifetimeMs, expires_at);
-      const r = await run({ runtime: "bash", session_id, code: "sleep 120", timeout_ms: 120_000 });
+      const called = Date.now();
+      const r = await run({ runtime: "bash", session_id, code: "sleep 60", timeout_ms: 30_000 });
       assert.equal(r.exit_reason, "cancelled", JSON.stringify(r));
-      assert.ok(
-        Date.now() - started < lifetimeMs + 30_000,
-        "ended by its lifetime, not the call's",
-      );
+      assert.ok(Date.now() - called < 25_000, "ended by the session's lifetime, not the call's");
       assert.match(
         await refusal({ runtime: "bash", session_id, code: "true" }),
         /^SESSION_NOT_FOUND/,
@@ -372,7 +369,11 @@ for (const backend of TEST_BACKENDS) {
         textOf(over),
         /^BUSY: your sessions hold 256 MB of the 640 MB they may hold together; this session's 512 MB does not fit/,
       );
-      assert.deepEqual(snapshot().cgroups, cgroups, "refused before any sandbox started");
+      assert.deepEqual(
+        snapshot().cgroups.filter((c) => !cgroups.includes(c)),
+        [],
+        "refused before any sandbox started",
+      );
       await end(a.session_id);
       const b = await start({ runtime: "bash", memory_mb: 512 });
       await end(b.session_id);
@@ -439,7 +440,11 @@ for (const backend of TEST_BACKENDS) {
       const more = await startIn(mcp, { runtime: "bash", memory_mb: 64 });
       assert.equal(more.isError, true);
       assert.match(textOf(more), /^BUSY: the server's sessions hold 256 MB of the 300 MB/);
-      assert.deepEqual(snapshot().cgroups, cgroups, "refused before any sandbox started");
+      assert.deepEqual(
+        snapshot().cgroups.filter((c) => !cgroups.includes(c)),
+        [],
+        "refused before any sandbox started",
+      );
     });
 
     test("SIGTERM ends the server's sessions and leaves nothing behind", async () => {
