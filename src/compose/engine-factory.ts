@@ -308,7 +308,7 @@ async function engineOn(
 
 /**
  * The server's session limits (SCRATCHRUN_SESSIONS_MAX, SCRATCHRUN_SESSIONS_PER_KEY, and the
- * memory they may hold: SCRATCHRUN_SESSIONS_MEMORY_MB, SCRATCHRUN_SESSIONS_MEMORY_MB_PER_KEY).
+ * memory they may hold: SCRATCHRUN_SESSIONS_MEMORY_MB, SCRATCHRUN_SESSIONS_PER_KEY_MEMORY_MB).
  */
 export function sessionLimitsFromEnv(env: NodeJS.ProcessEnv): SessionLimits {
   const count = (
@@ -316,7 +316,7 @@ export function sessionLimitsFromEnv(env: NodeJS.ProcessEnv): SessionLimits {
       | "SCRATCHRUN_SESSIONS_MAX"
       | "SCRATCHRUN_SESSIONS_PER_KEY"
       | "SCRATCHRUN_SESSIONS_MEMORY_MB"
-      | "SCRATCHRUN_SESSIONS_MEMORY_MB_PER_KEY",
+      | "SCRATCHRUN_SESSIONS_PER_KEY_MEMORY_MB",
     fallback: number,
   ) => {
     const raw = setting(name, env);
@@ -334,7 +334,7 @@ export function sessionLimitsFromEnv(env: NodeJS.ProcessEnv): SessionLimits {
     perCaller: count("SCRATCHRUN_SESSIONS_PER_KEY", LIMITS.session.perCaller),
     memoryMbPerServer: count("SCRATCHRUN_SESSIONS_MEMORY_MB", LIMITS.session.memoryMbPerServer),
     memoryMbPerCaller: count(
-      "SCRATCHRUN_SESSIONS_MEMORY_MB_PER_KEY",
+      "SCRATCHRUN_SESSIONS_PER_KEY_MEMORY_MB",
       LIMITS.session.memoryMbPerCaller,
     ),
   };

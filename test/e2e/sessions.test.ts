@@ -43,7 +43,7 @@ for (const backend of TEST_BACKENDS) {
       mcp = await startServer({
         SCRATCHRUN_ISOLATION: backend,
         SCRATCHRUN_POOL_SIZE: "0",
-        SCRATCHRUN_SESSIONS_MEMORY_MB_PER_KEY: "640",
+        SCRATCHRUN_SESSIONS_PER_KEY_MEMORY_MB: "640",
       });
     });
     after(async () => {
@@ -360,7 +360,7 @@ for (const backend of TEST_BACKENDS) {
       );
     });
 
-    test("a caller's sessions hold at most SCRATCHRUN_SESSIONS_MEMORY_MB_PER_KEY together", async () => {
+    test("a caller's sessions hold at most SCRATCHRUN_SESSIONS_PER_KEY_MEMORY_MB together", async () => {
       const a = await start({ runtime: "bash", memory_mb: 256 });
       const cgroups = snapshot().cgroups;
       const over = await tool("scratchrun_session_start", { runtime: "bash", memory_mb: 512 });

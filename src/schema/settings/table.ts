@@ -236,7 +236,7 @@ export const SETTINGS = {
     readers: ["server"],
     doc: "memory the server's sessions may hold together (the sum of their `memory_mb`, held from start to end); a session that would pass it is refused before its sandbox starts",
   },
-  SCRATCHRUN_SESSIONS_MEMORY_MB_PER_KEY: {
+  SCRATCHRUN_SESSIONS_PER_KEY_MEMORY_MB: {
     kind: "number",
     unit: "MB",
     fallback: String(LIMITS.session.memoryMbPerCaller),
