@@ -268,15 +268,19 @@ test(
         procsFiles: cg.procsFiles,
         killAfterMs: 60_000,
       });
-      for (let i = 0; i < 400 && (await cpuTicks(cg)) === 0; i++) await sleep(25);
-      return run;
+      // Spinning once its CPU time grows past what starting the jail took.
+      const startup = await cpuTicks(cg);
+      for (let i = 0; i < 400 && (await cpuTicks(cg)) <= startup + 2; i++) await sleep(25);
+      assert.ok((await cpuTicks(cg)) > startup + 2, "the spinner runs");
+      // Wrapped: an async function returning the promise itself would wait for the jail's end.
+      return { done: run };
     };
     const plain = await createCgroup(h(), uniqueName("plain"), PROVEN);
     assert.equal(await plain.freeze(), h().version === 2, "v1: only a freezable cgroup freezes");
     await plain.destroy();
 
     const cg = await createCgroup(h(), uniqueName("frozen"), PROVEN, { freezable: true });
-    const run = await spin(cg);
+    const { done: run } = await spin(cg);
     try {
       assert.equal(await cg.freeze(), true);
       const frozenAt = await cpuTicks(cg);
@@ -297,7 +301,7 @@ test(
 
     // A frozen sandbox a dead server left (kill -9) is reaped all the same.
     const left = await createCgroup(h(), uniqueName("leftfrozen"), PROVEN, { freezable: true });
-    const leftRun = await spin(left);
+    const { done: leftRun } = await spin(left);
     assert.equal(await left.freeze(), true);
     assert.deepEqual(await reapOrphans(h()), [left.name]);
     await leftRun;
