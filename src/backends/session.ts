@@ -24,6 +24,13 @@ export interface SessionParts {
   counters(): Promise<{ oomKills: number; network?: NetworkReport | undefined }>;
   /** Settles when the sandbox stopped by itself (its agent or VM exited). */
   exited: Promise<void>;
+  /**
+   * Stops the sandbox between calls (a frozen cgroup; a stopped VM): nothing in it runs until
+   * resume(). The backend pauses it once before handing it over; a failure leaves it running.
+   */
+  pause(): Promise<void>;
+  /** Lets it run again, before a call. A failure ends the session (the call cannot run). */
+  resume(): Promise<void>;
   kill(): Promise<void>;
   destroy(): Promise<void>;
 }
@@ -52,6 +59,14 @@ export function sessionSandbox(
       if (running) throw new Error("a session runs one call at a time");
       running = true;
       try {
+        try {
+          await parts.resume();
+        } catch (cause) {
+          await close();
+          throw new Error(`the session's sandbox could not be resumed: ${String(cause)}`, {
+            cause,
+          });
+        }
         const agent = await runAgentSession(
           { input: parts.input, output: parts.output },
           {
@@ -83,6 +98,8 @@ export function sessionSandbox(
           ...(network ? { network } : {}),
         };
       } finally {
+        // Paused before the result leaves: nothing the call started runs until the next call.
+        if (!broken) await parts.pause().catch(() => {});
         running = false;
       }
     },

@@ -35,6 +35,10 @@ async function startLocal(
 ): Promise<Started> {
   const { createEngineFromEnv, withEgressAllow, withIsolation } =
     await import("../compose/engine-factory.js");
+  // What a server killed outright (kill -9) left running: a session's frozen jail, which its
+  // bwrap's --die-with-parent could not take (a frozen process acts on no signal until thawed).
+  const { reapOrphanSandboxes } = await import("../jail/reap.js");
+  await reapOrphanSandboxes();
   const { withImageConfig } = await import("../images/config-load.js");
   const env = withEgressAllow(
     withServerLimits(withImageConfig(withIsolation(process.env, isolation), imageConfig), limits),

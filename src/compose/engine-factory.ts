@@ -1,6 +1,7 @@
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { createMicrovmBackend } from "../backends/microvm/backend.js";
+import { reapOrphanVmDirs } from "../backends/microvm/reap-dirs.js";
 import {
   ensureRootDisk,
   NotBuiltError,
@@ -247,8 +248,10 @@ async function engineOn(
   { policy, ceiling }: { policy: CallPolicy; ceiling: Ceiling },
 ): Promise<Engine> {
   const vmImages = choice === "microvm" && prepare === "existing" ? builtVmImages(rootfsDir) : {};
-  // What dead servers left: empty sandbox cgroups (their processes died with them).
+  // What dead servers left: empty sandbox cgroups (their processes died with them) and their VMs'
+  // private directories.
   await reapStaleEmptyCgroups(detectCgroups());
+  reapOrphanVmDirs();
   // Both backends: public egress when the host can give it (a veth per sandbox for the
   // namespace backend, a tap per VM for the microVM backend), else every call runs with "none".
   const network = await networkFromEnv(env);
@@ -303,10 +306,17 @@ async function engineOn(
   });
 }
 
-/** The server's session limits (SCRATCHRUN_SESSIONS_MAX, SCRATCHRUN_SESSIONS_PER_KEY). */
+/**
+ * The server's session limits (SCRATCHRUN_SESSIONS_MAX, SCRATCHRUN_SESSIONS_PER_KEY, and the
+ * memory they may hold: SCRATCHRUN_SESSIONS_MEMORY_MB, SCRATCHRUN_SESSIONS_PER_KEY_MEMORY_MB).
+ */
 export function sessionLimitsFromEnv(env: NodeJS.ProcessEnv): SessionLimits {
   const count = (
-    name: "SCRATCHRUN_SESSIONS_MAX" | "SCRATCHRUN_SESSIONS_PER_KEY",
+    name:
+      | "SCRATCHRUN_SESSIONS_MAX"
+      | "SCRATCHRUN_SESSIONS_PER_KEY"
+      | "SCRATCHRUN_SESSIONS_MEMORY_MB"
+      | "SCRATCHRUN_SESSIONS_PER_KEY_MEMORY_MB",
     fallback: number,
   ) => {
     const raw = setting(name, env);
@@ -322,5 +332,10 @@ export function sessionLimitsFromEnv(env: NodeJS.ProcessEnv): SessionLimits {
   return {
     perServer: count("SCRATCHRUN_SESSIONS_MAX", LIMITS.session.perServer),
     perCaller: count("SCRATCHRUN_SESSIONS_PER_KEY", LIMITS.session.perCaller),
+    memoryMbPerServer: count("SCRATCHRUN_SESSIONS_MEMORY_MB", LIMITS.session.memoryMbPerServer),
+    memoryMbPerCaller: count(
+      "SCRATCHRUN_SESSIONS_PER_KEY_MEMORY_MB",
+      LIMITS.session.memoryMbPerCaller,
+    ),
   };
 }

@@ -126,6 +126,8 @@ export class Engine {
       options.sessions ?? {
         perServer: LIMITS.session.perServer,
         perCaller: LIMITS.session.perCaller,
+        memoryMbPerServer: LIMITS.session.memoryMbPerServer,
+        memoryMbPerCaller: LIMITS.session.memoryMbPerCaller,
       },
       options.seedFiles ?? {},
     );

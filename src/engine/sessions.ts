@@ -27,6 +27,10 @@ export interface SessionLimits {
   perServer: number;
   /** Sessions one caller keeps at once. */
   perCaller: number;
+  /** Memory (the sum of `memory_mb`) the server's sessions hold at once, starting ones included. */
+  memoryMbPerServer: number;
+  /** Memory one caller's sessions hold at once. */
+  memoryMbPerCaller: number;
 }
 
 /**
@@ -66,6 +70,8 @@ export class Sessions {
   private readonly byId = new Map<string, Session>();
   /** Sessions being started (counted against the limits while their sandbox boots). */
   private starting = 0;
+  /** Memory of the sessions being started, per caller (counted as `starting` is). */
+  private readonly startingMb = new Map<string, number>();
   private closed = false;
   private readonly endListeners = new Set<SessionEndListener>();
 
@@ -116,7 +122,9 @@ export class Sessions {
         `the server keeps ${this.limits.perServer} sessions at once and has no room for another`,
         { fix: "Retry later, or run the call without a session" },
       );
+    this.checkMemory(owner, req.memory_mb);
     this.starting++;
+    this.startingMb.set(owner, (this.startingMb.get(owner) ?? 0) + req.memory_mb);
     let sandbox: SessionSandbox;
     try {
       sandbox = await this.backend.openSession(
@@ -134,6 +142,9 @@ export class Sessions {
       );
     } finally {
       this.starting--;
+      const left = (this.startingMb.get(owner) ?? 0) - req.memory_mb;
+      if (left > 0) this.startingMb.set(owner, left);
+      else this.startingMb.delete(owner);
     }
     if (this.closed) {
       await sandbox.close();
@@ -158,6 +169,43 @@ export class Sessions {
     };
     this.byId.set(id, session);
     return this.info(session);
+  }
+
+  /**
+   * Refuses a session whose memory would take the caller's or the server's sessions past what they
+   * may hold together (before any sandbox starts): INVALID_INPUT when it alone is more than that,
+   * BUSY when the sessions already open (or starting) leave no room for it.
+   */
+  private checkMemory(owner: string, memoryMb: number): void {
+    const held = (mine: boolean) => {
+      let mb = 0;
+      for (const s of this.byId.values()) if (!mine || s.owner === owner) mb += s.memoryMb;
+      for (const [who, starting] of this.startingMb) if (!mine || who === owner) mb += starting;
+      return mb;
+    };
+    const limits = [
+      { max: this.limits.memoryMbPerCaller, held: held(true), whose: "your sessions" },
+      { max: this.limits.memoryMbPerServer, held: held(false), whose: "the server's sessions" },
+    ];
+    for (const { max, held, whose } of limits) {
+      if (memoryMb > max)
+        throw new ScratchRunError(
+          "INVALID_INPUT",
+          `memory_mb: ${memoryMb} MB is more than the ${max} MB ${whose} may hold together`,
+          { fix: `Start the session with memory_mb of at most ${max}` },
+        );
+      if (held + memoryMb > max)
+        throw new ScratchRunError(
+          "BUSY",
+          `${whose} hold ${held} MB of the ${max} MB they may hold together; this session's ${memoryMb} MB does not fit`,
+          {
+            fix:
+              whose === "your sessions"
+                ? "End one with scratchrun_session_end, or start this one with a smaller memory_mb"
+                : "Retry later, start this one with a smaller memory_mb, or run the call without a session",
+          },
+        );
+    }
   }
 
   /** The caller's session, or SESSION_NOT_FOUND for every other id (unknown, ended, foreign). */

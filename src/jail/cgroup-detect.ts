@@ -15,6 +15,8 @@ export interface CgroupHost {
     readonly memory: string;
     readonly pids: string;
     readonly cpu?: string;
+    /** v1 only: the freezer hierarchy (v2 freezes with each cgroup's own `cgroup.freeze`). */
+    readonly freezer?: string;
   };
   /** Directory name, in every hierarchy, that holds all sandbox cgroups ("scratchrun"). */
   readonly parentName: string;
@@ -109,11 +111,12 @@ export function detectCgroups(options: DetectOptions = {}): CgroupHost {
     };
   }
 
-  const v1 = (c: CgroupController) =>
+  const v1 = (c: CgroupController | "freezer") =>
     mounts.find((m) => m.version === 1 && m.controllers.includes(c))?.mountPoint;
   const memory = v1("memory");
   const pids = v1("pids");
   const cpu = v1("cpu");
+  const freezer = v1("freezer");
   const missing = [memory ? null : "memory", pids ? null : "pids"].filter(Boolean);
   if (!memory || !pids) {
     throw new ScratchRunError(
@@ -136,9 +139,13 @@ export function detectCgroups(options: DetectOptions = {}): CgroupHost {
     );
   }
   if (!cpu) warnings.push("cgroup v1 cpu controller not mounted: CPU quota is not enforced");
+  if (!freezer)
+    warnings.push(
+      "cgroup v1 freezer not mounted: a namespace session's processes are not frozen between its calls",
+    );
   return {
     version: 1,
-    hierarchies: { memory, pids, ...(cpu ? { cpu } : {}) },
+    hierarchies: { memory, pids, ...(cpu ? { cpu } : {}), ...(freezer ? { freezer } : {}) },
     parentName,
     canLimitSwap,
     warnings,

@@ -1,8 +1,8 @@
 /**
  * One cgroup per sandbox, over cgroup v1 or v2 behind the same small interface.
  *
- * Layout: <hierarchy>/<parentName>/<sandbox id> in every hierarchy we use (v1: memory, pids, cpu;
- * v2: one directory). The jailed wrapper writes its own pid into every `procsFiles` entry before
+ * Layout: <hierarchy>/<parentName>/<sandbox id> in every hierarchy we use (v1: memory, pids, cpu,
+ * and freezer for a cgroup made freezable; v2: one directory). The jailed wrapper writes its own pid into every `procsFiles` entry before
  * it execs, so nothing the sandbox starts ever runs outside its limits.
  */
 import { mkdir, readFile, readdir, rmdir, writeFile } from "node:fs/promises";
@@ -49,8 +49,24 @@ export interface Cgroup {
   destroy(): Promise<void>;
   /** Sets the CPU weight (cgroup-plan's CPU_WEIGHT); a host without the cpu controller: no-op. */
   setCpuWeight(weight: number): Promise<void>;
+  /**
+   * Stops every process inside (the cgroup freezer: v1 `freezer.state`, v2 `cgroup.freeze`) and
+   * waits until the kernel says all are frozen (bounded). False when this cgroup cannot be frozen
+   * (not made freezable, no freezer on the host) or did not freeze in time.
+   */
+  freeze(): Promise<boolean>;
+  /** Lets the processes run again; a cgroup that is not frozen: no-op. killAll thaws first. */
+  thaw(): Promise<void>;
 }
 
+/** createCgroup's options beyond the limits. */
+export interface CgroupOptions {
+  /** Also join the v1 freezer hierarchy, so freeze() can stop it (v2: every cgroup can). */
+  freezable?: boolean;
+}
+
+/** How long freeze() waits for the kernel to report the cgroup frozen. */
+const FREEZE_BOUND_MS = 5_000;
 /** How long killAll keeps trying before it reports processes it could not kill. */
 const KILL_BOUND_MS = 10_000;
 /** killAll re-checks after 1 ms, then backs off to this: SIGKILLed processes exit in about 1 ms. */
@@ -81,7 +97,13 @@ function controllerDirs(host: CgroupHost): Map<CgroupController, string> {
   return m;
 }
 
-const uniqueMounts = (host: CgroupHost) => [...new Set(controllerDirs(host).values())];
+/** Every hierarchy a sandbox cgroup may have a directory in (the v1 freezer too). */
+const uniqueMounts = (host: CgroupHost) => [
+  ...new Set([
+    ...controllerDirs(host).values(),
+    ...(host.hierarchies.freezer ? [host.hierarchies.freezer] : []),
+  ]),
+];
 const parentDirs = (host: CgroupHost) => uniqueMounts(host).map((m) => join(m, host.parentName));
 
 const preparedParents = new WeakSet<CgroupHost>();
@@ -143,20 +165,60 @@ async function readPids(dirs: readonly string[]): Promise<number[]> {
   return [...all].sort((a, b) => a - b);
 }
 
-function openCgroup(host: CgroupHost, name: string): Cgroup {
+function openCgroup(host: CgroupHost, name: string, freezable: boolean): Cgroup {
   assertCgroupName(name, "name");
   const byController = new Map<CgroupController, string>();
   for (const [c, mount] of controllerDirs(host))
     byController.set(c, join(mount, host.parentName, name));
-  const dirs = [...new Set(byController.values())];
   const memoryDir = join(host.hierarchies.memory, host.parentName, name);
   const pidsDir = join(host.hierarchies.pids, host.parentName, name);
+  // v1: a directory in the freezer hierarchy, for a cgroup made freezable; v2: the cgroup itself.
+  const freezerDir =
+    host.version === 2
+      ? memoryDir
+      : freezable && host.hierarchies.freezer
+        ? join(host.hierarchies.freezer, host.parentName, name)
+        : null;
+  const dirs = [
+    ...new Set([
+      ...byController.values(),
+      ...(host.version === 1 && freezerDir ? [freezerDir] : []),
+    ]),
+  ];
+
+  const freeze = async (): Promise<boolean> => {
+    if (freezerDir === null) return false;
+    const [file, value] = host.version === 2 ? ["cgroup.freeze", "1"] : ["freezer.state", "FROZEN"];
+    try {
+      await writeCgroupFile(join(freezerDir, file), value);
+    } catch {
+      return false; // a v2 kernel before 5.2 has no cgroup.freeze
+    }
+    const deadline = Date.now() + FREEZE_BOUND_MS;
+    for (let poll = 1; ; poll = Math.min(KILL_POLL_MS, poll * 2)) {
+      if (await isFrozen(host, freezerDir)) return true;
+      if (Date.now() > deadline) return false;
+      // v1 stays FREEZING while a task cannot be stopped yet; writing FROZEN again retries it.
+      if (host.version === 1) await writeCgroupFile(join(freezerDir, file), value).catch(() => {});
+      await sleep(poll);
+    }
+  };
+
+  const thaw = async (): Promise<void> => {
+    if (freezerDir === null) return;
+    const [file, value] = host.version === 2 ? ["cgroup.freeze", "0"] : ["freezer.state", "THAWED"];
+    await writeCgroupFile(join(freezerDir, file), value).catch((e: unknown) => {
+      if (!isErrno(e, "ENOENT")) throw e;
+    });
+  };
 
   const killAll = async (): Promise<void> => {
     // No new processes from here on: a fork bomb cannot outrun the kill loop.
     for (const dir of await treeDeepestFirst(pidsDir)) {
       await writeCgroupFile(join(dir, "pids.max"), "0").catch(() => {});
     }
+    // A frozen v1 task does not act on SIGKILL until it is thawed (v2's does): thaw first.
+    await thaw().catch(() => {});
     if (host.version === 2) {
       await writeCgroupFile(join(memoryDir, "cgroup.kill"), "1").catch(() => {});
     }
@@ -249,7 +311,17 @@ function openCgroup(host: CgroupHost, name: string): Cgroup {
     killAll,
     destroy,
     setCpuWeight,
+    freeze,
+    thaw,
   };
+}
+
+/** Whether the kernel reports a cgroup's every task frozen (v1 freezer.state, v2 cgroup.events). */
+async function isFrozen(host: CgroupHost, dir: string): Promise<boolean> {
+  if (host.version === 1)
+    return (await readOptional(join(dir, "freezer.state")))?.trim() === "FROZEN";
+  const events = parseFlatKeyed((await readOptional(join(dir, "cgroup.events"))) ?? "");
+  return events.get("frozen") === 1;
 }
 
 /**
@@ -260,11 +332,12 @@ export async function createCgroup(
   host: CgroupHost,
   name: string,
   limits: CgroupLimits,
+  options: CgroupOptions = {},
 ): Promise<Cgroup> {
   assertCgroupName(name, "name");
   const plan = planCgroupFiles(host.version, limits, { canLimitSwap: host.canLimitSwap });
   await prepareParents(host);
-  const cgroup = openCgroup(host, name);
+  const cgroup = openCgroup(host, name, options.freezable ?? false);
   const made: string[] = [];
   try {
     for (const dir of cgroup.dirs) {
@@ -315,7 +388,7 @@ export async function listOrphanCgroups(host: CgroupHost): Promise<string[]> {
 export async function reapOrphans(host: CgroupHost): Promise<string[]> {
   // A name we would never create (a foreign directory) is left alone rather than guessed at.
   const names = (await listOrphanCgroups(host)).filter((n) => isValidCgroupName(n));
-  for (const name of names) await openCgroup(host, name).destroy();
+  for (const name of names) await openCgroup(host, name, true).destroy();
   return names;
 }
 

@@ -7,7 +7,7 @@
  * when this server recorded them as its own. Sandboxes of other live ScratchRun processes on the
  * host are left alone, unlike `reapOrphans` in jail/cgroup.ts, which takes every cgroup.
  */
-import { readFileSync, readdirSync, readlinkSync, rmdirSync } from "node:fs";
+import { readFileSync, readdirSync, readlinkSync, rmdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { detectCgroups, listScratchrunCgroups, type CgroupHost } from "./cgroup.js";
@@ -104,7 +104,28 @@ function kill(pid: number): void {
   }
 }
 
+/**
+ * Lets a frozen sandbox (a session's between calls) run again so SIGKILL takes it: a frozen v1
+ * task does not act on it until thawed. With pids.max at 0 first, nothing it runs meanwhile forks.
+ */
+function thaw(dirs: string[]): void {
+  const write = (file: string, value: string) => {
+    try {
+      writeFileSync(file, value, { flag: "r+" });
+    } catch {
+      // not this hierarchy's file, or already gone
+    }
+  };
+  for (const dir of dirs) for (const sub of walk(dir)) write(join(sub, "pids.max"), "0");
+  for (const dir of dirs)
+    for (const sub of walk(dir)) {
+      write(join(sub, "freezer.state"), "THAWED");
+      write(join(sub, "cgroup.freeze"), "0");
+    }
+}
+
 async function destroyGroup(dirs: string[]): Promise<void> {
+  thaw(dirs);
   const deadline = Date.now() + 10_000;
   for (;;) {
     const pids = cgroupPids(dirs);

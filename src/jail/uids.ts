@@ -21,6 +21,20 @@ function pidAlive(pid: number): boolean {
   }
 }
 
+/**
+ * Whether a live server holds `uid` (its lock file names a live pid): what a dead server's
+ * leftovers owned by that uid are told apart by.
+ */
+export function uidHeld(uid: number, lockDir = UID_LOCK_DIR): boolean {
+  let owner = NaN;
+  try {
+    owner = Number(readFileSync(join(lockDir, String(uid)), "utf8"));
+  } catch {
+    return false;
+  }
+  return Number.isInteger(owner) && owner > 0 && pidAlive(owner);
+}
+
 export class UidPool {
   private readonly held = new Set<number>();
   private next: number;

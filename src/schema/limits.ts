@@ -32,13 +32,16 @@ export const LIMITS = {
   pids: 128,
   /**
    * Sessions (docs/decisions/0013-sessions.md): how long one may sit between calls and live in
-   * all, and how many a server and one caller (an API key, or stdio's one client) keep at once.
+   * all, and how many a server and one caller (an API key, or stdio's one client) keep at once,
+   * and how much memory (their `memory_mb` together) they may hold, per server and per caller.
    */
   session: {
     idleTimeoutMs: { default: 10 * 60_000, min: 1000, max: 60 * 60_000 },
     lifetimeMs: { default: 60 * 60_000, min: 1000, max: 24 * 60 * 60_000 },
     perServer: 8,
     perCaller: 3,
+    memoryMbPerServer: 4096,
+    memoryMbPerCaller: 1024,
   },
 } as const;
 

@@ -1,16 +1,21 @@
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { CallToolResultSchema, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { TEST_BACKENDS } from "../helpers/backends.js";
 import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
 import { startServer, textOf, type McpHarness } from "../helpers/mcp-client.js";
+import { running } from "../helpers/procs.js";
 
 /**
  * Sessions through a real MCP client over stdio, on each backend (SESSION-* in
  * docs/SPECIFICATION.md): state kept across calls (variables, imports, files, figures), a crashed
  * interpreter replaced in the same files, isolation from fresh calls and other sessions, bad
- * input refused before anything runs, the idle lifetime, ending a session under a running call,
- * and nothing left on the host once sessions end.
+ * input refused before anything runs, the idle and total lifetimes, ending a session under a
+ * running call, a session paused between its calls, the memory a caller's and the server's
+ * sessions may hold, the server's SIGTERM and kill -9, and nothing left on the host once sessions
+ * end.
  */
 interface Info {
   session_id: string;
@@ -35,7 +40,11 @@ for (const backend of TEST_BACKENDS) {
     let base: HostSnapshot;
     before(async () => {
       base = snapshot();
-      mcp = await startServer({ SCRATCHRUN_ISOLATION: backend, SCRATCHRUN_POOL_SIZE: "0" });
+      mcp = await startServer({
+        SCRATCHRUN_ISOLATION: backend,
+        SCRATCHRUN_POOL_SIZE: "0",
+        SCRATCHRUN_SESSIONS_PER_KEY_MEMORY_MB: "640",
+      });
     });
     after(async () => {
       await mcp?.close();
@@ -296,5 +305,222 @@ for (const backend of TEST_BACKENDS) {
       );
       await assertNoLeaks(base, 10_000, { whileServing: true });
     });
+
+    test("between calls the session is paused: what a cell left running does not run", async (t) => {
+      const before = snapshot();
+      const { session_id } = await start({ runtime: "python3.12" });
+      const sandbox = sessionOnHost(before);
+      assert.equal(await sandbox.paused(), true, "paused from its start until its first call");
+      // A thread the cell leaves running counts every 10 ms; the cell measures its rate.
+      const first = await run({
+        runtime: "python3.12",
+        session_id,
+        code: TICKER,
+      });
+      const counted = Number(first.stdout);
+      assert.ok(counted > 5, `the ticker ran during the call (${first.stdout}${first.stderr})`);
+      assert.equal(await sandbox.paused(), true, "paused once the call is answered");
+      const waitMs = backend === "microvm" ? 4000 : 2000;
+      const cpu = sandbox.cpuTicks();
+      await sleep(waitMs);
+      assert.equal(await sandbox.paused(), true);
+      if (cpu !== null) {
+        const used = sandbox.cpuTicks()! - cpu;
+        assert.ok(used <= waitMs / 200, `QEMU used ${used} CPU ticks while the VM was paused`);
+      }
+      const second = await run({
+        runtime: "python3.12",
+        session_id,
+        code: "import time\nprint(ticks, time.time())",
+      });
+      const [ticks, clock] = second.stdout.trim().split(" ").map(Number);
+      t.diagnostic(`the sandbox's clock is ${Date.now() / 1000 - clock!} s behind the host's`);
+      const between = ticks! - counted;
+      // Running, the ticker would have counted about counted / 0.5 s * waitMs meanwhile.
+      const unpaused = (counted / 500) * waitMs;
+      assert.ok(
+        between < unpaused / 2,
+        `the ticker counted ${between} between calls; unpaused it would count about ${unpaused}`,
+      );
+      assert.equal(second.session?.interpreter, "kept");
+      await end(session_id);
+    });
+
+    test("a session ends at its total lifetime, even under a running call", async () => {
+      const lifetimeMs = backend === "microvm" ? 10_000 : 3000;
+      const { session_id, expires_at } = await start({ runtime: "bash", lifetime_ms: lifetimeMs });
+      assert.ok(Date.parse(expires_at) <= Date.now() + lifetimeMs, expires_at);
+      const called = Date.now();
+      const r = await run({ runtime: "bash", session_id, code: "sleep 60", timeout_ms: 30_000 });
+      assert.equal(r.exit_reason, "cancelled", JSON.stringify(r));
+      assert.ok(Date.now() - called < 25_000, "ended by the session's lifetime, not the call's");
+      assert.match(
+        await refusal({ runtime: "bash", session_id, code: "true" }),
+        /^SESSION_NOT_FOUND/,
+      );
+    });
+
+    test("a caller's sessions hold at most SCRATCHRUN_SESSIONS_PER_KEY_MEMORY_MB together", async () => {
+      const a = await start({ runtime: "bash", memory_mb: 256 });
+      const cgroups = snapshot().cgroups;
+      const over = await tool("scratchrun_session_start", { runtime: "bash", memory_mb: 512 });
+      assert.equal(over.isError, true, textOf(over));
+      assert.match(
+        textOf(over),
+        /^BUSY: your sessions hold 256 MB of the 640 MB they may hold together; this session's 512 MB does not fit/,
+      );
+      assert.deepEqual(
+        snapshot().cgroups.filter((c) => !cgroups.includes(c)),
+        [],
+        "refused before any sandbox started",
+      );
+      await end(a.session_id);
+      const b = await start({ runtime: "bash", memory_mb: 512 });
+      await end(b.session_id);
+    });
   });
+
+  describe(`sessions and the server's life [${backend}]`, () => {
+    let base: HostSnapshot;
+    let second: McpHarness | undefined;
+    before(() => {
+      base = snapshot();
+    });
+    after(async () => {
+      await second?.close();
+      await assertNoLeaks(base, 10_000);
+    });
+    const env = { SCRATCHRUN_ISOLATION: backend, SCRATCHRUN_POOL_SIZE: "0" };
+    const startIn = async (mcp: McpHarness, args: Record<string, unknown>) => {
+      const r = (await mcp.client.callTool(
+        { name: "scratchrun_session_start", arguments: args },
+        CallToolResultSchema,
+        { timeout: 120_000 },
+      )) as CallToolResult;
+      return r;
+    };
+    const open = async (mcp: McpHarness) => {
+      const r = await startIn(mcp, { runtime: "python3.12" });
+      assert.ok(!r.isError, textOf(r));
+      const { session_id } = r.structuredContent as unknown as Info;
+      const cell = await mcp.call({ runtime: "python3.12", session_id, code: "x = 1\nprint(x)" });
+      assert.ok(!cell.isError, textOf(cell));
+    };
+
+    test("kill -9 of the server, then a restart: its sessions' sandboxes are reaped", async () => {
+      const first = await startServer(env);
+      await open(first);
+      const pid = first.serverPid();
+      process.kill(pid, "SIGKILL");
+      await until(() => !running(pid));
+      await first.close().catch(() => {});
+      await sleep(1000);
+      const left = snapshot();
+      const leftovers = (Object.keys(left) as (keyof HostSnapshot)[]).filter((k) =>
+        left[k].some((x) => !base[k].includes(x)),
+      );
+      assert.ok(
+        leftovers.length > 0,
+        "the dead server left its session behind (else this proves nothing)",
+      );
+      second = await startServer({ ...env, SCRATCHRUN_SESSIONS_MEMORY_MB: "300" });
+      await assertNoLeaks(base, 10_000);
+    });
+
+    test("the server's sessions hold at most SCRATCHRUN_SESSIONS_MEMORY_MB together", async () => {
+      const mcp = second!;
+      const alone = await startIn(mcp, { runtime: "python3.12", memory_mb: 512 });
+      assert.equal(alone.isError, true);
+      assert.match(
+        textOf(alone),
+        /^INVALID_INPUT: memory_mb: 512 MB is more than the 300 MB the server's sessions may hold together/,
+      );
+      await open(mcp);
+      const cgroups = snapshot().cgroups;
+      const more = await startIn(mcp, { runtime: "bash", memory_mb: 64 });
+      assert.equal(more.isError, true);
+      assert.match(textOf(more), /^BUSY: the server's sessions hold 256 MB of the 300 MB/);
+      assert.deepEqual(
+        snapshot().cgroups.filter((c) => !cgroups.includes(c)),
+        [],
+        "refused before any sandbox started",
+      );
+    });
+
+    test("SIGTERM ends the server's sessions and leaves nothing behind", async () => {
+      const mcp = second!;
+      const pid = mcp.serverPid();
+      process.kill(pid, "SIGTERM");
+      await until(() => !running(pid));
+      await mcp.close().catch(() => {});
+      second = undefined;
+      await assertNoLeaks(base, 10_000);
+    });
+  });
+}
+
+/** A python cell: a thread counting every 10 ms, kept running; the cell prints its count after 0.5 s. */
+const TICKER = [
+  "import threading, time",
+  "ticks = 0",
+  "def tick():",
+  "    global ticks",
+  "    while True:",
+  "        ticks += 1",
+  "        time.sleep(0.01)",
+  "threading.Thread(target=tick, daemon=True).start()",
+  "time.sleep(0.5)",
+  "print(ticks)",
+].join("\n");
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function until(done: () => boolean, ms = 30_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!done()) {
+    if (Date.now() > deadline) assert.fail("timed out waiting");
+    await sleep(50);
+  }
+}
+
+/**
+ * The one session sandbox started since `before`, as the host sees it: whether it is paused (a
+ * namespace jail's cgroup frozen, from the freezer's own files; a VM's QEMU using no CPU is
+ * measured apart) and its QEMU's CPU time (null for a jail).
+ */
+function sessionOnHost(before: HostSnapshot): {
+  paused(): Promise<boolean>;
+  cpuTicks(): number | null;
+} {
+  const now = snapshot();
+  const qemu = now.qemuProcesses.filter((p) => !before.qemuProcesses.includes(p));
+  if (qemu.length > 0) {
+    assert.equal(qemu.length, 1, qemu.join("\n"));
+    const pid = qemu[0]!.split(" ")[0]!;
+    const cpuTicks = () => {
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      return Number(rest[11]) + Number(rest[12]); // utime + stime
+    };
+    // A paused VM is told by its CPU time alone: it does not grow over half a second.
+    return {
+      paused: async () => {
+        const a = cpuTicks();
+        await sleep(500);
+        return cpuTicks() - a <= 2;
+      },
+      cpuTicks,
+    };
+  }
+  const fresh = now.cgroups.filter((c) => !before.cgroups.includes(c));
+  const v1 = fresh.find((d) => d.startsWith("/sys/fs/cgroup/freezer/"));
+  const v2 = fresh.find((d) => d.startsWith("/sys/fs/cgroup/scratchrun/"));
+  assert.ok(v1 ?? v2, `the session's jail has a freezer cgroup: ${fresh.join(", ")}`);
+  return {
+    paused: async () =>
+      v1
+        ? readFileSync(join(v1, "freezer.state"), "utf8").trim() === "FROZEN"
+        : /^frozen 1$/m.test(readFileSync(join(v2!, "cgroup.events"), "utf8")),
+    cpuTicks: () => null,
+  };
 }

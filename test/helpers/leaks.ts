@@ -47,6 +47,7 @@ function cgroupDirs(): string[] {
     "/sys/fs/cgroup/memory/scratchrun",
     "/sys/fs/cgroup/pids/scratchrun",
     "/sys/fs/cgroup/cpu/scratchrun",
+    "/sys/fs/cgroup/freezer/scratchrun",
     "/sys/fs/cgroup/scratchrun",
   ]) {
     if (!existsSync(base)) continue;

@@ -42,6 +42,8 @@ export interface McpHarness {
   serverFds(): number;
   /** The server's child processes (a namespace server's jails: pooled and in use). */
   serverChildren(): number;
+  /** The server's own pid (to signal it as an operator would). */
+  serverPid(): number;
   close(): Promise<void>;
 }
 
@@ -93,6 +95,7 @@ export async function startServer(
     stderr: () => stderr,
     serverFds: () => readdirSync(`/proc/${transport.pid}/fd`).length,
     serverChildren: () => childrenOf(transport.pid ?? -1).length,
+    serverPid: () => transport.pid ?? -1,
     close: () => client.close(),
   };
 }

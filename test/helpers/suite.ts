@@ -58,6 +58,7 @@ export function serverForSuite(
     stderr: () => live().stderr(),
     serverFds: () => live().serverFds(),
     serverChildren: () => live().serverChildren(),
+    serverPid: () => live().serverPid(),
     close: () => live().close(),
     base: () => {
       if (!base) throw new Error("the suite has not started");

@@ -245,6 +245,72 @@ test(
 );
 
 test(
+  "freezer: a frozen cgroup's processes get no CPU; thawed they run; killAll and reapOrphans take a frozen one",
+  { skip },
+  async () => {
+    const marker = `freeze${randomBytes(6).toString("hex")}`;
+    const cpuTicks = async (cg: Cgroup) => {
+      let ticks = 0;
+      for (const pid of await cg.pids()) {
+        try {
+          const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+          const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+          ticks += Number(rest[11]) + Number(rest[12]);
+        } catch {
+          // exited
+        }
+      }
+      return ticks;
+    };
+    const spin = async (cg: Cgroup) => {
+      const run = runJailed({
+        argv: ["/bin/sh", "-c", `while :; do :; done # ${marker}`],
+        procsFiles: cg.procsFiles,
+        killAfterMs: 60_000,
+      });
+      // Spinning once its CPU time grows past what starting the jail took.
+      const startup = await cpuTicks(cg);
+      for (let i = 0; i < 400 && (await cpuTicks(cg)) <= startup + 2; i++) await sleep(25);
+      assert.ok((await cpuTicks(cg)) > startup + 2, "the spinner runs");
+      // Wrapped: an async function returning the promise itself would wait for the jail's end.
+      return { done: run };
+    };
+    const plain = await createCgroup(h(), uniqueName("plain"), PROVEN);
+    assert.equal(await plain.freeze(), h().version === 2, "v1: only a freezable cgroup freezes");
+    await plain.destroy();
+
+    const cg = await createCgroup(h(), uniqueName("frozen"), PROVEN, { freezable: true });
+    const { done: run } = await spin(cg);
+    try {
+      assert.equal(await cg.freeze(), true);
+      const frozenAt = await cpuTicks(cg);
+      await sleep(500);
+      assert.equal(await cpuTicks(cg), frozenAt, "no CPU while frozen");
+      await cg.thaw();
+      await sleep(500);
+      assert.ok((await cpuTicks(cg)) > frozenAt, "runs again once thawed");
+      assert.equal(await cg.freeze(), true);
+      // A frozen v1 task acts on no signal until thawed: killAll thaws it first.
+      await cg.killAll();
+      assert.deepEqual(await cg.pids(), []);
+    } finally {
+      await cg.destroy();
+      await run;
+    }
+    for (const dir of cg.dirs) assert.ok(!existsSync(dir), `${dir} removed`);
+
+    // A frozen sandbox a dead server left (kill -9) is reaped all the same.
+    const left = await createCgroup(h(), uniqueName("leftfrozen"), PROVEN, { freezable: true });
+    const { done: leftRun } = await spin(left);
+    assert.equal(await left.freeze(), true);
+    assert.deepEqual(await reapOrphans(h()), [left.name]);
+    await leftRun;
+    assert.deepEqual(await processesWith(marker), []);
+    await assertNoCgroupLeft();
+  },
+);
+
+test(
   "lifecycle: a taken name is refused; destroy and killAll are idempotent",
   { skip },
   async () => {

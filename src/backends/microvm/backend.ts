@@ -530,6 +530,9 @@ export class MicrovmBackend implements Backend {
       await vm.activate(this.bootTimeoutMs, networkModeOf(job.egress));
       const allow = egressAllowlist(job.egress);
       if (allow) await vm.useAllowlist(allow);
+      // Stopped from here until its first call, and between calls.
+      await vm.keepControl();
+      await vm.pause();
     } catch (cause) {
       await vm.destroy();
       throw new ScratchRunError(
@@ -551,6 +554,8 @@ export class MicrovmBackend implements Backend {
         // The guest counts its own OOM kills (the agent reports them per call).
         counters: async () => ({ oomKills: 0, network: await vm.networkReport() }),
         exited: vm.exited,
+        pause: () => vm.pause(),
+        resume: () => vm.resume(),
         kill: () => vm.kill(),
         destroy: () => vm.destroy(),
       },

@@ -33,6 +33,7 @@ import { renderSeccompFilter } from "../../jail/seccomp.js";
 import { spawnJailed } from "../../jail/spawn.js";
 import { activateCall, readByte } from "./vm-activate.js";
 import { restoreClone, saveTemplateState, warmUpClone } from "./vm-snapshot.js";
+import { VM_DIR_PREFIX } from "./reap-dirs.js";
 
 /** The namespace backend's seccomp policy, applied to the jailed QEMU too (bwrap --seccomp). */
 const QEMU_SECCOMP = renderSeccompFilter();
@@ -130,7 +131,7 @@ type Phase =
   | { name: "parked"; control: Control }
   | { name: "template"; control: Control & { qmp: Qmp } }
   | { name: "activating"; control: Control }
-  | { name: "serving"; channel: Socket; network: "public" | "none" }
+  | { name: "serving"; channel: Socket; network: "public" | "none"; qmp?: Qmp }
   | { name: "stopped" };
 
 export class MicroVm {
@@ -221,7 +222,7 @@ export class MicroVm {
     let vm: MicroVm | null = null;
     let net: VmNetwork | null = null;
     try {
-      dir = mkdtempSync(join(tmpdir(), "scratchrun-vm-"));
+      dir = mkdtempSync(join(tmpdir(), VM_DIR_PREFIX));
       chownSync(dir, uid, gid);
       chmodSync(dir, 0o700);
       const guestMb = opts.memoryMb + GUEST_KERNEL_MB;
@@ -411,6 +412,44 @@ export class MicroVm {
       this.phase = { name: "serving", channel: control.channel, network };
   }
 
+  /**
+   * A session's VM: connects QMP again once serving (activate() closed the start's), so the host
+   * can stop the guest between the session's calls (pause) and continue it before each (resume).
+   * The guest reaches nothing of it: QMP is QEMU's socket on the host side.
+   */
+  async keepControl(): Promise<void> {
+    if (this.phase.name !== "serving")
+      throw new Error(`cannot control a VM that is ${this.phase.name}`);
+    const qmp = await Qmp.open(join(this.dir, "qmp.sock"));
+    if (this.phase.name !== "serving") {
+      qmp.close();
+      throw new Error("the VM stopped meanwhile");
+    }
+    this.phase.qmp = qmp;
+  }
+
+  /** Stops the guest's vCPUs (QMP `stop`): it uses no CPU until resume(). */
+  async pause(): Promise<void> {
+    await this.sessionQmp().execute("stop");
+  }
+
+  /** Continues a paused guest (QMP `cont`). */
+  async resume(): Promise<void> {
+    await this.sessionQmp().execute("cont");
+  }
+
+  /** QMP's run state of a session's VM ("paused", "running", ...), for tests and diagnostics. */
+  async runState(): Promise<string> {
+    const r = (await this.sessionQmp().execute("query-status")) as { status?: unknown };
+    return String(r?.status);
+  }
+
+  private sessionQmp(): Qmp {
+    if (this.phase.name !== "serving" || !this.phase.qmp)
+      throw new Error(`no session control: VM is ${this.phase.name}`);
+    return this.phase.qmp;
+  }
+
   /** Raises a VM started at the background CPU weight to a call's (the pool, on take). */
   promote(): Promise<void> {
     return this.cgroup.setCpuWeight(CPU_WEIGHT.call);
@@ -509,7 +548,7 @@ function closeSockets(phase: Phase): void {
     phase.name === "starting"
       ? phase.open
       : phase.name === "serving"
-        ? { channel: phase.channel }
+        ? { channel: phase.channel, qmp: phase.qmp ?? null }
         : phase.name === "stopped"
           ? {}
           : phase.control;

@@ -6,6 +6,7 @@ import {
   detectCgroups,
   type Cgroup,
   type CgroupHost,
+  type CgroupOptions,
   type CpuPriority,
 } from "../../jail/cgroup.js";
 import { renderSeccompFilter } from "../../jail/seccomp.js";
@@ -247,7 +248,8 @@ export class NamespaceBackend implements Backend {
 
   /**
    * A session's jail: cold, at the call CPU weight, its agent without a pre-started interpreter
-   * (the session's kernel is started by its first call).
+   * (the session's kernel is started by its first call), in a freezable cgroup: frozen from here
+   * until its first call and between calls, thawed for each call.
    */
   async openSession(job: SessionJob, signal: AbortSignal): Promise<SessionSandbox> {
     if (this.closing.signal.aborted) throw new Error("backend is closed");
@@ -257,6 +259,7 @@ export class NamespaceBackend implements Backend {
       egressAllowlist(job.egress),
       [],
       "call",
+      { freezable: true },
     );
     try {
       const ready = await waitForReady(
@@ -282,11 +285,16 @@ export class NamespaceBackend implements Backend {
           network: jail.net ? await jail.net.report() : undefined,
         }),
         exited: jail.exited,
+        pause: async () => {
+          await jail.cgroup.freeze();
+        },
+        resume: () => jail.cgroup.thaw(),
         kill: () => jail.kill(),
         destroy: () => jail.destroy(),
       },
       { isolation: this.isolation, teardowns: this.teardowns },
     );
+    await jail.cgroup.freeze();
     this.sessions.add(session);
     void jail.exited.then(() => this.sessions.delete(session));
     return session;
@@ -333,6 +341,7 @@ export class NamespaceBackend implements Backend {
     allowlist: DomainAllowlist | null,
     agentArgs: string[],
     priority: CpuPriority,
+    cgroupOptions: CgroupOptions = {},
   ): Promise<Jail> {
     const id = `ns-${randomBytes(6).toString("hex")}`;
     const uid = this.uids.acquire();
@@ -347,12 +356,17 @@ export class NamespaceBackend implements Backend {
       }
     };
     try {
-      const cgroup = await createCgroup(this.cgroups, id, {
-        memoryBytes: memoryMb * MiB,
-        pids: LIMITS.pids,
-        cpuQuotaPercent: 100,
-        cpuWeight: CPU_WEIGHT[priority],
-      });
+      const cgroup = await createCgroup(
+        this.cgroups,
+        id,
+        {
+          memoryBytes: memoryMb * MiB,
+          pids: LIMITS.pids,
+          cpuQuotaPercent: 100,
+          cpuWeight: CPU_WEIGHT[priority],
+        },
+        cgroupOptions,
+      );
       undo.unshift(() => cgroup.destroy());
 
       let net: Net | undefined;

@@ -229,6 +229,20 @@ export const SETTINGS = {
     readers: ["server"],
     doc: "sessions one API key (or the stdio client) keeps at once; on API replicas, across all workers",
   },
+  SCRATCHRUN_SESSIONS_MEMORY_MB: {
+    kind: "number",
+    unit: "MB",
+    fallback: String(LIMITS.session.memoryMbPerServer),
+    readers: ["server"],
+    doc: "memory the server's sessions may hold together (the sum of their `memory_mb`, held from start to end); a session that would pass it is refused before its sandbox starts",
+  },
+  SCRATCHRUN_SESSIONS_PER_KEY_MEMORY_MB: {
+    kind: "number",
+    unit: "MB",
+    fallback: String(LIMITS.session.memoryMbPerCaller),
+    readers: ["server"],
+    doc: "memory one API key's (or the stdio client's) sessions may hold together (the sum of their `memory_mb`)",
+  },
   SCRATCHRUN_LOG_LEVEL: {
     kind: "enum",
     values: ["debug", "info", "warn", "error"],
