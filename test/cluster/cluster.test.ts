@@ -13,6 +13,10 @@ import { join } from "node:path";
 import { createHash } from "node:crypto";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import {
+  Client as ModernClient,
+  StreamableHTTPClientTransport as ModernHttpTransport,
+} from "@modelcontextprotocol/client";
 
 const CLI = join(REPO_ROOT, "dist/src/bin/scratchrun.js");
 
@@ -126,6 +130,70 @@ describe(
         (JSON.parse(listed.stdout) as { name: string }[]).map((k) => k.name),
         ["cluster"],
       );
+    });
+
+    test("2026-07-28 needs no affinity: its requests, each on a fresh connection, are served whole by either replica; a 2025 session needs the replica that opened it", async () => {
+      const seen = await ids();
+      // Every request on a connection of its own: the front door deals them out in turn, as a
+      // Service without sessionAffinity would.
+      const headers = { Authorization: `Bearer ${c.key}`, Connection: "close" };
+      const modern = new ModernClient(
+        { name: "cluster-2026", version: "1" },
+        { versionNegotiation: { mode: { pin: "2026-07-28" } } },
+      );
+      await modern.connect(
+        new ModernHttpTransport(new URL(`${c.url}/mcp`), { requestInit: { headers } }),
+      );
+      try {
+        assert.equal(modern.getProtocolEra(), "modern");
+        const names = (await modern.listTools()).tools.map((t) => t.name);
+        assert.ok(names.includes("scratchrun_exec"), names.join(", "));
+        for (let i = 0; i < 4; i++) {
+          const r = await modern.callTool({
+            name: "scratchrun_exec",
+            arguments: { runtime: "bash", code: `echo modern-${i}` },
+          });
+          assert.equal(r.isError, false, JSON.stringify(r.content));
+          assert.equal((r.structuredContent as { stdout: string }).stdout, `modern-${i}\n`);
+        }
+      } finally {
+        await modern.close();
+      }
+      const mine = (await c.runs()).filter((r) => !seen.has(r.id));
+      assert.equal(mine.length, 4, "each call recorded once");
+      assert.ok(mine.every((r) => r.status === "finished" && r.exit_reason === "ok"));
+      assert.equal(
+        new Set(mine.map((r) => r.replica_id)).size,
+        2,
+        "both replicas served the one client's calls",
+      );
+
+      // The legacy era keeps its session in the replica that answered initialize: dealt out
+      // the same way, its next request reaches the other replica, which does not know it.
+      const legacy = new Client({ name: "cluster-2025", version: "1" });
+      await assert.rejects(
+        legacy.connect(
+          new StreamableHTTPClientTransport(new URL(`${c.url}/mcp`), { requestInit: { headers } }),
+        ),
+        /session|404|not found/i,
+      );
+      await legacy.close().catch(() => {});
+      // With ClientIP affinity (the API Service's), the same client's session is served whole.
+      c.front.sticky = true;
+      const pinned = new Client({ name: "cluster-2025", version: "1" });
+      try {
+        await pinned.connect(
+          new StreamableHTTPClientTransport(new URL(`${c.url}/mcp`), { requestInit: { headers } }),
+        );
+        const r = await pinned.callTool({
+          name: "scratchrun_exec",
+          arguments: { runtime: "bash", code: "echo legacy" },
+        });
+        assert.equal((r.structuredContent as { stdout: string }).stdout, "legacy\n");
+      } finally {
+        c.front.sticky = false;
+        await pinned.close();
+      }
     });
 
     test("a worker runs nothing for a caller without the shared secret", async () => {

@@ -9,6 +9,12 @@ import { connect, createServer, type Server, type Socket } from "node:net";
 
 export class TcpProxy {
   private next = 0;
+  /**
+   * Sticky by client address, as a Service with `sessionAffinity: ClientIP`: a client's later
+   * connections go to the target its first one reached, while that target accepts.
+   */
+  sticky = false;
+  private readonly stuck = new Map<string, number>();
   private readonly sockets = new Set<Socket>();
   private constructor(
     private readonly server: Server,
@@ -34,8 +40,11 @@ export class TcpProxy {
   private accept(client: Socket): void {
     this.track(client);
     client.pause();
-    const order = this.targets.map((_, i) => this.targets[(this.next + i) % this.targets.length]!);
+    const from = client.remoteAddress ?? "";
+    let order = this.targets.map((_, i) => this.targets[(this.next + i) % this.targets.length]!);
     this.next++;
+    const held = this.sticky ? this.stuck.get(from) : undefined;
+    if (held !== undefined) order = [held, ...order.filter((p) => p !== held)];
     const tryNext = (i: number) => {
       const port = order[i];
       if (port === undefined || client.destroyed) return client.destroy();
@@ -48,6 +57,7 @@ export class TcpProxy {
       });
       upstream.once("connect", () => {
         connected = true;
+        if (this.sticky) this.stuck.set(from, port);
         client.pipe(upstream);
         upstream.pipe(client);
         client.resume();
