@@ -1,4 +1,4 @@
-import type { Engine, ExecuteOptions } from "../engine/engine.js";
+import type { Engine, EngineOptions, ExecuteOptions } from "../engine/engine.js";
 import type { ExecOutcome } from "../engine/result.js";
 import { isScratchRunError, ScratchRunError } from "../errors.js";
 import type { ExecEngine } from "../mcp/server.js";
@@ -44,6 +44,8 @@ export interface Caller {
 /** The engine behind the service, and the most any call may get there. */
 export type ServiceEngine = ExecEngine & {
   readonly ceiling: Ceiling;
+  /** The server's egress allowlist (a key's own is shown within it); an API replica has none. */
+  readonly options: Pick<EngineOptions, "runtimes" | "egressAllowlist">;
   /** A local engine's sessions (src/engine/sessions.ts); an API replica's engine has none. */
   startSession?: Engine["startSession"];
   endSession?: Engine["endSession"];
@@ -131,6 +133,7 @@ export class ExecService {
         ceiling: this.engine.ceiling,
         quota: this.keyLimits,
         key,
+        serverAllowlist: this.engine.options.egressAllowlist ?? null,
       });
       this.policies.set(k, p);
     }
