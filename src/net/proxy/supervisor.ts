@@ -19,6 +19,7 @@ import type { HostBlockSet } from "../host-block.js";
 import { renderHostSetUpdate } from "../nftables.js";
 import { renderProxyTable, renderProxyTableTeardown, type ProxyPorts } from "../nftables-proxy.js";
 import type { UplinkConfig } from "../uplink.js";
+import { PROXY_MAX_FILES } from "./admission.js";
 import type { ProxyChildConfig, ProxyReply, ProxyRequest } from "./control.js";
 import type { Refusal } from "./decide.js";
 
@@ -41,6 +42,11 @@ type Request = ProxyRequest extends infer R
 /** The guard table of an uplink: prefixed, so reaping a dead server's leftovers finds it. */
 export function proxyTableName(u: UplinkConfig): string {
   return `${u.prefix}egress`;
+}
+
+export interface ProxyOptions {
+  /** The child's own file limit (default PROXY_MAX_FILES); its connection bound follows from it. */
+  maxFiles?: number;
 }
 
 export interface CollectedRefusals {
@@ -69,6 +75,7 @@ export class EgressProxy {
     readonly uid: number,
     host: HostBlockSet,
     public ports: ProxyPorts,
+    readonly maxFiles: number,
   ) {
     this.host = host;
     this.watch = hostWatch(uplink);
@@ -78,9 +85,14 @@ export class EgressProxy {
    * Starts the proxy for `uplink` as host uid `uid` (its own: the guard table keys on it) and loads
    * the guard. Throws when the child does not come up listening.
    */
-  static async start(uplink: UplinkConfig, uid: number): Promise<EgressProxy> {
+  static async start(
+    uplink: UplinkConfig,
+    uid: number,
+    options: ProxyOptions = {},
+  ): Promise<EgressProxy> {
     const host = await readHostBlockSet(uplink);
-    const p = new EgressProxy(uplink, uid, host, { http: 0, tls: 0, dns: 0 });
+    const maxFiles = options.maxFiles ?? PROXY_MAX_FILES;
+    const p = new EgressProxy(uplink, uid, host, { http: 0, tls: 0, dns: 0 }, maxFiles);
     p.watch.acquire();
     try {
       p.ports = await p.spawnChild(null);
@@ -125,7 +137,15 @@ export class EgressProxy {
       resolvers: [...this.uplink.dnsResolvers],
       ports,
     };
-    const node = [process.execPath, CHILD, JSON.stringify(config)];
+    // Its own file limit, soft and hard: the server's is not the proxy's to spend, nor the reverse.
+    const node = [
+      "/usr/bin/prlimit",
+      `--nofile=${this.maxFiles}:${this.maxFiles}`,
+      "--",
+      process.execPath,
+      CHILD,
+      JSON.stringify(config),
+    ];
     const argv =
       this.uplink.netns === null
         ? node
