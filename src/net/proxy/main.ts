@@ -47,6 +47,9 @@ async function listenTcp(server: net.Server, port: number): Promise<number> {
       server.once("error", reject);
       server.listen({ host, port, ipv6Only: false, backlog: 1024 }, () => {
         server.off("error", reject);
+        // A failed accept (EMFILE, should the bounds ever be passed) is that connection's
+        // failure, not the proxy's: unhandled, it would end every sandbox's connections.
+        server.on("error", () => undefined);
         resolve((server.address() as net.AddressInfo).port);
       });
     });
