@@ -8,6 +8,7 @@
  * meanwhile redirected connections find no listener and are reset (fail closed).
  */
 import { spawn, type ChildProcess } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { createInterface } from "node:readline";
 import { SANDBOX_UID_BASE, SANDBOX_UID_COUNT } from "../../jail/uids.js";
@@ -38,6 +39,12 @@ type Request = ProxyRequest extends infer R
     ? Omit<R, "seq">
     : never
   : never;
+
+/** This process's hard limit on open files (what a child may be given without privilege). */
+function hardFileLimit(): number {
+  const m = /^Max open files\s+\S+\s+(\S+)/m.exec(readFileSync("/proc/self/limits", "utf8"));
+  return m?.[1] === undefined || m[1] === "unlimited" ? Infinity : Number(m[1]);
+}
 
 /** The guard table of an uplink: prefixed, so reaping a dead server's leftovers finds it. */
 export function proxyTableName(u: UplinkConfig): string {
@@ -91,7 +98,8 @@ export class EgressProxy {
     options: ProxyOptions = {},
   ): Promise<EgressProxy> {
     const host = await readHostBlockSet(uplink);
-    const maxFiles = options.maxFiles ?? PROXY_MAX_FILES;
+    // Raising a hard limit needs CAP_SYS_RESOURCE, which a server in a container may lack.
+    const maxFiles = Math.min(options.maxFiles ?? PROXY_MAX_FILES, hardFileLimit());
     const p = new EgressProxy(uplink, uid, host, { http: 0, tls: 0, dns: 0 }, maxFiles);
     p.watch.acquire();
     try {
