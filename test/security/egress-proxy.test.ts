@@ -176,26 +176,13 @@ describe("the egress proxy under a hostile sandbox's load", { timeout: 300_000 }
   it("SEC-PROXY-CONN-BOUND: a sandbox gets its whole bound of spliced connections (both ends are not counted), and the next ones are refused by name", async () => {
     const a = await sandbox();
     const mark = web.mark();
-    // A held request: the head names an allowed host, the body never comes, the server waits.
-    const head = Buffer.from(
-      "POST /held HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 1000\r\n\r\n",
-    ).toString("hex");
+    // A held connection: a real ClientHello for an allowed name, spliced to the allowed host,
+    // whose TLS server answers and then waits for the rest of the handshake.
+    const held = { host: ALLOWED_IP, port: 443, tls_name: "allowed.test", settle_s: 2 };
     // Two waves: the first is spliced (dialled) before the second arrives.
-    const wave1 = hold(a.net.netns, {
-      host: ALLOWED_IP,
-      port: 80,
-      count: 200,
-      hex: head,
-      settle_s: 2,
-    });
+    const wave1 = hold(a.net.netns, { ...held, count: 200 });
     const first = await wave1.first;
-    const wave2 = hold(a.net.netns, {
-      host: ALLOWED_IP,
-      port: 80,
-      count: 100,
-      hex: head,
-      settle_s: 2,
-    });
+    const wave2 = hold(a.net.netns, { ...held, count: 100 });
     const second = await wave2.first;
     const report = await a.egress.report();
     await wave2.finish();
@@ -209,14 +196,14 @@ describe("the egress proxy under a hostile sandbox's load", { timeout: 300_000 }
     const arrived = web
       .since(mark, "allowed")
       .split("\n")
-      .filter((l) => l === "conn 80").length;
+      .filter((l) => l === "conn 443").length;
     assert.equal(
       arrived,
       MAX_CONNECTIONS_PER_SANDBOX,
       "each held connection reached the allowed host",
     );
     assert.equal(
-      refusal(report, null, 80, "connection_limit")?.count,
+      refusal(report, null, 443, "connection_limit")?.count,
       300 - MAX_CONNECTIONS_PER_SANDBOX,
       JSON.stringify(report.refused),
     );
