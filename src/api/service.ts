@@ -1,4 +1,4 @@
-import type { Engine, ExecuteOptions } from "../engine/engine.js";
+import type { Engine, EngineOptions, ExecuteOptions } from "../engine/engine.js";
 import type { ExecOutcome } from "../engine/result.js";
 import { isScratchRunError, ScratchRunError } from "../errors.js";
 import type { ExecEngine } from "../mcp/server.js";
@@ -47,6 +47,8 @@ export interface Caller {
 /** The engine behind the service, and the most any call may get there. */
 export type ServiceEngine = ExecEngine & {
   readonly ceiling: Ceiling;
+  /** The server's egress allowlist (a key's own is shown within it); an API replica has none. */
+  readonly options: Pick<EngineOptions, "runtimes" | "egressAllowlist">;
   /**
    * Sessions (src/engine/sessions.ts; an API replica's: on its workers). A started session may
    * say where it lives (`placement`: an API replica's worker), which its record keeps.
@@ -172,6 +174,7 @@ export class ExecService {
         ceiling: this.engine.ceiling,
         quota: this.keyLimits,
         key,
+        serverAllowlist: this.engine.options.egressAllowlist ?? null,
       });
       this.policies.set(k, p);
     }

@@ -141,6 +141,11 @@ export const DEFAULT_SECCOMP_POLICY: SeccompPolicy = {
       "open_by_handle_at",
       "name_to_handle_at",
     ]),
+    ...deny(
+      "secret memory is taken out of the kernel's direct map (splitting it costs the whole host) and is unevictable; no sandboxed program needs it",
+      EPERM,
+      ["memfd_secret"],
+    ),
     ...deny("kernel keyrings are not namespaced", EPERM, ["keyctl", "add_key", "request_key"]),
     ...deny("no inspecting or writing other processes", EPERM, [
       "ptrace",
@@ -216,6 +221,30 @@ export const DEFAULT_SECCOMP_POLICY: SeccompPolicy = {
   x32Errno: EPERM,
 };
 
+/** A newer syscall the filter lets through on purpose, and why (docs/SECURITY.md). */
+export interface AllowedSyscall {
+  readonly syscall: SyscallName;
+  readonly why: string;
+}
+
+/**
+ * Decided, not overlooked: syscalls newer than most denylists that the filter allows. Each only
+ * takes rights away from the caller itself, so a sandboxed program can confine itself further.
+ * validateSeccompPolicy refuses a policy that both denies and allows one.
+ */
+export const ALLOWED_ON_PURPOSE: readonly AllowedSyscall[] = [
+  ...(["landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"] as const).map(
+    (syscall) => ({
+      syscall,
+      why: "Landlock only narrows the caller's own file and network access (it needs no_new_privs, which the jail sets, and grants nothing); programs that sandbox themselves use it",
+    }),
+  ),
+  {
+    syscall: "mseal",
+    why: "seals the caller's own mappings against change (glibc and browsers use it); it grants nothing and reaches no other process",
+  },
+];
+
 // Classic BPF opcodes and seccomp constants (linux/filter.h, linux/seccomp.h, linux/audit.h).
 export const BPF = {
   LD_W_ABS: 0x20,
@@ -270,6 +299,9 @@ export function validateSeccompPolicy(policy: SeccompPolicy): void {
     checkOnce(d.syscall);
     checkErrno(d.errno, d.syscall);
   }
+  for (const a of ALLOWED_ON_PURPOSE)
+    if (seen.has(a.syscall))
+      throw new Error(`seccomp policy: ${a.syscall} is both refused and allowed on purpose`);
   for (const r of policy.argumentRules) {
     checkOnce(r.syscall);
     checkErrno(r.errno, r.syscall);
@@ -422,6 +454,11 @@ export function describeSeccompPolicy(policy: SeccompPolicy = DEFAULT_SECCOMP_PO
       );
     }
   }
+  const byReason = new Map<string, string[]>();
+  for (const a of ALLOWED_ON_PURPOSE)
+    byReason.set(a.why, [...(byReason.get(a.why) ?? []), `\`${a.syscall}\``]);
+  for (const [why, names] of byReason)
+    lines.push(`- ${names.join(", ")}: allowed on purpose (${why}).`);
   lines.push("- Everything else: allowed.");
   return lines.join("\n");
 }

@@ -74,6 +74,12 @@ export const X86_64_SYSCALLS = {
   clone3: 435,
   mount_setattr: 442,
   quotactl_fd: 443,
+  landlock_create_ruleset: 444,
+  landlock_add_rule: 445,
+  landlock_restrict_self: 446,
+  memfd_secret: 447,
+  /** Linux 6.10; newer than the Debian 12 header, so the header test cannot check it. */
+  mseal: 462,
   /** Linux 6.15; newer than the Debian 12 header, so the header test cannot check it. */
   open_tree_attr: 467,
 } as const;

@@ -1,4 +1,5 @@
 import type { KeyLimits } from "./quota.js";
+import { allowlistOf, intersectAllowlists, type DomainAllowlist } from "../net/allowlist.js";
 import { RUNTIMES } from "../runtimes/names.js";
 import type { NetworkChoice } from "../schema/names.js";
 import {
@@ -16,7 +17,10 @@ export interface CallerPolicy {
   readonly call: CallPolicy;
   /** Calls in flight and per minute. */
   readonly quota: KeyLimits;
-  /** With network "public": the only domains the calls may reach; null: every public one. */
+  /**
+   * With network "public": the only domains the calls may reach (a key's list within the
+   * server's, when both have one); null: the server's (every public one, if it has none).
+   */
   readonly egressAllow: readonly string[] | null;
   /** What "public" means for this caller when its key changes it (tool description), else null. */
   readonly networkNote: string | null;
@@ -31,6 +35,13 @@ export interface ResolveInput {
   quota: KeyLimits;
   /** The key's own policy; null: none (the server's for everything). */
   key: KeyPolicy | null;
+  /** The server's egress allowlist (SCRATCHRUN_EGRESS_ALLOW); absent or null: none. */
+  serverAllowlist?: DomainAllowlist | null;
+}
+
+/** The domains a key's calls reach: its list, within the server's if the server has one. */
+function keyAllowlist(key: readonly string[], server: DomainAllowlist | null): readonly string[] {
+  return server ? intersectAllowlists(server, allowlistOf(key)).entries : key;
 }
 
 function capped(
@@ -56,12 +67,19 @@ export function resolveCallerPolicy(o: ResolveInput): CallerPolicy {
   let networks: readonly NetworkChoice[] = server.networks;
   let networkNote: string | null = null;
   let networksSource = server.sources.networks;
+  const allow = key?.egress_allow
+    ? keyAllowlist(key.egress_allow, o.serverAllowlist ?? null)
+    : null;
   if (key?.network === "none") {
     networks = ["none"];
     networksSource = "key";
     networkNote = "none (this API key has no network)";
-  } else if (key?.egress_allow) {
-    networkNote = `public, to these domains only: ${key.egress_allow.join(", ")}`;
+  } else if (allow) {
+    // What applies: the key's list within the server's, not the key's list as written.
+    networkNote =
+      allow.length > 0
+        ? `public, to these domains only: ${allow.join(", ")}`
+        : "public, but to no domain (this API key's allowlist and the server's have none in common)";
   }
   const timeout = capped(
     key?.max_timeout_ms ?? server.timeoutMs.max,
@@ -99,7 +117,7 @@ export function resolveCallerPolicy(o: ResolveInput): CallerPolicy {
       // A key limited to a few calls a minute does not get the server's whole burst at once.
       burst: rate !== undefined ? Math.min(o.quota.burst, rate) : o.quota.burst,
     },
-    egressAllow: networks.includes("public") ? (key?.egress_allow ?? null) : null,
+    egressAllow: networks.includes("public") ? allow : null,
     networkNote,
   };
 }

@@ -107,6 +107,26 @@ for (const backend of TEST_BACKENDS) {
           sni: "inward.test",
         },
         { label: "ech", kind: "raw", host: ALLOWED_IP, port: 443, hex: echHello("allowed.test") },
+        // Two of test/security/egress-bypass.test.ts's cases, in the guest too: an absolute-form
+        // target naming a refused host, and an address spelled as one decimal number as Host.
+        {
+          label: "absolute-uri",
+          kind: "raw",
+          host: ALLOWED_IP,
+          port: 80,
+          text: true,
+          hex: Buffer.from(
+            "GET http://refused.test/ HTTP/1.1\r\nHost: allowed.test\r\n\r\n",
+          ).toString("hex"),
+        },
+        {
+          label: "decimal ip host",
+          kind: "raw",
+          host: ALLOWED_IP,
+          port: 80,
+          text: true,
+          hex: Buffer.from("GET / HTTP/1.1\r\nHost: 3413180426\r\n\r\n").toString("hex"),
+        },
       ];
       const mark = web.mark();
       const { result, s } = await h.exec({
@@ -149,6 +169,10 @@ for (const backend of TEST_BACKENDS) {
       has("inward.test", 443, "blocked_address");
       has("allowed.test", 443, "ech");
       assert.equal(res.ech?.detail, "recv 15030300020231", "ECH: a fatal access_denied alert");
+      assert.match(res["absolute-uri"]?.detail ?? "", /refused allowed\.test \(host_mismatch\)/);
+      has("allowed.test", 80, "host_mismatch");
+      assert.match(res["decimal ip host"]?.detail ?? "", /refused 3413180426 \(ip_address\)/);
+      has("3413180426", 80, "ip_address");
       assert.equal(web.since(mark, "inward"), "", "the inward host saw nothing");
       assert.ok((s.network_blocked_packets ?? 0) >= 1, "the non-web connection was counted");
       assert.match(
@@ -238,6 +262,12 @@ for (const backend of TEST_BACKENDS) {
             const r = JSON.parse(body.stdout) as ProbeResult;
             return [r.allowed?.ok, r.wild?.ok, r.refused?.ok];
           };
+          // What the key is told applies is what does: the names both lists allow, not its own.
+          const info = (await (
+            await fetch(`${svc.api.url}/v1/info`, { headers: { Authorization: `Bearer ${wider}` } })
+          ).json()) as { network_note: string; limits: { egress_allow?: string[] } };
+          assert.deepEqual(info.limits.egress_allow, ["*.wild.test"]);
+          assert.match(info.network_note, /to these domains only: \*\.wild\.test$/);
           const mark = web.mark();
           // The server allows a.wild.test; this key does not.
           assert.deepEqual(await probe(only), [true, false, false]);

@@ -107,7 +107,11 @@ const PROBES: Probe[] = [
   ["socket-unix", NR.socket, 1, SOCK_STREAM, 0],
   ["socket-inet6", NR.socket, 10, SOCK_DGRAM, 0],
   ["socketpair-unix-nobuffer", NR.socketpair, 1, SOCK_STREAM, 0, 0],
+  // Allowed on purpose (ALLOWED_ON_PURPOSE): the kernel answers. The ABI version; a no-op seal.
+  ["landlock-abi", NR.landlock_create_ruleset, 0, 0, 1],
+  ["mseal-nothing", NR.mseal, 0, 0, 0],
 ];
+const EOPNOTSUPP = 95;
 
 async function probe(seccomp: Buffer): Promise<ProbeResult> {
   const r = await runJailed({
@@ -153,6 +157,15 @@ test(
       assert.deepEqual(out[label], { ret: 0, errno: 0 }, label);
     }
     assert.deepEqual(out["socketpair-unix-nobuffer"], { ret: -1, errno: EFAULT });
+    // Allowed on purpose: the ABI version (or Landlock off in this kernel), a no-op seal (or a
+    // kernel before 6.10); never a marker.
+    const landlock = out["landlock-abi"];
+    assert.ok(
+      (landlock?.ret ?? 0) >= 1 || landlock?.errno === EOPNOTSUPP,
+      JSON.stringify(landlock),
+    );
+    const mseal = out["mseal-nothing"];
+    assert.ok(mseal?.ret === 0 || mseal?.errno === ENOSYS, JSON.stringify(mseal));
     assert.ok((out["clone-plain"]?.ret ?? 0) > 0, "plain clone (fork) works");
     assert.deepEqual(out["ioctl-tcgets"], { ret: -1, errno: 25 /* ENOTTY: stdin is a pipe */ });
     assert.equal(out["personality-query"]?.errno, 0);
@@ -183,7 +196,7 @@ test("the default policy answers EPERM, and ENOSYS for clone3 and io_uring", { s
 });
 
 test("without the filter the same probe gets through (the probe can tell)", { skip }, async () => {
-  const wanted = new Set(["clone-newuser", "socket-netlink-uevent"]);
+  const wanted = new Set(["clone-newuser", "socket-netlink-uevent", "memfd_secret"]);
   const r = await runJailed({
     argv: [PYTHON311, "-c", PROBE, JSON.stringify(PROBES.filter((p) => wanted.has(p[0])))],
     killAfterMs: 30_000,
@@ -199,6 +212,9 @@ test("without the filter the same probe gets through (the probe can tell)", { sk
     { ret: 0, errno: 0 },
     "an unfiltered jail can open a uevent netlink socket",
   );
+  // Secret memory where the kernel has it (an fd), else ENOSYS: never the filter's EPERM.
+  const secret = out["memfd_secret"];
+  assert.ok((secret?.ret ?? -1) >= 0 || secret?.errno === ENOSYS, JSON.stringify(secret));
 });
 
 const INT80 = `

@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import fc from "fast-check";
 import {
+  ALLOWED_ON_PURPOSE,
   AF_NETLINK,
   AUDIT_ARCH_X86_64,
   CLONE_NEW_FLAGS,
@@ -554,4 +555,31 @@ test("the description names every denied syscall and every argument rule", () =>
   assert.match(text, /x86_64/);
   assert.match(text, /`socket` unless arg0 is one of 0x1, 0x2, 0xa: EAFNOSUPPORT/);
   assert.match(text, /arg0 0x10 only if arg2 is one of 0x0, else EPROTONOSUPPORT/);
+});
+
+test("SEC-SYSCALLS-NEW: memfd_secret is refused; Landlock and mseal are allowed on purpose, each with its reason", () => {
+  const denied = new Set(DEFAULT_SECCOMP_POLICY.deny.map((d) => d.syscall));
+  assert.ok(denied.has("memfd_secret"));
+  assert.equal(DEFAULT_SECCOMP_POLICY.deny.find((d) => d.syscall === "memfd_secret")?.errno, EPERM);
+  const allowed = ALLOWED_ON_PURPOSE.map((a) => a.syscall);
+  assert.deepEqual(allowed, [
+    "landlock_create_ruleset",
+    "landlock_add_rule",
+    "landlock_restrict_self",
+    "mseal",
+  ]);
+  for (const name of allowed) assert.ok(!denied.has(name), name);
+  const text = describeSeccompPolicy();
+  assert.match(
+    text,
+    /`landlock_create_ruleset`, `landlock_add_rule`, `landlock_restrict_self`: allowed on purpose \(Landlock only narrows/,
+  );
+  assert.match(text, /`mseal`: allowed on purpose/);
+  assert.match(text, /`memfd_secret`: EPERM \(secret memory/);
+  // A policy cannot both refuse one and keep it on the allowed list.
+  const both: SeccompPolicy = {
+    ...DEFAULT_SECCOMP_POLICY,
+    deny: [...DEFAULT_SECCOMP_POLICY.deny, { syscall: "mseal", errno: EPERM, why: "x" }],
+  };
+  assert.throws(() => renderSeccompFilter(both), /mseal is both refused and allowed on purpose/);
 });

@@ -52,6 +52,10 @@ export const DNS_TABLE = {
   "a.wild.test": PUBLIC,
   "deep.b.wild.test": PUBLIC,
   "wild.test": PUBLIC2,
+  // The egress proxy's bypass tests (test/security/egress-bypass.test.ts): an allowed name on the
+  // metadata address, and one that rebinds between a public and a private address (TTL 0).
+  "meta.test": "169.254.169.254",
+  "rebind.test": `${PUBLIC}|10.1.0.10`,
 };
 
 const HOSTS: HostSpec[] = [
@@ -323,7 +327,18 @@ export type Check =
     }
   | { label: string; kind: "http"; host: string; port?: number; hostHeader?: string }
   | { label: string; kind: "dnsq"; server: string; name: string; tcp?: boolean }
-  | { label: string; kind: "raw"; host: string; port: number; hex: string };
+  | {
+      label: string;
+      kind: "raw";
+      host: string;
+      port: number;
+      hex: string;
+      /** Sent as separate TCP segments gap_ms apart instead of hex. */
+      parts?: string[];
+      gap_ms?: number;
+      /** The reply as text (after the head, for HTTP) instead of hex. */
+      text?: boolean;
+    };
 
 export type ProbeResult = Record<string, { ok: boolean; detail: string }>;
 

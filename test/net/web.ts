@@ -31,14 +31,19 @@ export const TEST_ALLOWLIST = "allowed.test, *.wild.test, inward.test, uplink.te
 
 export type WebHost = "allowed" | "refused" | "inward";
 
-/** A ClientHello for `name` carrying an encrypted_client_hello extension, as hex. */
-export function echHello(name: string): string {
-  const n = Buffer.from(name);
+/**
+ * A minimal ClientHello naming `name` (its bytes as given: any text, NUL bytes, UTF-8), as hex;
+ * with `ech`, carrying an encrypted_client_hello extension too.
+ */
+export function clientHello(name: string | Buffer, opts: { ech?: boolean } = {}): string {
+  const n = typeof name === "string" ? Buffer.from(name, "latin1") : name;
   const sniExt = Buffer.concat([
     Buffer.from([0, 0, 0, n.length + 5, 0, n.length + 3, 0, 0, n.length]),
     n,
   ]);
-  const ech = Buffer.concat([Buffer.from([0xfe, 0x0d, 0, 8]), Buffer.alloc(8, 1)]);
+  const ech = opts.ech
+    ? Buffer.concat([Buffer.from([0xfe, 0x0d, 0, 8]), Buffer.alloc(8, 1)])
+    : Buffer.alloc(0);
   const exts = Buffer.concat([sniExt, ech]);
   const body = Buffer.concat([
     Buffer.from([3, 3]),
@@ -50,6 +55,11 @@ export function echHello(name: string): string {
   return Buffer.concat([Buffer.from([22, 3, 1, hs.length >> 8, hs.length & 0xff]), hs]).toString(
     "hex",
   );
+}
+
+/** A ClientHello for `name` carrying an encrypted_client_hello extension, as hex. */
+export function echHello(name: string): string {
+  return clientHello(name, { ech: true });
 }
 
 export class WebHosts {

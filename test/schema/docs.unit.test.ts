@@ -27,7 +27,10 @@ const NOT_LIMITS: Record<string, string> = {
   "10 MiB": "the MCP SDK's stdio client's message cap (THREAT-MODEL H3), not ours",
   "160 MiB": "QEMU's own memory on top of the guest's RAM in its jail's cgroup (microvm/jail)",
   "2 MiB": "64 env values of 32 KiB (THREAT-MODEL H9), and the inline image bound",
-  "64 KiB": "the agent's O/E frame payload (guest/agent-run.c)",
+  "64 KiB":
+    "the agent's O/E frame payload (guest/agent-run.c); the egress proxy's read of a ClientHello (MAX_PEEK_BYTES)",
+  "16 KiB":
+    "the egress proxy's largest HTTP request head (MAX_HEAD_BYTES, src/net/proxy/http-head.ts)",
   "4 KiB": "the part of MAX_AGENT_FRAME above one file's 16 MiB",
   "16 MiB": "the largest file frame the agent may send, MAX_AGENT_FRAME without its header",
 };

@@ -20,6 +20,7 @@ import {
   type KeyPolicy,
 } from "../../src/policy/key-policy.js";
 import { ceilingPolicyOf, resolveCallerPolicy } from "../../src/policy/resolve.js";
+import { parseAllowlist } from "../../src/net/allowlist.js";
 import {
   serverLimitsFromEnv,
   serverPolicy,
@@ -246,6 +247,47 @@ describe("a key's policy over the server's, capped by the ceiling (POL-KEY, POL-
     const none = resolve({ ...key, network: "none" });
     assert.deepEqual(none.call.networks, ["none"]);
     assert.equal(none.egressAllow, null);
+  });
+
+  it("POL-KEY-ALLOWLIST: on a server with its own allowlist, a key's shows (note, /v1/info's limits) what applies: the intersection", () => {
+    const serverAllowlist = parseAllowlist("pypi.org, *.github.com, files.example.com");
+    const withServer = (key: KeyPolicy) =>
+      resolveCallerPolicy({
+        server,
+        ceiling: HOST,
+        quota: DEFAULT_KEY_LIMITS,
+        key,
+        serverAllowlist,
+      });
+    const r = withServer(
+      parseKeyPolicy({
+        egress_allow: ["pypi.org", "evil.example", "*.example.com", "api.github.com"],
+      }),
+    );
+    assert.deepEqual([...(r.egressAllow ?? [])].sort(), [
+      "api.github.com",
+      "files.example.com",
+      "pypi.org",
+    ]);
+    assert.match(r.networkNote ?? "", /to these domains only: /);
+    assert.doesNotMatch(
+      r.networkNote ?? "",
+      /evil\.example|\*\.example\.com/,
+      "not what the key wrote",
+    );
+    assert.deepEqual(limitsToWire(r).egress_allow?.sort(), [
+      "api.github.com",
+      "files.example.com",
+      "pypi.org",
+    ]);
+    // Nothing in common: said so, and nothing is reachable.
+    const none = withServer(parseKeyPolicy({ egress_allow: ["evil.example"] }));
+    assert.deepEqual(none.egressAllow, []);
+    assert.match(none.networkNote ?? "", /to no domain/);
+    // Without a server list the key's own applies, as written.
+    assert.deepEqual(resolve(parseKeyPolicy({ egress_allow: ["evil.example"] })).egressAllow, [
+      "evil.example",
+    ]);
   });
 
   it("property: every maximum is at most the ceiling and at least what both allow; defaults within", () => {

@@ -12,8 +12,10 @@ import type net from "node:net";
 
 export class Assignment {
   readonly log = new RefusalLog();
-  /** Open sockets of this sandbox (both ends of each spliced connection). */
+  /** Open sockets of this sandbox (both ends of each spliced connection), cut on release. */
   readonly conns = new Set<net.Socket>();
+  /** Connections accepted from this sandbox and still open (admission.ts counts these). */
+  accepted = 0;
   released = false;
   constructor(readonly allow: DomainAllowlist) {}
 }

@@ -156,3 +156,86 @@ export function peekClientHello(data: Uint8Array): HelloPeek {
   if (b.length > 4 + len) return { kind: "refuse", reason: "malformed" };
   return parseHello(new Reader(b, 4, 4 + len));
 }
+
+/**
+ * peekClientHello, incrementally: push() each chunk as it arrives. Every byte is looked at once
+ * (record headers as they complete, handshake bytes copied once into place) and the hello is
+ * parsed once, when whole, so a hello sent one byte per record costs what its length costs. The
+ * verdict after each push is the one peekClientHello gives for everything pushed so far
+ * (test/net/proxy-parsers.unit.test.ts checks this at every split); once not "more", it stays.
+ */
+export class HelloReader {
+  private total = 0;
+  private readonly first: number[] = [];
+  private readonly header = new Uint8Array(5);
+  private headerLen = 0;
+  private payloadLeft = 0;
+  /** A record that is not a handshake record came: nothing after it is read. */
+  private ended = false;
+  private bad = false;
+  private hs = new Uint8Array(1024);
+  private hsLen = 0;
+  private verdict: HelloPeek | null = null;
+
+  push(chunk: Uint8Array): HelloPeek {
+    if (this.verdict) return this.verdict;
+    this.total += chunk.length;
+    if (this.total > MAX_PEEK_BYTES) return this.decide({ kind: "refuse", reason: "oversized" });
+    for (let i = 0; i < chunk.length && this.first.length < 2; i++)
+      this.first.push(chunk[i] as number);
+    if (this.first[0] !== undefined && this.first[0] !== RECORD_HANDSHAKE)
+      return this.decide({ kind: "refuse", reason: "not_tls" });
+    if (this.first[1] !== undefined && this.first[1] !== 3)
+      return this.decide({ kind: "refuse", reason: "not_tls" });
+    this.read(chunk);
+    if (this.bad) return this.decide({ kind: "refuse", reason: "malformed" });
+    const b = this.hs;
+    if (this.hsLen >= 1 && b[0] !== HANDSHAKE_CLIENT_HELLO)
+      return this.decide({ kind: "refuse", reason: "malformed" });
+    const more = (): HelloPeek =>
+      this.ended ? this.decide({ kind: "refuse", reason: "malformed" }) : { kind: "more" };
+    if (this.hsLen < 4) return more();
+    const len = ((b[1] as number) << 16) | ((b[2] as number) << 8) | (b[3] as number);
+    if (len > MAX_HELLO_BYTES) return this.decide({ kind: "refuse", reason: "oversized" });
+    if (this.hsLen < 4 + len) return more();
+    if (this.hsLen > 4 + len) return this.decide({ kind: "refuse", reason: "malformed" });
+    return this.decide(parseHello(new Reader(b, 4, 4 + len)));
+  }
+
+  private decide(v: HelloPeek): HelloPeek {
+    this.verdict = v;
+    return v;
+  }
+
+  /** Walks the new bytes: record headers, and the handshake bytes they carry appended. */
+  private read(chunk: Uint8Array): void {
+    let i = 0;
+    while (i < chunk.length && !this.ended && !this.bad) {
+      if (this.payloadLeft === 0) {
+        this.header[this.headerLen++] = chunk[i++] as number;
+        if (this.headerLen < 5) continue;
+        this.headerLen = 0;
+        const h = this.header;
+        const len = ((h[3] as number) << 8) | (h[4] as number);
+        if (h[0] !== RECORD_HANDSHAKE) this.ended = true;
+        else if (h[1] !== 3 || len === 0 || len > MAX_RECORD) this.bad = true;
+        else this.payloadLeft = len;
+        continue;
+      }
+      const n = Math.min(this.payloadLeft, chunk.length - i);
+      this.append(chunk.subarray(i, i + n));
+      i += n;
+      this.payloadLeft -= n;
+    }
+  }
+
+  private append(bytes: Uint8Array): void {
+    if (this.hsLen + bytes.length > this.hs.length) {
+      const grown = new Uint8Array(Math.max(this.hs.length * 2, this.hsLen + bytes.length));
+      grown.set(this.hs.subarray(0, this.hsLen));
+      this.hs = grown;
+    }
+    this.hs.set(bytes, this.hsLen);
+    this.hsLen += bytes.length;
+  }
+}

@@ -9,6 +9,7 @@
 import type dgram from "node:dgram";
 import type net from "node:net";
 import { parseStrict } from "../addresses.js";
+import type { Admission } from "./admission.js";
 import { decideName, dialable, type HostBlock } from "./decide.js";
 import {
   addressAnswer,
@@ -24,6 +25,7 @@ import type { NameResolver } from "./resolve.js";
 
 export interface DnsContext {
   assignmentOf(addr: string | undefined): Assignment | undefined;
+  admission: Admission;
   host(): HostBlock;
   resolver: NameResolver;
 }
@@ -80,23 +82,43 @@ export function serveUdp(ctx: DnsContext, sock: dgram.Socket): void {
   sock.on("error", () => undefined);
 }
 
-/** Queries over TCP: 2-byte length prefixes, in order, several per connection. */
+/** A TCP connection with nothing in flight is closed after this long. */
+const TCP_IDLE_MS = 10_000;
+/** Once a message's first byte came, the rest must come within this long (no trickling). */
+const TCP_MESSAGE_MS = 5000;
+
+/**
+ * Queries over TCP: 2-byte length prefixes, in order, several per connection. Each connection
+ * counts against its sandbox's bound and the proxy's (admission.ts), as HTTP(S) ones do. The
+ * bytes of a message are kept as they come and joined once it is whole: a message trickled one
+ * byte at a time costs its length, and must be whole within TCP_MESSAGE_MS.
+ */
 export function tcpHandler(ctx: DnsContext): (sock: net.Socket) => void {
   return (sock) => {
-    sock.on("error", () => undefined);
     const a = ctx.assignmentOf(sock.remoteAddress);
-    if (!a || a.released) return sock.resetAndDestroy();
-    a.conns.add(sock);
-    sock.on("close", () => a.conns.delete(sock));
-    sock.setTimeout(10_000, () => sock.destroy());
-    let buf = Buffer.alloc(0);
+    if (!ctx.admission.take(a, sock, 53)) return;
+    sock.setTimeout(TCP_IDLE_MS, () => sock.destroy());
+    let chunks: Buffer[] = [];
+    let have = 0;
+    let partial: NodeJS.Timeout | null = null;
     let chain = Promise.resolve();
+    sock.on("close", () => {
+      if (partial) clearTimeout(partial);
+    });
     sock.on("data", (d: Buffer) => {
-      buf = Buffer.concat([buf, d]);
-      if (buf.length > 70_000) return sock.destroy();
-      while (buf.length >= 2 && buf.length >= 2 + buf.readUInt16BE(0)) {
-        const msg = buf.subarray(2, 2 + buf.readUInt16BE(0));
-        buf = buf.subarray(2 + msg.length);
+      chunks.push(d);
+      have += d.length;
+      let whole = false;
+      while (have >= 2) {
+        if ((chunks[0] as Buffer).length < 2) chunks = [Buffer.concat(chunks, have)];
+        const size = 2 + (chunks[0] as Buffer).readUInt16BE(0);
+        if (have < size) break;
+        const all = chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks, have);
+        const msg = all.subarray(2, size);
+        const rest = all.subarray(size);
+        chunks = rest.length > 0 ? [rest] : [];
+        have = rest.length;
+        whole = true;
         chain = chain.then(async () => {
           const reply = await answerQuery(ctx, a, msg, 65535).catch(() => null);
           if (!reply || sock.destroyed) return;
@@ -104,6 +126,18 @@ export function tcpHandler(ctx: DnsContext): (sock: net.Socket) => void {
           len.writeUInt16BE(reply.length);
           sock.write(Buffer.concat([len, reply]));
         });
+      }
+      // The clock runs from the first byte of the message now incomplete.
+      if (whole && partial) {
+        clearTimeout(partial);
+        partial = null;
+      }
+      if (have > 0 && !partial) {
+        partial = setTimeout(() => {
+          a.log.add(null, 53, "protocol");
+          sock.resetAndDestroy();
+        }, TCP_MESSAGE_MS);
+        partial.unref();
       }
     });
   };

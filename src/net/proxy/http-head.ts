@@ -32,20 +32,65 @@ function hostOf(authority: string): string | null {
   return m?.[1] ?? null;
 }
 
+/** What can never become a request line, refused early so a non-HTTP client is not kept waiting. */
+function earlyRefusal(buf: Buffer): HeadPeek | null {
+  if (buf.length >= 3 && buf.subarray(0, 3).toString("latin1") === "PRI")
+    return { kind: "refuse", reason: "not_http" };
+  const first = buf.subarray(0, Math.min(buf.length, 16)).toString("latin1");
+  if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]*( |$)/.test(first))
+    return { kind: "refuse", reason: "not_http" };
+  return null;
+}
+
 /** What the request head in `data` (everything the client sent so far) asks for. */
 export function peekHttpHead(data: Uint8Array): HeadPeek {
   const buf = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
   const end = buf.indexOf("\r\n\r\n", 0, "latin1");
   if (end === -1) {
     if (buf.length > MAX_HEAD_BYTES) return { kind: "refuse", reason: "oversized" };
-    // Reject early what can never become a request line, so a non-HTTP client is not kept waiting.
-    if (buf.length >= 3 && buf.subarray(0, 3).toString("latin1") === "PRI")
-      return { kind: "refuse", reason: "not_http" };
-    const first = buf.subarray(0, Math.min(buf.length, 16)).toString("latin1");
-    if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]*( |$)/.test(first))
-      return { kind: "refuse", reason: "not_http" };
-    return { kind: "more" };
+    return earlyRefusal(buf) ?? { kind: "more" };
   }
+  return parseHead(buf, end);
+}
+
+/**
+ * peekHttpHead, incrementally: push() each chunk as it arrives. The first MAX_HEAD_BYTES + 4
+ * bytes are kept (copied once), the end of the head is searched for in the new bytes only, and
+ * the head is parsed once, when whole; the verdict after each push is the one peekHttpHead gives
+ * for everything pushed so far (test/net/proxy-parsers.unit.test.ts, at every split).
+ */
+export class HeadReader {
+  private readonly buf = Buffer.alloc(MAX_HEAD_BYTES + 4);
+  private kept = 0;
+  private total = 0;
+  private verdict: HeadPeek | null = null;
+
+  push(chunk: Uint8Array): HeadPeek {
+    if (this.verdict) return this.verdict;
+    const before = this.kept;
+    const n = Math.min(chunk.length, this.buf.length - this.kept);
+    this.buf.set(chunk.subarray(0, n), this.kept);
+    this.kept += n;
+    this.total += chunk.length;
+    const seen = this.buf.subarray(0, this.kept);
+    const end = seen.indexOf("\r\n\r\n", Math.max(0, before - 3), "latin1");
+    if (end === -1) {
+      if (this.total > MAX_HEAD_BYTES) return this.decide({ kind: "refuse", reason: "oversized" });
+      // Only the first 16 bytes decide it, and a verdict of "more" on them stays "more".
+      const early = before < 16 ? earlyRefusal(seen) : null;
+      return early ? this.decide(early) : { kind: "more" };
+    }
+    return this.decide(parseHead(seen, end));
+  }
+
+  private decide(v: HeadPeek): HeadPeek {
+    this.verdict = v;
+    return v;
+  }
+}
+
+/** The verdict on a head that ends (its blank line) at `end`. */
+function parseHead(buf: Buffer, end: number): HeadPeek {
   if (end + 4 > MAX_HEAD_BYTES) return { kind: "refuse", reason: "oversized" };
   const head = buf.subarray(0, end).toString("latin1");
   const lines = head.split("\r\n");

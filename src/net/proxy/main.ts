@@ -9,6 +9,8 @@
 import dgram from "node:dgram";
 import net from "node:net";
 import { createInterface } from "node:readline";
+import { readFileSync } from "node:fs";
+import { Admission, totalConnectionBound } from "./admission.js";
 import { Assignments } from "./assignments.js";
 import type { ProxyChildConfig, ProxyReply, ProxyRequest } from "./control.js";
 import type { HostBlock } from "./decide.js";
@@ -19,8 +21,17 @@ import { streamHandler } from "./streams.js";
 const config = JSON.parse(process.argv[2] ?? "{}") as ProxyChildConfig;
 const assignments = new Assignments();
 let hostBlock: HostBlock = { addresses: [], networks: [] };
+
+/** This process's soft file limit (the supervisor starts it under its own, PROXY_MAX_FILES). */
+function fileLimit(): number {
+  const line = /^Max open files\s+(\d+)/m.exec(readFileSync("/proc/self/limits", "utf8"));
+  if (!line?.[1]) throw new Error("cannot read the file limit from /proc/self/limits");
+  return Number(line[1]);
+}
+
 const ctx = {
   assignmentOf: (addr: string | undefined) => assignments.get(addr),
+  admission: new Admission(totalConnectionBound(fileLimit())),
   host: () => hostBlock,
   resolver: new NameResolver(config.resolvers),
 };
@@ -36,6 +47,9 @@ async function listenTcp(server: net.Server, port: number): Promise<number> {
       server.once("error", reject);
       server.listen({ host, port, ipv6Only: false, backlog: 1024 }, () => {
         server.off("error", reject);
+        // A failed accept (EMFILE, should the bounds ever be passed) is that connection's
+        // failure, not the proxy's: unhandled, it would end every sandbox's connections.
+        server.on("error", () => undefined);
         resolve((server.address() as net.AddressInfo).port);
       });
     });

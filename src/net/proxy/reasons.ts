@@ -23,6 +23,10 @@ export const REFUSAL_REASONS = [
   "unresolved",
   /** no address of the name answered */
   "unreachable",
+  /** the sandbox already holds its bound of connections through the proxy (admission.ts) */
+  "connection_limit",
+  /** the proxy holds its bound of connections from all sandboxes together */
+  "proxy_busy",
 ] as const;
 export type RefusalReason = (typeof REFUSAL_REASONS)[number];
 

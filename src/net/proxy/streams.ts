@@ -10,7 +10,8 @@
  * reset. Each refusal is recorded for the sandbox's result.
  */
 import net from "node:net";
-import { peekClientHello } from "./client-hello.js";
+import type { Admission } from "./admission.js";
+import { HelloReader } from "./client-hello.js";
 import {
   decideHttp,
   decideTls,
@@ -19,24 +20,27 @@ import {
   type HostBlock,
   type RefusalReason,
 } from "./decide.js";
-import { peekHttpHead } from "./http-head.js";
+import { HeadReader } from "./http-head.js";
 import type { Assignment } from "./assignments.js";
 import type { NameResolver } from "./resolve.js";
 
-/** How long a connection may take to send its hello or request head. */
+/**
+ * How long a connection may take to send its hello or request head, from its accept: the time to
+ * a verdict, however the bytes trickle in (the bytes are bounded by the readers: MAX_PEEK_BYTES,
+ * MAX_HEAD_BYTES).
+ */
 export const FIRST_BYTES_TIMEOUT_MS = 5000;
 /** Per address dialled, and for all of a name's addresses together. */
 const CONNECT_TIMEOUT_MS = 5000;
 const DIAL_BUDGET_MS = 10_000;
 const MAX_DIAL_ADDRESSES = 4;
-/** Connections a sandbox may hold through the proxy at once (each costs the proxy two fds). */
-export const MAX_CONNECTIONS_PER_SANDBOX = 256;
 
 /** TLS alert record: fatal (2) access_denied (49), TLS 1.2 record version. */
 const TLS_ACCESS_DENIED = Buffer.from([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 49]);
 
 export interface StreamContext {
   assignmentOf(addr: string | undefined): Assignment | undefined;
+  admission: Admission;
   host(): HostBlock;
   resolver: NameResolver;
 }
@@ -138,6 +142,24 @@ async function dial(
   refuse(name, "unreachable");
 }
 
+/** The decision on a TLS connection once its hello is read, null until then. */
+function tlsVerdicts(a: Assignment): (chunk: Buffer) => Decision | null {
+  const reader = new HelloReader();
+  return (chunk) => {
+    const peek = reader.push(chunk);
+    return peek.kind === "more" ? null : decideTls(peek, a.allow);
+  };
+}
+
+/** The decision on a plain-HTTP connection once its request head is read, null until then. */
+function httpVerdicts(a: Assignment): (chunk: Buffer) => Decision | null {
+  const reader = new HeadReader();
+  return (chunk) => {
+    const peek = reader.push(chunk);
+    return peek.kind === "more" ? null : decideHttp(peek, a.allow);
+  };
+}
+
 /** The handler of one listener: "tls" (redirected port 443) or "http" (port 80). */
 export function streamHandler(
   ctx: StreamContext,
@@ -145,13 +167,12 @@ export function streamHandler(
 ): (sock: net.Socket) => void {
   const port = kind === "tls" ? 443 : 80;
   return (sock) => {
-    sock.on("error", () => undefined);
     const a = ctx.assignmentOf(sock.remoteAddress);
-    if (!a || a.released || a.conns.size >= MAX_CONNECTIONS_PER_SANDBOX) return reset(sock);
-    a.conns.add(sock);
-    sock.on("close", () => a.conns.delete(sock));
+    if (!ctx.admission.take(a, sock, port)) return;
     sock.setNoDelay(true);
+    // Everything received until the verdict, kept to send upstream; each byte is parsed once.
     const chunks: Buffer[] = [];
+    const verdictOn = kind === "tls" ? tlsVerdicts(a) : httpVerdicts(a);
     let decided = false;
     const refuse = (host: string | null, reason: RefusalReason) => {
       a.log.add(host, port, reason);
@@ -161,28 +182,23 @@ export function streamHandler(
     };
     const timer = setTimeout(() => {
       decided = true;
+      sock.off("data", onData);
       refuse(null, "protocol");
     }, FIRST_BYTES_TIMEOUT_MS);
     timer.unref();
     const onData = (d: Buffer) => {
       chunks.push(d);
-      const all = Buffer.concat(chunks);
-      let decision: Decision;
-      if (kind === "tls") {
-        const peek = peekClientHello(all);
-        if (peek.kind === "more") return;
-        decision = decideTls(peek, a.allow);
-      } else {
-        const peek = peekHttpHead(all);
-        if (peek.kind === "more") return;
-        decision = decideHttp(peek, a.allow);
-      }
+      const decision = verdictOn(d);
+      if (decision === null) return;
       decided = true;
       clearTimeout(timer);
       sock.off("data", onData);
       sock.pause();
       if (!decision.allow) return refuse(decision.host, decision.reason);
-      void dial(ctx, a, sock, kind, decision.name, all, refuse).catch(() => reset(sock));
+      const head = Buffer.concat(chunks);
+      void dial(ctx, a, sock, kind, decision.name, head, refuse).catch(() =>
+        refuse(decision.name, "unreachable"),
+      );
     };
     sock.on("data", onData);
     sock.on("end", () => {

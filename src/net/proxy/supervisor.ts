@@ -8,6 +8,7 @@
  * meanwhile redirected connections find no listener and are reset (fail closed).
  */
 import { spawn, type ChildProcess } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { createInterface } from "node:readline";
 import { SANDBOX_UID_BASE, SANDBOX_UID_COUNT } from "../../jail/uids.js";
@@ -19,6 +20,7 @@ import type { HostBlockSet } from "../host-block.js";
 import { renderHostSetUpdate } from "../nftables.js";
 import { renderProxyTable, renderProxyTableTeardown, type ProxyPorts } from "../nftables-proxy.js";
 import type { UplinkConfig } from "../uplink.js";
+import { PROXY_MAX_FILES } from "./admission.js";
 import type { ProxyChildConfig, ProxyReply, ProxyRequest } from "./control.js";
 import type { Refusal } from "./decide.js";
 
@@ -38,9 +40,20 @@ type Request = ProxyRequest extends infer R
     : never
   : never;
 
+/** This process's hard limit on open files (what a child may be given without privilege). */
+function hardFileLimit(): number {
+  const m = /^Max open files\s+\S+\s+(\S+)/m.exec(readFileSync("/proc/self/limits", "utf8"));
+  return m?.[1] === undefined || m[1] === "unlimited" ? Infinity : Number(m[1]);
+}
+
 /** The guard table of an uplink: prefixed, so reaping a dead server's leftovers finds it. */
 export function proxyTableName(u: UplinkConfig): string {
   return `${u.prefix}egress`;
+}
+
+export interface ProxyOptions {
+  /** The child's own file limit (default PROXY_MAX_FILES); its connection bound follows from it. */
+  maxFiles?: number;
 }
 
 export interface CollectedRefusals {
@@ -69,6 +82,7 @@ export class EgressProxy {
     readonly uid: number,
     host: HostBlockSet,
     public ports: ProxyPorts,
+    readonly maxFiles: number,
   ) {
     this.host = host;
     this.watch = hostWatch(uplink);
@@ -78,9 +92,15 @@ export class EgressProxy {
    * Starts the proxy for `uplink` as host uid `uid` (its own: the guard table keys on it) and loads
    * the guard. Throws when the child does not come up listening.
    */
-  static async start(uplink: UplinkConfig, uid: number): Promise<EgressProxy> {
+  static async start(
+    uplink: UplinkConfig,
+    uid: number,
+    options: ProxyOptions = {},
+  ): Promise<EgressProxy> {
     const host = await readHostBlockSet(uplink);
-    const p = new EgressProxy(uplink, uid, host, { http: 0, tls: 0, dns: 0 });
+    // Raising a hard limit needs CAP_SYS_RESOURCE, which a server in a container may lack.
+    const maxFiles = Math.min(options.maxFiles ?? PROXY_MAX_FILES, hardFileLimit());
+    const p = new EgressProxy(uplink, uid, host, { http: 0, tls: 0, dns: 0 }, maxFiles);
     p.watch.acquire();
     try {
       p.ports = await p.spawnChild(null);
@@ -125,7 +145,15 @@ export class EgressProxy {
       resolvers: [...this.uplink.dnsResolvers],
       ports,
     };
-    const node = [process.execPath, CHILD, JSON.stringify(config)];
+    // Its own file limit, soft and hard: the server's is not the proxy's to spend, nor the reverse.
+    const node = [
+      "/usr/bin/prlimit",
+      `--nofile=${this.maxFiles}:${this.maxFiles}`,
+      "--",
+      process.execPath,
+      CHILD,
+      JSON.stringify(config),
+    ];
     const argv =
       this.uplink.netns === null
         ? node
