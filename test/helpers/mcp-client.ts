@@ -6,7 +6,15 @@ import { StdioClientTransport as ModernStdioTransport } from "@modelcontextproto
 import { readdirSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { setting } from "../../src/schema/settings/read.js";
 import { childrenOf } from "./procs.js";
+
+/**
+ * The revision the shared suites' client speaks (SCRATCHRUN_TEST_ERA): 2025-11-25 in `npm test`,
+ * 2026-07-28 in the era leg of `npm run test:matrix`, where `startServer` hands the suites a v2
+ * client pinned to it behind the same harness.
+ */
+export const TEST_ERA = setting("SCRATCHRUN_TEST_ERA", process.env);
 
 /** The repository root (this file is dist/test/helpers/mcp-client.js once built). */
 export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
@@ -71,6 +79,7 @@ export async function startServer(
   env: Record<string, string> = {},
   node?: string,
 ): Promise<McpHarness> {
+  if (TEST_ERA === "2026-07-28") return startModernAsLegacy(env, node);
   const transport = new StdioClientTransport(serverParams(env, node));
   let stderr = "";
   transport.stderr?.on("data", (d: Buffer) => (stderr += d.toString()));
@@ -150,6 +159,64 @@ export async function startModernServer(
     serverFds: () => readdirSync(`/proc/${transport.pid}/fd`).length,
     close: () => client.close(),
   };
+}
+
+/**
+ * The era leg: the same harness over a 2026-07-28 client. Its `client` answers what the shared
+ * suites ask of a client (tools/list, tools/call with a schema and options, the server's
+ * identity); Logging is the 2025 revision's (a 2026 request asks for output in its own `_meta`),
+ * so a suite that turns it on is the 2025 leg's alone (scripts/test-matrix.mjs names them).
+ */
+async function startModernAsLegacy(env: Record<string, string>, node?: string) {
+  const transport = new ModernStdioTransport(serverParams(env, node));
+  let stderr = "";
+  transport.stderr?.on("data", (d: Buffer) => (stderr += d.toString()));
+  const modern = new ModernClient(
+    { name: "scratchrun-test-2026", version: "1.0.0" },
+    { versionNegotiation: { mode: { pin: "2026-07-28" } } },
+  );
+  await modern.connect(transport);
+  if (modern.getProtocolEra() !== "modern")
+    throw new Error(`the era leg's client speaks ${modern.getProtocolEra()}, not 2026-07-28`);
+  type Options = { signal?: AbortSignal; timeout?: number };
+  const callTool = async (
+    params: { name: string; arguments?: Record<string, unknown> },
+    _schema?: unknown,
+    options: Options = {},
+  ) =>
+    (await modern.callTool(params, {
+      timeout: options.timeout ?? 120_000,
+      ...(options.signal ? { signal: options.signal } : {}),
+    })) as CallToolResult;
+  const client = {
+    listTools: () => modern.listTools(),
+    callTool,
+    getServerVersion: () => modern.getServerVersion(),
+    close: () => modern.close(),
+  } as unknown as Client;
+  const call = (
+    args: Record<string, unknown>,
+    o: { signal?: AbortSignal; timeoutMs?: number } = {},
+  ) =>
+    callTool({ name: "scratchrun_exec", arguments: args }, undefined, {
+      timeout: o.timeoutMs ?? 120_000,
+      ...(o.signal ? { signal: o.signal } : {}),
+    });
+  const harness: McpHarness = {
+    client,
+    call,
+    async exec(args) {
+      const result = await call(args);
+      if (result.isError) throw new Error(`tool error: ${JSON.stringify(result.content)}`);
+      return { result, s: result.structuredContent as unknown as ExecStructured };
+    },
+    stderr: () => stderr,
+    serverFds: () => readdirSync(`/proc/${transport.pid}/fd`).length,
+    serverChildren: () => childrenOf(transport.pid ?? -1).length,
+    serverPid: () => transport.pid ?? -1,
+    close: () => modern.close(),
+  };
+  return harness;
 }
 
 export function textOf(result: CallToolResult): string {

@@ -346,6 +346,13 @@ export const SETTINGS = {
     readers: ["tests"],
     doc: 'the Python runtime the e2e and security cases written for "a Python" run on (`npm run test:matrix` sets each in turn)',
   },
+  SCRATCHRUN_TEST_ERA: {
+    kind: "enum",
+    values: ["2025-11-25", "2026-07-28"],
+    default: "2025-11-25",
+    readers: ["tests"],
+    doc: "the MCP revision the shared e2e and security suites' stdio client speaks (`npm run test:matrix` runs the era leg with `2026-07-28`)",
+  },
   SCRATCHRUN_TEST_BACKENDS: {
     kind: "list",
     unset: "both",
