@@ -7,6 +7,7 @@ import {
   RELATED_TASK_META_KEY,
   Server,
 } from "@modelcontextprotocol/server";
+import { SERVER_ICONS } from "./icon.js";
 import type { JSONRPCRequest, Result, ServerContext } from "@modelcontextprotocol/server";
 import { AsyncLocalStorage } from "node:async_hooks";
 import type { Engine, EngineOptions } from "../engine/engine.js";
@@ -51,6 +52,7 @@ export const SERVER_INFO = {
   title: "ScratchRun",
   version: VERSION,
   websiteUrl: "https://scratchrun.dev",
+  icons: SERVER_ICONS,
 } as const;
 
 /**

@@ -3,6 +3,7 @@ import { after, before, describe, test } from "node:test";
 import { TEST_BACKENDS } from "../helpers/backends.js";
 import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
 import {
+  assertIcon,
   startModernServer,
   textOf,
   type ExecStructured,
@@ -42,6 +43,7 @@ for (const backend of TEST_BACKENDS) {
     test("discover, then the same tools; no initialize ran", async () => {
       assert.equal(h.client.getProtocolEra(), "modern");
       assert.equal(h.client.getServerVersion()?.name, "scratchrun");
+      assertIcon(h.client.getServerVersion()?.icons);
       const { tools } = await h.client.listTools();
       assert.deepEqual(
         tools.map((t) => t.name),

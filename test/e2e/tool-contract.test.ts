@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { expectedIsolation, TEST_BACKENDS } from "../helpers/backends.js";
 import { assertNoCallSandbox, snapshot } from "../helpers/leaks.js";
-import { textOf } from "../helpers/mcp-client.js";
+import { assertIcon, textOf } from "../helpers/mcp-client.js";
 import { serverForSuite } from "../helpers/suite.js";
 
 for (const backend of TEST_BACKENDS) {
@@ -10,6 +10,9 @@ for (const backend of TEST_BACKENDS) {
     const h = serverForSuite(backend);
 
     test("lists scratchrun_exec with input and output schemas derived from one schema", async () => {
+      const identity = h.client.getServerVersion();
+      assert.deepEqual([identity?.name, identity?.title], ["scratchrun", "ScratchRun"]);
+      assertIcon(identity?.icons);
       const { tools } = await h.client.listTools();
       const tool = tools.find((t) => t.name === "scratchrun_exec");
       assert.ok(tool, "scratchrun_exec is listed");

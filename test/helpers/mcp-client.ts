@@ -219,6 +219,19 @@ async function startModernAsLegacy(env: Record<string, string>, node?: string) {
   return harness;
 }
 
+/** The server's identity carries its icon: an SVG, inline as a data URI (nothing to fetch). */
+export function assertIcon(icons: unknown): void {
+  const list = icons as { src: string; mimeType?: string }[] | undefined;
+  const icon = list?.[0];
+  if (!icon) throw new Error(`no icon in the server's identity: ${JSON.stringify(icons)}`);
+  const m = /^data:image\/svg\+xml;base64,(.+)$/.exec(icon.src);
+  if (!m || icon.mimeType !== "image/svg+xml")
+    throw new Error(`the icon is not an inline SVG: ${icon.src.slice(0, 60)}`);
+  const svg = Buffer.from(m[1]!, "base64").toString("utf8");
+  if (!/^<svg xmlns="http:\/\/www\.w3\.org\/2000\/svg"[^>]*viewBox="0 0 64 64"/.test(svg))
+    throw new Error(`the icon's data is not an SVG: ${svg.slice(0, 60)}`);
+}
+
 export function textOf(result: CallToolResult): string {
   return result.content
     .filter((b): b is { type: "text"; text: string } => b.type === "text")
