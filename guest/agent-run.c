@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent-contain.h"
 #include "agent-seccomp.h"
 #include "agent-wire.h"
 
@@ -104,6 +105,8 @@ static void child_exec(const struct spawn_spec *s, pid_t agent, int devnull, int
   int e = fcntl(errfd, F_DUPFD_CLOEXEC, 16);
   if (e >= 0) errfd = e;
   if (setsid() < 0) child_fail(errfd, STAGE_SETUP);
+  /* While still the agent's root: the code's cgroup, OOM score and bounding set (microVM). */
+  if (code_contain_apply() < 0) child_fail(errfd, STAGE_SETUP);
   /* Before PR_SET_PDEATHSIG: changing credentials clears the parent-death signal. */
   if (drop_privileges(s->uid, s->gid) < 0) child_fail(errfd, STAGE_CREDS);
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) child_fail(errfd, STAGE_SETUP);

@@ -259,6 +259,7 @@ export class MicroVm {
       const spec: QemuSpec = {
         accel: ctx.accel,
         guestMb,
+        memoryMb: opts.memoryMb,
         tscKhz: ctx.tscKhz,
         scratchMb: ctx.scratchMb,
         tcgCacheMb: 64,
