@@ -46,12 +46,15 @@ int code_cgroup_load(const char *dir, char *msg, size_t msglen) {
   return 0;
 }
 
-int code_contain_apply(void) {
+int code_contain_apply(enum contain_step *failed) {
+  *failed = CONTAIN_CGROUP;
   if (procs_path[0] && write_text(procs_path, "0") < 0) return -1;
+  *failed = CONTAIN_OOM;
   /* Raising one's own score needs nothing; written with CAP_SYS_RESOURCE it is also the floor.
    * Unprivileged (the namespace backend's jail) the non-dumpable child cannot open its own file;
    * there the host's memory cgroup ends the whole jail on OOM, agent included. */
   if (write_text("/proc/self/oom_score_adj", "1000") < 0 && geteuid() == 0) return -1;
+  *failed = CONTAIN_CAPS;
   for (int cap = 0; cap < 64; cap++) {
     int has = prctl(PR_CAPBSET_READ, cap, 0, 0, 0);
     if (has < 0) break; /* past the kernel's last capability */

@@ -22,10 +22,13 @@ int agent_oom_protect(char *msg, size_t msglen);
  * jail in one). */
 int code_cgroup_load(const char *dir, char *msg, size_t msglen);
 
+/* Which step of code_contain_apply failed. */
+enum contain_step { CONTAIN_CGROUP, CONTAIN_OOM, CONTAIN_CAPS };
+
 /* In a forked child about to become the code, while it still has the agent's credentials: joins
  * the code's cgroup (if loaded), raises its OOM score to the maximum (pinned there when privileged)
  * and empties the capability bounding set (each capability still in it; none left is success).
- * 0, or -1 with errno. Only async-signal-safe calls. */
-int code_contain_apply(void);
+ * 0, or -1 with errno and *failed set. Only async-signal-safe calls. */
+int code_contain_apply(enum contain_step *failed);
 
 #endif

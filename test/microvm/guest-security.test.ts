@@ -64,7 +64,7 @@ describe("microvm guest security", { skip: skip ?? false, timeout: 300_000 }, ()
       "echo \"agent_uid $(awk '/^Uid/{print $2}' /proc/$PPID/status)\"; id -u; /bin/poke agent $PPID; echo alive",
     );
     assert.equal(r.agent.failure, null, "the call ended cleanly: the agent survived");
-    assert.equal(r.agent.exit?.reason, "exited");
+    assert.equal(r.agent.exit?.reason, "exited", JSON.stringify(r.agent.exit));
     const out = text(r.agent.stdout);
     const lines = out.trim().split("\n");
     assert.equal(lines[0], "agent_uid 0");
