@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/fsuid.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -111,7 +112,11 @@ static void child_exec(const struct spawn_spec *s, pid_t agent, int devnull, int
   int e = fcntl(errfd, F_DUPFD_CLOEXEC, 16);
   if (e >= 0) errfd = e;
   if (setsid() < 0) child_fail(errfd, STAGE_SETUP);
-  /* While still the agent's root: the code's cgroup, OOM score and bounding set (microVM). */
+  /* While still the agent's root: the code's cgroup, OOM score and bounding set (microVM). The
+   * agent took the code's filesystem identity for its files (agent.c, use_code_fs_identity), which
+   * would refuse the cgroup's root-only directory and our own /proc files: act as our euid. */
+  (void)setfsgid(getegid());
+  (void)setfsuid(geteuid());
   enum contain_step step;
   if (code_contain_apply(&step) < 0)
     child_fail(errfd, step == CONTAIN_CGROUP ? STAGE_CGROUP
