@@ -149,7 +149,7 @@ for (const backend of TEST_BACKENDS) {
         runtime: "bash",
         code: "dd if=/dev/zero of=/tmp/fill bs=1M count=120 2>&1; echo survived",
         memory_mb: 32,
-        timeout_ms: 60_000,
+        timeout_ms: 30_000,
       });
       assert.equal(s.exit_reason, "oom", JSON.stringify(s));
       assert.doesNotMatch(s.stdout, /survived/);
