@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/fsuid.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -20,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent-contain.h"
 #include "agent-seccomp.h"
 #include "agent-wire.h"
 
@@ -52,8 +54,14 @@ struct spawn_error {
   int stage;
   int err;
 };
-static const char *const stage_names[] = {"setup", "chdir", "execve", "drop privileges"};
-enum { STAGE_SETUP, STAGE_CHDIR, STAGE_EXEC, STAGE_CREDS };
+static const char *const stage_names[] = {"setup",
+                                         "chdir",
+                                         "execve",
+                                         "drop privileges",
+                                         "join the code's cgroup",
+                                         "raise the OOM score",
+                                         "empty the capability bounding set"};
+enum { STAGE_SETUP, STAGE_CHDIR, STAGE_EXEC, STAGE_CREDS, STAGE_CGROUP, STAGE_OOM, STAGE_CAPS };
 
 /* Marks every fd >= first close-on-exec: the fds are gone once execve succeeds, while the
  * exec-error pipe keeps working until then. */
@@ -104,6 +112,16 @@ static void child_exec(const struct spawn_spec *s, pid_t agent, int devnull, int
   int e = fcntl(errfd, F_DUPFD_CLOEXEC, 16);
   if (e >= 0) errfd = e;
   if (setsid() < 0) child_fail(errfd, STAGE_SETUP);
+  /* While still the agent's root: the code's cgroup, OOM score and bounding set (microVM). The
+   * agent took the code's filesystem identity for its files (agent.c, use_code_fs_identity), which
+   * would refuse the cgroup's root-only directory and our own /proc files: act as our euid. */
+  (void)setfsgid(getegid());
+  (void)setfsuid(geteuid());
+  enum contain_step step;
+  if (code_contain_apply(&step) < 0)
+    child_fail(errfd, step == CONTAIN_CGROUP ? STAGE_CGROUP
+                      : step == CONTAIN_OOM  ? STAGE_OOM
+                                             : STAGE_CAPS);
   /* Before PR_SET_PDEATHSIG: changing credentials clears the parent-death signal. */
   if (drop_privileges(s->uid, s->gid) < 0) child_fail(errfd, STAGE_CREDS);
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) child_fail(errfd, STAGE_SETUP);
@@ -168,8 +186,10 @@ int spawn_code(const struct spawn_spec *s, struct code_proc *p, char *msg, size_
     (void)waitpid(child, NULL, __WALL);
     close(outp[0]);
     close(errp[0]);
-    int st = se.stage >= STAGE_SETUP && se.stage <= STAGE_CREDS ? se.stage : STAGE_SETUP;
-    if (st == STAGE_CREDS)
+    int st = se.stage >= STAGE_SETUP && se.stage <= STAGE_CAPS ? se.stage : STAGE_SETUP;
+    if (st >= STAGE_CGROUP)
+      snprintf(msg, msglen, "%s: %s", stage_names[st], strerror(se.err));
+    else if (st == STAGE_CREDS)
       snprintf(msg, msglen, "%s to %u:%u: %s", stage_names[st], s->uid, s->gid,
                strerror(se.err));
     else

@@ -8,7 +8,7 @@
  * after D, until the host hangs up, and a kernel given in the request keeps the interpreter.
  *
  * Usage: agent [--channel PATH] [--own-kernel] [--prestart INTERP SCRIPT [--preimport SPEC]]
- *              [--warm INTERP] [--seed PORT RESOLV] [--seccomp PATH]
+ *              [--warm INTERP] [--seed PORT RESOLV] [--seccomp PATH] [--cgroup DIR]
  *   --channel PATH  open PATH read/write for the protocol instead of using fd 0/1
  *   --own-kernel    this kernel runs only this sandbox (microVM): kill(-1) is safe without a pid
  *                   namespace, and /proc/vmstat oom_kill counts only this sandbox's OOM kills
@@ -24,6 +24,10 @@
  *                   opening the channel. RESOLV: where network "public" puts resolv.conf.
  *   --seccomp PATH  microVM: the seccomp program (src/jail/seccomp.ts, rendered at build time) to
  *                   install in every process started as the code's user (agent-seccomp.h)
+ *   --cgroup DIR    microVM: the code's memory cgroup, which every process started as the code's
+ *                   user joins (agent-contain.h)
+ * With --own-kernel the agent also takes the lowest OOM score: the code is the OOM killer's
+ * choice, never the agent that reports it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -39,6 +43,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "agent-contain.h"
 #include "agent-files.h"
 #include "agent-prestart.h"
 #include "agent-request.h"
@@ -58,6 +63,7 @@ struct agent_opts {
   const char *warm_interp;
   const char *seed_port, *seed_resolv;
   const char *seccomp;
+  const char *cgroup;
 };
 
 struct warm_ctx {
@@ -266,6 +272,20 @@ static int agent_main(const struct agent_opts *o) {
     return 2;
   }
   on_host_lost = host_gone;
+  if (o->own_kernel) {
+    char why[256];
+    if (agent_oom_protect(why, sizeof why) < 0) {
+      fprintf(stderr, "agent: %s\n", why);
+      return 2;
+    }
+  }
+  if (o->cgroup) {
+    char why[256];
+    if (code_cgroup_load(o->cgroup, why, sizeof why) < 0) {
+      fprintf(stderr, "agent: %s\n", why); /* never run code outside the memory it was given */
+      return 2;
+    }
+  }
   if (o->seccomp) {
     char why[256];
     if (code_seccomp_load(o->seccomp, why, sizeof why) < 0) {
@@ -375,7 +395,7 @@ static int agent_main(const struct agent_opts *o) {
 }
 
 int main(int argc, char **argv) {
-  struct agent_opts o = {NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+  struct agent_opts o = {NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--channel") == 0 && i + 1 < argc) {
       o.channel = argv[++i];
@@ -393,9 +413,12 @@ int main(int argc, char **argv) {
       o.seed_resolv = argv[++i];
     } else if (strcmp(argv[i], "--seccomp") == 0 && i + 1 < argc) {
       o.seccomp = argv[++i];
+    } else if (strcmp(argv[i], "--cgroup") == 0 && i + 1 < argc) {
+      o.cgroup = argv[++i];
     } else {
       fprintf(stderr, "usage: agent [--channel PATH] [--own-kernel] [--prestart INTERP SCRIPT "
-                      "[--preimport SPEC]] [--warm INTERP] [--seed PORT RESOLV] [--seccomp PATH]\n");
+                      "[--preimport SPEC]] [--warm INTERP] [--seed PORT RESOLV] [--seccomp PATH] "
+                      "[--cgroup DIR]\n");
       return 2;
     }
   }

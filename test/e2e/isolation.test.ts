@@ -76,6 +76,38 @@ for (const backend of TEST_BACKENDS) {
       assert.match(status.join("\n"), /NoNewPrivs:\s+1/);
     });
 
+    test("H22: a minimal /dev, an empty capability bounding set; microVM: the code first for the OOM killer", async () => {
+      const { s } = await h.exec({
+        runtime: "bash",
+        code: [
+          "ls -A /dev | tr '\\n' ' '; echo",
+          "grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb)' /proc/self/status | tr -s '\\t' ' '",
+          'echo "code $(cat /proc/self/oom_score_adj) agent $(cat /proc/$PPID/oom_score_adj)"',
+          "(echo 0 >/proc/self/oom_score_adj) 2>/dev/null && echo lowered || echo kept",
+        ].join("\n"),
+      });
+      assert.equal(s.exit_reason, "ok", s.stderr);
+      const [dev, ...rest] = s.stdout.trim().split("\n");
+      // One comparison, so a failure shows every part that differs.
+      assert.deepEqual(
+        {
+          dev: dev?.trim(),
+          caps: rest.slice(0, 5),
+          oom: [rest[5]?.replace(/^code (-?\d+) agent \1$/, "same"), rest[6]],
+        },
+        {
+          // What bwrap --dev gives (src/backends/namespace/bwrap-args.ts); guest/init the same.
+          dev: "core fd full null ptmx pts random shm stderr stdin stdout tty urandom zero",
+          caps: ["Inh", "Prm", "Eff", "Bnd", "Amb"].map((c) => `Cap${c}: 0000000000000000`),
+          // microVM: the agent ($PPID) is never the OOM killer's choice, the code always first and
+          // unable to lower itself. The namespace backend's jail is one memory cgroup whose OOM
+          // ends it whole, agent included (memory.oom.group), and the host reports it: its
+          // scores are whatever the server's were, the same for both.
+          oom: backend === "microvm" ? ["code 1000 agent -1000", "kept"] : ["same", rest[6]],
+        },
+      );
+    });
+
     test("the root filesystem is read-only", async () => {
       const { s } = await h.exec({
         runtime: "bash",

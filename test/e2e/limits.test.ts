@@ -140,6 +140,21 @@ for (const backend of TEST_BACKENDS) {
       assert.match(s.stdout, /\s128\s+128\s+0 100% \/tmp/, "the cap is the 128 MiB scratch size");
     });
 
+    test("hostile: filling /tmp past memory_mb ends as oom, not at the deadline (H20)", async () => {
+      assert.ok(proven.memory, "memory limit not proven first");
+      // The 128 MiB /tmp is larger than memory_mb: its pages count against the code's memory
+      // (the namespace backend's cgroup; in a microVM, the guest's cgroup for the code), so the
+      // writer is OOM-killed long before the deadline.
+      const { s } = await h.exec({
+        runtime: "bash",
+        code: "dd if=/dev/zero of=/tmp/fill bs=1M count=120 2>&1; echo survived",
+        memory_mb: 32,
+        timeout_ms: 30_000,
+      });
+      assert.equal(s.exit_reason, "oom", JSON.stringify(s));
+      assert.doesNotMatch(s.stdout, /survived/);
+    });
+
     test("hostile: a background process does not outlive its call", async () => {
       const { s } = await h.exec({
         runtime: "bash",

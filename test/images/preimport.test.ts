@@ -130,6 +130,7 @@ describe("the agent's --preimport SPEC", () => {
     const spec: QemuSpec = {
       accel: "tcg",
       guestMb: 320,
+      memoryMb: 256,
       tscKhz: null,
       scratchMb: 128,
       tcgCacheMb: 64,

@@ -81,6 +81,7 @@ describe("the NIC and the jail around it", () => {
   const spec = (nic: QemuSpec["nic"]): QemuSpec => ({
     accel: "tcg",
     guestMb: 320,
+    memoryMb: 256,
     tscKhz: null,
     scratchMb: 128,
     tcgCacheMb: 64,

@@ -304,6 +304,9 @@ for (const backend of SECURITY_BACKENDS) {
           `only init, the agent and the code: ${JSON.stringify(user)}`,
         );
         allowed.add("/sys");
+        // The agent's port nodes and the code's cgroup: a root-only directory (guest/init).
+        allowed.add("/run/scratchrun-private");
+        allowed.add("/run/scratchrun-private/cgroup");
       } else {
         assert.equal(lines.get("init"), "/opt/scratchrun/agent", "pid 1 is the agent, not bwrap");
         assert.ok(

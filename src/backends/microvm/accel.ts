@@ -24,8 +24,11 @@ export function kvmDeviceUsable(path = "/dev/kvm"): boolean {
 }
 
 /**
- * The host TSC frequency in kHz, passed to the guest as `tsc_early_khz` so its kernel skips PIT
- * calibration (slow, and under TCG it hung once in 18 boots). Null when unknown.
+ * The host TSC frequency in kHz, rounded to whole MHz, passed to the guest as `tsc_early_khz` so
+ * its kernel skips PIT calibration (slow, and under TCG it hung once in 18 boots). Rounded: the
+ * host kernel's own calibration (e.g. 2596.136 MHz) can tell one machine from another, the whole
+ * MHz names only a CPU class, and the guest clock built on it is off by at most 500 ppm
+ * (docs/SECURITY.md, THREAT-MODEL H21). Null when unknown.
  */
 export function hostTscKhz(cpuinfo?: string): number | null {
   let text = cpuinfo;
@@ -38,7 +41,7 @@ export function hostTscKhz(cpuinfo?: string): number | null {
   }
   const m = /^cpu MHz\s*:\s*([0-9]+(?:\.[0-9]+)?)\s*$/m.exec(text);
   if (!m?.[1]) return null;
-  const khz = Math.round(Number(m[1]) * 1000);
+  const khz = Math.round(Number(m[1])) * 1000;
   return Number.isFinite(khz) && khz > 100_000 ? khz : null;
 }
 

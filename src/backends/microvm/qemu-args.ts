@@ -26,6 +26,8 @@ export interface QemuSpec {
   accel: Accel;
   /** Guest RAM, MiB. */
   guestMb: number;
+  /** The call's memory_mb: memory.max of the code's cgroup in the guest (guest/init). */
+  memoryMb: number;
   tscKhz: number | null;
   /** tmpfs size of the guest's writable layers (overlay upper and /tmp), MiB. */
   scratchMb: number;
@@ -123,6 +125,7 @@ export function kernelCommandLine(spec: QemuSpec): string {
     // KVM guests use kvm-clock instead.
     ...(spec.accel === "tcg" ? ["tsc=reliable"] : []),
     `scratchrun.scratch_mb=${spec.scratchMb}`,
+    `scratchrun.memory_mb=${spec.memoryMb}`,
     ...(spec.warm ? [`scratchrun.warm=${checkInterpreterPath(spec.warm)}`] : []),
     ...(spec.prestart ? [`scratchrun.prestart=${checkInterpreterPath(spec.prestart)}`] : []),
     ...(spec.preimport ? [`scratchrun.preimport=${checkPreimportSpec(spec.preimport)}`] : []),

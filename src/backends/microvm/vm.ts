@@ -260,6 +260,7 @@ export class MicroVm {
       const spec: QemuSpec = {
         accel: ctx.accel,
         guestMb,
+        memoryMb: opts.memoryMb,
         tscKhz: ctx.tscKhz,
         scratchMb: ctx.scratchMb,
         tcgCacheMb: 64,

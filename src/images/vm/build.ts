@@ -26,6 +26,7 @@ import { GUEST_SCRIPTS } from "../../runtimes/table.js";
 import { writeCpioNewc, type CpioEntry } from "./cpio.js";
 import { extractVmlinux } from "./kernel.js";
 import { resolveModuleOrder } from "./modules.js";
+import { GUEST_UNAME_VERSION, guestRelease, patchUname } from "./uname.js";
 import { setting } from "../../schema/settings/read.js";
 
 /** The repository (or installed package) root: this file is dist/src/images/vm/build.js. */
@@ -155,6 +156,8 @@ export function buildVmArtifacts(opts: BuildOptions = {}, build = true): VmArtif
     readFileSync(agent),
     readFileSync(busybox),
     order.join(","),
+    guestRelease(release),
+    GUEST_UNAME_VERSION,
   );
   const dir = join(opts.cacheRoot ?? defaultCacheRoot(), key);
   const out: VmArtifacts = {
@@ -200,7 +203,9 @@ export function buildVmArtifacts(opts: BuildOptions = {}, build = true): VmArtif
     })),
   ];
   writeAtomic(out.initramfs, writeCpioNewc(entries));
-  writeAtomic(out.kernel, extractVmlinux(readFileSync(vmlinuz)));
+  // The guest's uname names the guest kernel, not the host's (src/images/vm/uname.ts).
+  const vmlinux = extractVmlinux(readFileSync(vmlinuz));
+  writeAtomic(out.kernel, patchUname(vmlinux, release, guestRelease(release)));
   const helperTmp = `${out.sealedRam}.tmp-${process.pid}`;
   compileStatic(sealedPath, helperTmp);
   renameSync(helperTmp, out.sealedRam);
