@@ -239,7 +239,7 @@ describe("runAgentSession: protocol violations become failures", () => {
 
   it("rejects a READY with another version and sends no Q", async () => {
     const p = peer();
-    p.send({ type: "ready", version: 2 });
+    p.send({ type: "ready", version: PROTOCOL_VERSION + 1 });
     const o = await runAgentSession(p.io, request, opts());
     assert.equal(o.failure?.kind, "protocol");
     assert.equal(p.written().length, 0);
