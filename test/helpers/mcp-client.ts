@@ -79,12 +79,8 @@ export async function startServer(
   env: Record<string, string> = {},
   node?: string,
 ): Promise<McpHarness> {
-  if (TEST_ERA === "2026-07-28") return startModernAsLegacy(env, node);
-  const transport = new StdioClientTransport(serverParams(env, node));
-  let stderr = "";
-  transport.stderr?.on("data", (d: Buffer) => (stderr += d.toString()));
-  const client = new Client({ name: "scratchrun-test", version: "1.0.0" });
-  await client.connect(transport);
+  const { client, pid, stderr } =
+    TEST_ERA === "2026-07-28" ? await connectModern(env, node) : await connectLegacy(env, node);
   const call = async (
     args: Record<string, unknown>,
     options: { signal?: AbortSignal; timeoutMs?: number } = {},
@@ -101,12 +97,57 @@ export async function startServer(
       if (result.isError) throw new Error(`tool error: ${JSON.stringify(result.content)}`);
       return { result, s: result.structuredContent as unknown as ExecStructured };
     },
-    stderr: () => stderr,
-    serverFds: () => readdirSync(`/proc/${transport.pid}/fd`).length,
-    serverChildren: () => childrenOf(transport.pid ?? -1).length,
-    serverPid: () => transport.pid ?? -1,
+    stderr,
+    serverFds: () => readdirSync(`/proc/${pid}/fd`).length,
+    serverChildren: () => childrenOf(pid).length,
+    serverPid: () => pid,
     close: () => client.close(),
   };
+}
+
+interface Connected {
+  client: Client;
+  pid: number;
+  stderr: () => string;
+}
+
+async function connectLegacy(env: Record<string, string>, node?: string): Promise<Connected> {
+  const transport = new StdioClientTransport(serverParams(env, node));
+  let stderr = "";
+  transport.stderr?.on("data", (d: Buffer) => (stderr += d.toString()));
+  const client = new Client({ name: "scratchrun-test", version: "1.0.0" });
+  await client.connect(transport);
+  return { client, pid: transport.pid ?? -1, stderr: () => stderr };
+}
+
+/**
+ * The era leg: a 2026-07-28 client behind the same harness. Its `client` answers what the shared
+ * suites ask of a client (tools/list, tools/call with a schema and options, the server's
+ * identity); Logging is the 2025 revision's (a 2026 request asks for output in its own `_meta`),
+ * so a suite that turns it on is the 2025 leg's alone (scripts/test-matrix.mjs names them).
+ */
+async function connectModern(env: Record<string, string>, node?: string): Promise<Connected> {
+  const transport = new ModernStdioTransport(serverParams(env, node));
+  let stderr = "";
+  transport.stderr?.on("data", (d: Buffer) => (stderr += d.toString()));
+  const modern = new ModernClient(
+    { name: "scratchrun-test-2026", version: "1.0.0" },
+    { versionNegotiation: { mode: { pin: "2026-07-28" } } },
+  );
+  await modern.connect(transport);
+  if (modern.getProtocolEra() !== "modern")
+    throw new Error(`the era leg's client speaks ${modern.getProtocolEra()}, not 2026-07-28`);
+  const client = {
+    listTools: () => modern.listTools(),
+    callTool: (
+      params: { name: string; arguments?: Record<string, unknown> },
+      _schema?: unknown,
+      options: { signal?: AbortSignal; timeout?: number } = {},
+    ) => modern.callTool(params, options),
+    getServerVersion: () => modern.getServerVersion(),
+    close: () => modern.close(),
+  } as unknown as Client;
+  return { client, pid: transport.pid ?? -1, stderr: () => stderr };
 }
 
 export interface ModernHarness {
@@ -159,64 +200,6 @@ export async function startModernServer(
     serverFds: () => readdirSync(`/proc/${transport.pid}/fd`).length,
     close: () => client.close(),
   };
-}
-
-/**
- * The era leg: the same harness over a 2026-07-28 client. Its `client` answers what the shared
- * suites ask of a client (tools/list, tools/call with a schema and options, the server's
- * identity); Logging is the 2025 revision's (a 2026 request asks for output in its own `_meta`),
- * so a suite that turns it on is the 2025 leg's alone (scripts/test-matrix.mjs names them).
- */
-async function startModernAsLegacy(env: Record<string, string>, node?: string) {
-  const transport = new ModernStdioTransport(serverParams(env, node));
-  let stderr = "";
-  transport.stderr?.on("data", (d: Buffer) => (stderr += d.toString()));
-  const modern = new ModernClient(
-    { name: "scratchrun-test-2026", version: "1.0.0" },
-    { versionNegotiation: { mode: { pin: "2026-07-28" } } },
-  );
-  await modern.connect(transport);
-  if (modern.getProtocolEra() !== "modern")
-    throw new Error(`the era leg's client speaks ${modern.getProtocolEra()}, not 2026-07-28`);
-  type Options = { signal?: AbortSignal; timeout?: number };
-  const callTool = async (
-    params: { name: string; arguments?: Record<string, unknown> },
-    _schema?: unknown,
-    options: Options = {},
-  ) =>
-    (await modern.callTool(params, {
-      timeout: options.timeout ?? 120_000,
-      ...(options.signal ? { signal: options.signal } : {}),
-    })) as CallToolResult;
-  const client = {
-    listTools: () => modern.listTools(),
-    callTool,
-    getServerVersion: () => modern.getServerVersion(),
-    close: () => modern.close(),
-  } as unknown as Client;
-  const call = (
-    args: Record<string, unknown>,
-    o: { signal?: AbortSignal; timeoutMs?: number } = {},
-  ) =>
-    callTool({ name: "scratchrun_exec", arguments: args }, undefined, {
-      timeout: o.timeoutMs ?? 120_000,
-      ...(o.signal ? { signal: o.signal } : {}),
-    });
-  const harness: McpHarness = {
-    client,
-    call,
-    async exec(args) {
-      const result = await call(args);
-      if (result.isError) throw new Error(`tool error: ${JSON.stringify(result.content)}`);
-      return { result, s: result.structuredContent as unknown as ExecStructured };
-    },
-    stderr: () => stderr,
-    serverFds: () => readdirSync(`/proc/${transport.pid}/fd`).length,
-    serverChildren: () => childrenOf(transport.pid ?? -1).length,
-    serverPid: () => transport.pid ?? -1,
-    close: () => modern.close(),
-  };
-  return harness;
 }
 
 /** The server's identity carries its icon: an SVG, inline as a data URI (nothing to fetch). */
