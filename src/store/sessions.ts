@@ -106,19 +106,13 @@ export class SessionStore {
    * Closes an open record (a second close changes nothing: the first reason stands). `calls`
    * as the engine counted them; null: counted from the session's runs.
    */
-  async end(
+  end(
     recordId: string,
     reason: SessionEndReason,
     calls: number | null,
     now = Date.now(),
   ): Promise<boolean> {
-    const changed = await this.sql.run(
-      `UPDATE sessions SET ended_at = ?, end_reason = ?, calls = COALESCE(?, ${CALLS_FROM_RUNS})
-         WHERE id = ? AND ended_at IS NULL`,
-      [now, reason, calls, recordId],
-      { retryMs: this.retryMs },
-    );
-    return changed > 0;
+    return this.closeWhere("id", recordId, reason, calls, now);
   }
 
   /** As `end`, found by the caller's session_id. */
@@ -132,16 +126,26 @@ export class SessionStore {
   }
 
   /** As `end`, found by the session_id's digest (a worker reports its ended sessions so). */
-  async endByDigest(
+  endByDigest(
     digest: string,
     reason: SessionEndReason,
     calls: number | null,
     now = Date.now(),
   ): Promise<boolean> {
+    return this.closeWhere("id_sha256", digest, reason, calls, now);
+  }
+
+  private async closeWhere(
+    column: "id" | "id_sha256",
+    value: string,
+    reason: SessionEndReason,
+    calls: number | null,
+    now: number,
+  ): Promise<boolean> {
     const changed = await this.sql.run(
       `UPDATE sessions SET ended_at = ?, end_reason = ?, calls = COALESCE(?, ${CALLS_FROM_RUNS})
-         WHERE id_sha256 = ? AND ended_at IS NULL`,
-      [now, reason, calls, digest],
+         WHERE ${column} = ? AND ended_at IS NULL`,
+      [now, reason, calls, value],
       { retryMs: this.retryMs },
     );
     return changed > 0;
