@@ -12,7 +12,12 @@ import { WORKER_PATHS, workerEventSchema, type WorkerExecBody } from "./protocol
 import type { PlacedCall, WorkerTable } from "./workers.js";
 import { namedSessionFields } from "../schema/validate.js";
 import type { SessionInfo } from "../schema/session.js";
-import { ClusterSessions, sessionNotFound, type ClusterSessionOptions } from "./sessions.js";
+import {
+  ClusterSessions,
+  sessionNotFound,
+  type ClusterSessionOptions,
+  type SessionStartOptions,
+} from "./sessions.js";
 import { sessionLost } from "../api/session-records.js";
 
 export interface DispatchOptions {
@@ -67,12 +72,7 @@ export class ClusterEngine {
   /** Starts a session on a worker; its placement goes into the session's record. */
   startSession(
     input: unknown,
-    options: {
-      owner?: string;
-      policy?: CallPolicy;
-      egressAllow?: readonly string[] | null;
-      signal?: AbortSignal;
-    } = {},
+    options: SessionStartOptions = {},
   ): Promise<SessionInfo & { placement: { worker: string; workerId: string | null } }> {
     if (!this.sessions) throw sessionNotFound();
     return this.sessions.start(input, options, this.policy);

@@ -45,6 +45,14 @@ const notFound = () =>
  * Ends on the worker (idle, lifetime, crashed, its shutdown) reach the records through the
  * worker's status, which every replica polls.
  */
+/** What a session's start carries besides its input: the caller, its policy, where it may reach. */
+export interface SessionStartOptions {
+  owner?: string;
+  policy?: CallPolicy;
+  egressAllow?: readonly string[] | null;
+  signal?: AbortSignal;
+}
+
 export class ClusterSessions {
   /** Ended sessions already written by this replica (digest → when the worker reported it). */
   private readonly closed = new Map<string, number>();
@@ -58,12 +66,7 @@ export class ClusterSessions {
   /** Picks a worker with room and starts the session there; refusals move on as calls do. */
   async start(
     input: unknown,
-    options: {
-      owner?: string;
-      policy?: CallPolicy;
-      egressAllow?: readonly string[] | null;
-      signal?: AbortSignal;
-    },
+    options: SessionStartOptions,
     policy: CallPolicy,
   ): Promise<SessionInfo & { placement: { worker: string; workerId: string | null } }> {
     const req = parseSessionStart(input, options.policy ?? policy);
