@@ -3,6 +3,7 @@
  * destination (the egress filter's); or only an allowlist's names, through the egress proxy.
  */
 import type { DomainAllowlist } from "../net/allowlist.js";
+import type { NetworkMode } from "../schema/names.js";
 
 export type Egress =
   | { readonly kind: "none" }
@@ -12,14 +13,13 @@ export type Egress =
 export const NO_EGRESS: Egress = { kind: "none" };
 
 /** A call's egress: its network mode under an allowlist (null or absent: unrestricted). */
-export function egressFor(network: "none" | "public", allowlist?: DomainAllowlist | null): Egress {
+export function egressFor(network: NetworkMode, allowlist?: DomainAllowlist | null): Egress {
   if (network === "none") return NO_EGRESS;
   return allowlist ? { kind: "allowlist", names: allowlist } : { kind: "public" };
 }
 
 /** The network mode an egress asks for (an allowlist's is a public network, proxied). */
-export const networkModeOf = (e: Egress): "none" | "public" =>
-  e.kind === "none" ? "none" : "public";
+export const networkModeOf = (e: Egress): NetworkMode => (e.kind === "none" ? "none" : "public");
 
 /** The allowlist a public network is made for: null when unrestricted or there is no network. */
 export const egressAllowlist = (e: Egress): DomainAllowlist | null =>

@@ -3,13 +3,14 @@ import type { DomainAllowlist } from "../net/allowlist.js";
 import type { Egress } from "./egress.js";
 import type { Refusal } from "../net/proxy/reasons.js";
 import type { AgentEvent, AgentOutcome, AgentRequest } from "../protocol/types.js";
-import type { RuntimeName } from "../schema/exec.js";
+import type { ISOLATIONS, RuntimeName } from "../schema/exec.js";
 import type { Flavour } from "./prestart.js";
 
 /** Which boundary really ran a call. Reported in every result; never silently downgraded. */
-export type Isolation = "microvm-kvm" | "microvm-tcg" | "namespace";
+export type Isolation = (typeof ISOLATIONS)[number];
 
-export type NetworkMode = "none" | "public";
+/** A call's network mode: the schema's one definition. */
+export type { NetworkMode } from "../schema/names.js";
 
 /** One call, as a backend sees it: the agent request plus the resources around it. */
 export interface SandboxJob {

@@ -1,7 +1,7 @@
 import type { KeyLimits } from "./quota.js";
 import { allowlistOf, intersectAllowlists, type DomainAllowlist } from "../net/allowlist.js";
 import { RUNTIMES } from "../runtimes/names.js";
-import type { NetworkChoice } from "../schema/names.js";
+import type { NetworkMode } from "../schema/names.js";
 import {
   DEFAULT_POLICY,
   rangeWithMax,
@@ -64,7 +64,7 @@ export function resolveCallerPolicy(o: ResolveInput): CallerPolicy {
   const runtimes = key?.runtimes
     ? RUNTIMES.filter((r) => server.runtimes.includes(r) && key.runtimes!.includes(r))
     : server.runtimes;
-  let networks: readonly NetworkChoice[] = server.networks;
+  let networks: readonly NetworkMode[] = server.networks;
   let networkNote: string | null = null;
   let networksSource = server.sources.networks;
   const allow = key?.egress_allow

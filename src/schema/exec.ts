@@ -11,10 +11,10 @@ import {
   type CallPolicy,
 } from "./policy.js";
 import type { RuntimeName } from "../runtimes/names.js";
-import type { NetworkChoice } from "./names.js";
+import type { NetworkMode } from "./names.js";
 import { REFUSAL_REASONS } from "../net/proxy/reasons.js";
 
-export { NETWORK_MODES, type NetworkChoice } from "./names.js";
+export { NETWORK_MODES, type NetworkMode } from "./names.js";
 export { RUNTIMES, type RuntimeName } from "../runtimes/names.js";
 
 const utf8Bytes = (s: string) => Buffer.byteLength(s, "utf8");
@@ -163,7 +163,7 @@ export function execInputShapeFor(policy: CallPolicy) {
         "File paths to capture after execution (images render inline); a path named twice, in any spelling, is returned once",
       ),
     network: z
-      .enum(networks as readonly NetworkChoice[] as [NetworkChoice, ...NetworkChoice[]], {
+      .enum(networks as readonly NetworkMode[] as [NetworkMode, ...NetworkMode[]], {
         error: (issue) => networkMessage(issue.input, policy),
       })
       .default(networks[0] ?? "none")

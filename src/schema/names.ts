@@ -1,3 +1,3 @@
 /** The network modes a call may name (the schema's enum, before any policy narrows it). */
 export const NETWORK_MODES = ["public", "none"] as const;
-export type NetworkChoice = (typeof NETWORK_MODES)[number];
+export type NetworkMode = (typeof NETWORK_MODES)[number];

@@ -1,6 +1,6 @@
 import { LIMITS } from "./limits.js";
 import { RUNTIMES, type RuntimeName } from "../runtimes/names.js";
-import { NETWORK_MODES, type NetworkChoice } from "./names.js";
+import { NETWORK_MODES, type NetworkMode } from "./names.js";
 
 /**
  * Who set a limit, for the error that names it: the server's setting (the product's default or
@@ -23,7 +23,7 @@ export interface CallPolicy {
   /** Non-empty, in RUNTIMES order. */
   readonly runtimes: readonly RuntimeName[];
   /** ["public", "none"] or ["none"]. */
-  readonly networks: readonly NetworkChoice[];
+  readonly networks: readonly NetworkMode[];
   readonly timeoutMs: RangeLimit;
   readonly memoryMb: RangeLimit;
   readonly sources: {
@@ -69,7 +69,7 @@ export function rangeWithMax(limit: { default: number }, max: number): RangeLimi
 export function policyViolations(
   req: {
     runtime: RuntimeName;
-    network: NetworkChoice;
+    network: NetworkMode;
     timeout_ms: number;
     memory_mb: number;
   },

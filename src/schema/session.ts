@@ -7,7 +7,7 @@ import { z } from "zod";
 import { ScratchRunError } from "../errors.js";
 import type { RuntimeName } from "../runtimes/names.js";
 import { LIMITS } from "./limits.js";
-import type { NetworkChoice } from "./names.js";
+import type { NetworkMode } from "./names.js";
 import {
   DEFAULT_POLICY,
   maxMessage,
@@ -37,7 +37,7 @@ export function sessionStartShapeFor(policy: CallPolicy) {
         `Memory limit of the session's sandbox in MB, for all its calls together (default ${memoryMb.default}, max ${memoryMb.max})`,
       ),
     network: z
-      .enum(networks as readonly NetworkChoice[] as [NetworkChoice, ...NetworkChoice[]], {
+      .enum(networks as readonly NetworkMode[] as [NetworkMode, ...NetworkMode[]], {
         error: (issue) => networkMessage(issue.input, policy),
       })
       .default(networks[0] ?? "none")
