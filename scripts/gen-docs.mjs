@@ -1,12 +1,14 @@
 // Rewrites the generated blocks of the docs (limits quoted from src/schema/limits.ts, the
 // README's configuration table from src/schema/settings/table.ts), and the README's speed
-// section from the latest benchmark results file (bench/readme.ts).
+// section and the figures the docs quote from the latest benchmark results file (bench/readme.ts,
+// bench/doc-figures.ts).
 // Run after changing a limit or a setting: npm run build && node scripts/gen-docs.mjs
 // test/schema/docs.unit.test.ts fails while a doc differs from what this writes.
 import { readFileSync, writeFileSync } from "node:fs";
 import { renderGeneratedBlocks } from "../dist/src/schema/limits-doc.js";
 import { GENERATED_DOCS } from "../dist/src/schema/doc-files.js";
 import { latestResultsFile, renderReadme } from "../dist/bench/readme.js";
+import { FIGURE_DOCS, renderFigures } from "../dist/bench/doc-figures.js";
 
 for (const file of GENERATED_DOCS) {
   const url = new URL(`../${file}`, import.meta.url);
@@ -25,4 +27,14 @@ const after = renderReadme(before, results, file);
 if (after !== before) {
   writeFileSync(readme, after);
   console.log(`README.md: speed section rewritten from ${file}`);
+}
+
+for (const doc of FIGURE_DOCS) {
+  const url = new URL(`../${doc}`, import.meta.url);
+  const text = readFileSync(url, "utf8");
+  const rendered = renderFigures(text, results, file);
+  if (rendered !== text) {
+    writeFileSync(url, rendered);
+    console.log(`${doc}: benchmark figures rewritten from ${file}`);
+  }
 }

@@ -9,6 +9,7 @@ import {
   renderSpeedBlock,
   RESULTS_DIR,
 } from "../../bench/readme.js";
+import { FIGURE_DOCS, FIGURES, renderFigures } from "../../bench/doc-figures.js";
 import { REPO_ROOT } from "../../bench/peers.js";
 import type { BenchResults } from "../../bench/results.js";
 
@@ -66,5 +67,50 @@ describe("the README's speed section is the latest results file's", () => {
   test("a README without the section is an error, not a silent pass", () => {
     const { file, results } = latestResultsFile();
     assert.throws(() => renderReadme("# no section\n", results, file), /bench:speed/);
+  });
+});
+
+/**
+ * The measured figures the docs' prose quotes (memory of an idle clone, a pre-imported jail's
+ * charge) are the latest run's too (issue 25: numbers in docs generated from bench/results).
+ */
+describe("the docs' measured figures are the latest results file's", () => {
+  for (const doc of FIGURE_DOCS)
+    test(`${doc} equals its rendering from the latest file (node scripts/gen-docs.mjs)`, () => {
+      const { file, results } = latestResultsFile();
+      const text = readFileSync(join(REPO_ROOT, doc), "utf8");
+      assert.match(text, /<!-- bench:[a-z-]+ -->/, `${doc} quotes no figure`);
+      assert.equal(
+        renderFigures(text, results, file),
+        text,
+        `${doc} quotes figures that are not ${basename(file)}'s: run npm run build && node scripts/gen-docs.mjs`,
+      );
+    });
+
+  test("every figure the code knows is quoted somewhere, and a figure follows its file", () => {
+    const docs = FIGURE_DOCS.map((d) => readFileSync(join(REPO_ROOT, d), "utf8")).join("\n");
+    for (const name of Object.keys(FIGURES))
+      assert.ok(docs.includes(`<!-- bench:${name} -->`), name);
+    const { file, results } = latestResultsFile();
+    const edited = {
+      ...results,
+      cost: { ...results.cost, idleVms: { ...results.cost.idleVms!, rssMbEach: 1.5 } },
+    };
+    const line = "a clone: <!-- bench:idle-vm -->old<!-- /bench:idle-vm -->.";
+    assert.match(renderFigures(line, edited, file), /-->1\.5 MB RSS \//);
+  });
+
+  test("an unknown figure, or one the run did not measure, is an error", () => {
+    const { file, results } = latestResultsFile();
+    assert.throws(
+      () => renderFigures("<!-- bench:nope -->1<!-- /bench:nope -->", results, file),
+      /unknown benchmark figure/,
+    );
+    const { idleVms: _gone, ...cost } = results.cost;
+    assert.throws(
+      () =>
+        renderFigures("<!-- bench:idle-vm -->1<!-- /bench:idle-vm -->", { ...results, cost }, file),
+      /did not measure the figure idle-vm/,
+    );
   });
 });
