@@ -8,7 +8,7 @@
 import { randomBytes } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import { chmodSync, chownSync, mkdtempSync, rmSync } from "node:fs";
-import { connect, createServer, type Server, type Socket } from "node:net";
+import { connect, createServer, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { ChildProcess } from "node:child_process";
@@ -31,6 +31,7 @@ import { Qmp } from "./qmp.js";
 import { renderQemuArgs, type QemuSpec } from "./qemu-args.js";
 import { renderSeccompFilter } from "../../jail/seccomp.js";
 import { spawnJailed } from "../../jail/spawn.js";
+import { UndoStack } from "../undo.js";
 import { activateCall, readByte } from "./vm-activate.js";
 import { restoreClone, saveTemplateState, warmUpClone } from "./vm-snapshot.js";
 import { VM_DIR_PREFIX } from "./reap-dirs.js";
@@ -212,21 +213,32 @@ export class MicroVm {
     return MicroVm.start(ctx, opts, { kind: "boot" });
   }
 
+  /**
+   * Starts QEMU in its jail, each step undone by one stack if a later one fails: a uid, the run
+   * directory, the cgroup, the tap (public network), the agent channel's socket, QEMU; then (the
+   * VM owns everything from here, its destroy() undoes it) the seed port, QMP, the channel, and a
+   * clone's restore and warm-up, or a cold boot's wait for the seed step.
+   */
   static async start(ctx: HostContext, opts: BootOptions, mode: StartMode): Promise<MicroVm> {
     const id = `vm-${randomBytes(6).toString("hex")}`;
-    const uid = ctx.uids.acquire();
-    const gid = ctx.kvmGid ?? uid;
-    let dir: string | null = null;
-    let cgroup: Cgroup | null = null;
-    let server: Server | null = null;
+    const undo = new UndoStack();
     let vm: MicroVm | null = null;
-    let net: VmNetwork | null = null;
     try {
-      dir = mkdtempSync(join(tmpdir(), VM_DIR_PREFIX));
+      if (opts.network && mode.kind === "template") throw new Error("a template has no network");
+      if (mode.kind === "clone" && mode.image.memoryMb !== opts.memoryMb)
+        throw new Error("clone memory differs from its template's");
+
+      const uid = ctx.uids.acquire();
+      undo.push(() => ctx.uids.release(uid));
+      const gid = ctx.kvmGid ?? uid;
+
+      const dir = mkdtempSync(join(tmpdir(), VM_DIR_PREFIX));
+      undo.push(() => rmSync(dir, { recursive: true, force: true }));
       chownSync(dir, uid, gid);
       chmodSync(dir, 0o700);
+
       const guestMb = opts.memoryMb + GUEST_KERNEL_MB;
-      cgroup = await createCgroup(ctx.cgroups, id, {
+      const cgroup = await createCgroup(ctx.cgroups, id, {
         // A clone's RAM is a private mapping of the template's memfd: a first touch of a page the
         // template never used instantiates it in the memfd (charged here) and a write then copies
         // it, so a clone can use up to twice its guest RAM on the host.
@@ -235,28 +247,31 @@ export class MicroVm {
         cpuQuotaPercent: 100,
         cpuWeight: CPU_WEIGHT[opts.priority ?? "call"],
       });
-      if (opts.network) {
-        if (mode.kind === "template") throw new Error("a template has no network");
-        net = await opts.network.createTap(
-          id,
-          { name: TAP_NAME, uid },
-          opts.egressAllowlist !== undefined ? opts.egressAllowlist : opts.network.defaultAllowlist,
-        );
-      }
-      const mac = randomMac();
+      undo.push(() => cgroup.destroy());
+
+      const net = opts.network
+        ? await opts.network.createTap(
+            id,
+            { name: TAP_NAME, uid },
+            opts.egressAllowlist !== undefined
+              ? opts.egressAllowlist
+              : opts.network.defaultAllowlist,
+          )
+        : null;
+      if (net) undo.push(() => net.teardown());
+
       const channelPath = join(dir, "channel.sock");
       const srv = createServer();
-      server = srv;
       await new Promise<void>((resolve, reject) => {
         srv.once("error", reject);
         srv.listen(channelPath, () => resolve());
       });
+      undo.push(() => srv.close());
       chownSync(channelPath, uid, gid);
       chmodSync(channelPath, 0o600);
       const accepted = new Promise<Socket>((resolve) => srv.once("connection", resolve));
 
-      if (mode.kind === "clone" && mode.image.memoryMb !== opts.memoryMb)
-        throw new Error("clone memory differs from its template's");
+      const mac = randomMac();
       const spec: QemuSpec = {
         accel: ctx.accel,
         guestMb,
@@ -299,7 +314,7 @@ export class MicroVm {
       });
       (child.stdio[QEMU_SECCOMP_FD] as NodeJS.WritableStream | null)?.end(QEMU_SECCOMP);
       const warmedUp = mode.kind === "clone" ? (mode.warmUp ?? "none") : "none";
-      vm = new MicroVm({
+      const v = new MicroVm({
         id,
         memoryMb: opts.memoryMb,
         kind: mode.kind,
@@ -312,12 +327,16 @@ export class MicroVm {
         mac,
         net,
       });
-      net = null; // the VM owns it now: destroy() tears it down
-      const v = vm;
+      vm = v;
+      // The VM owns its uid, directory, cgroup and tap now: destroy() undoes them, after QEMU.
+      undo.handOver(async () => {
+        srv.close();
+        await v.destroy();
+      });
+
       const open = v.phase.name === "starting" ? v.phase.open : {};
       const deadline = Date.now() + opts.readyTimeoutMs;
-      const vmDir = dir;
-      const connectTo = (name: string) => connectRetry(join(vmDir, name), v, deadline);
+      const connectTo = (name: string) => connectRetry(join(dir, name), v, deadline);
       // The sockets exist once QEMU has parsed its arguments; connect before the guest runs
       // (the seed port must look connected to the guest, see guest/agent-seed.c).
       const seed = await raceBoot(connectTo("seed.sock"), v, opts, "no seed port");
@@ -330,7 +349,6 @@ export class MicroVm {
       const channel = await raceBoot(accepted, v, opts, "QEMU did not connect the agent channel");
       open.channel = channel;
       srv.close();
-      server = null;
       if (qmp && mode.kind === "clone") {
         await raceBoot(
           restoreClone(qmp, mode.image.state, () => connectTo("state.sock")),
@@ -355,15 +373,8 @@ export class MicroVm {
           : { name: "parked", control: { seed, qmp, channel } };
       return v;
     } catch (cause) {
-      server?.close();
-      await net?.teardown().catch(() => {});
       const detail = vm?.qemuDiagnostics ? ` (QEMU: ${vm.qemuDiagnostics.slice(-400)})` : "";
-      if (vm) await vm.destroy();
-      else {
-        await cgroup?.destroy().catch(() => {});
-        if (dir) rmSync(dir, { recursive: true, force: true });
-        ctx.uids.release(uid);
-      }
+      await undo.unwind();
       if (cause instanceof ScratchRunError) throw cause;
       throw new ScratchRunError(
         "SANDBOX_FAILED",

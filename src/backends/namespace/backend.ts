@@ -35,6 +35,7 @@ import { runtimeEntry } from "../../runtimes/table.js";
 import { AGENT_MOUNT, renderBwrapArgs } from "./bwrap-args.js";
 import { egressAllowlist, networkModeOf, poolServes } from "../egress.js";
 import { settingOn } from "../../schema/settings/read.js";
+import { UndoStack } from "../undo.js";
 
 export interface NamespaceBackendOptions {
   rootfsDir: string;
@@ -344,18 +345,11 @@ export class NamespaceBackend implements Backend {
     cgroupOptions: CgroupOptions = {},
   ): Promise<Jail> {
     const id = `ns-${randomBytes(6).toString("hex")}`;
-    const uid = this.uids.acquire();
-    const undo: (() => Promise<void>)[] = [async () => this.uids.release(uid)];
-    const unwind = async () => {
-      for (const step of undo) {
-        try {
-          await step();
-        } catch {
-          // Keep tearing down; leak checks in tests catch what is left.
-        }
-      }
-    };
+    const undo = new UndoStack();
     try {
+      const uid = this.uids.acquire();
+      undo.push(() => this.uids.release(uid));
+
       const cgroup = await createCgroup(
         this.cgroups,
         id,
@@ -367,13 +361,13 @@ export class NamespaceBackend implements Backend {
         },
         cgroupOptions,
       );
-      undo.unshift(() => cgroup.destroy());
+      undo.push(() => cgroup.destroy());
 
       let net: Net | undefined;
       if (network === "public") {
         if (!this.options.network) throw new Error("network provider missing");
         net = await this.options.network.create(id, allowlist);
-        undo.unshift(net.teardown);
+        undo.push(net.teardown);
       }
 
       const argv = renderBwrapArgs({
@@ -415,13 +409,12 @@ export class NamespaceBackend implements Backend {
           await cgroup.killAll();
           if (!dead) child.kill("SIGKILL");
         })());
-      undo.unshift(async () => {
+      undo.push(async () => {
         await kill();
         await exited;
         for (const stream of child.stdio) stream?.destroy();
         this.live.delete(child);
       });
-      let destroyed: Promise<void> | undefined;
       return {
         memoryMb,
         cgroup,
@@ -433,14 +426,14 @@ export class NamespaceBackend implements Backend {
         },
         kill,
         promote: () => cgroup.setCpuWeight(CPU_WEIGHT.call),
-        destroy: () => (destroyed ??= unwind()),
+        destroy: () => undo.unwind(),
         usage: async () => ({
           pids: await cgroup.pids(),
           memoryBytes: (await cgroup.stats()).memoryBytes,
         }),
       };
     } catch (e) {
-      await unwind();
+      await undo.unwind();
       throw e;
     }
   }
