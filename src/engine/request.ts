@@ -2,14 +2,13 @@ import type { AgentFile, AgentRequest } from "../protocol/types.js";
 import type { ExecRequest } from "../schema/exec.js";
 import { CODE_DIR, LIMITS, WORKDIR } from "../schema/limits.js";
 import { fileBytes } from "../schema/file-content.js";
-import { normaliseSandboxPath } from "../schema/paths.js";
 import { BASE_ENV, runtimeSpec } from "../runtimes/spec.js";
 
 const encoder = new TextEncoder();
 
 /**
  * Turns a validated call into the agent request: the code becomes a read-only file in the code
- * directory, the caller's env is laid over the base env, paths become absolute, and the runtime's
+ * directory, the caller's env is laid over the base env (paths are absolute since the schema), and the runtime's
  * seed files (e.g. matplotlib's font cache, built once into the image) go in first.
  */
 export function toAgentRequest(
@@ -19,16 +18,12 @@ export function toAgentRequest(
 ): AgentRequest {
   const spec = runtimeSpec(req.runtime);
   const codePath = `${CODE_DIR}/${spec.codeFile}`;
-  const files = Object.entries(req.files).map(([path, content]) => {
-    const p = normaliseSandboxPath(path);
-    if (!p.ok) throw new Error(`unvalidated path reached the engine: ${p.error}`);
-    return { path: p.path, mode: 0o644, content: fileBytes(content) };
-  });
-  const returnFiles = req.return_files.map((path) => {
-    const p = normaliseSandboxPath(path);
-    if (!p.ok) throw new Error(`unvalidated path reached the engine: ${p.error}`);
-    return p.path;
-  });
+  // The schema made every path absolute and normalised, and decoded every file once.
+  const files = Object.entries(req.files).map(([path, content]) => ({
+    path,
+    mode: 0o644,
+    content: fileBytes(content),
+  }));
   return {
     timeoutMs: req.timeout_ms,
     maxStdoutBytes: LIMITS.outputBytes.default,
@@ -46,6 +41,6 @@ export function toAgentRequest(
       ...seedFiles.filter((seed) => !files.some((f) => f.path === seed.path)),
       ...files,
     ],
-    returnFiles,
+    returnFiles: req.return_files,
   };
 }

@@ -1,7 +1,6 @@
 import type { BackendOutcome, Isolation } from "../backends/types.js";
 import type { ExecRequest, ExecResult, ExitReason } from "../schema/exec.js";
 import { isTextMime, mimeTypeOf } from "./mime.js";
-import { normaliseSandboxPath } from "../schema/paths.js";
 import { headTail, redactSecrets } from "./shape-output.js";
 
 const decoder = new TextDecoder("utf-8", { fatal: false });
@@ -132,17 +131,15 @@ export function toExecOutcome(
   const lost = agent.failure
     ? `never sent: ${lostReason(agent.failure)}`
     : "never sent: the sandbox ended before sending it";
-  for (const path of req.return_files) {
-    const p = normaliseSandboxPath(path);
-    if (p.ok && !received.has(p.path))
+  for (const path of req.return_files)
+    if (!received.has(path))
       infos.push({
-        path: p.path,
+        path,
         status: "error",
         size_bytes: 0,
-        mime_type: mimeTypeOf(p.path),
+        mime_type: mimeTypeOf(path),
         message: lost,
       });
-  }
 
   const exit = agent.exit;
   const result: ExecResult = {

@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { LIMITS } from "./limits.js";
-import { fileContentSchema, fileSize } from "./file-content.js";
+import { fileContentSchema, fileSize, type FileContent } from "./file-content.js";
 import { checkEnvName, normaliseSandboxPath } from "./paths.js";
 import {
   DEFAULT_POLICY,
@@ -22,26 +22,37 @@ const utf8Bytes = (s: string) => Buffer.byteLength(s, "utf8");
 /** A session id: 128 random bits, base64url (src/engine/sessions.ts makes them). */
 export const SESSION_ID_PATTERN = /^[A-Za-z0-9_-]{22}$/;
 
-const sandboxPath = (field: string) =>
-  z.string().superRefine((value, ctx) => {
-    const result = normaliseSandboxPath(value);
-    if (!result.ok) ctx.addIssue({ code: "custom", message: `${field}: ${result.error}` });
-  });
+/**
+ * A path inside the sandbox in its absolute, normalised form: only the schema makes one, so a path
+ * that skipped validation cannot reach the engine (a type error, not a check at run time).
+ */
+export type SandboxPath = string & { readonly __brand: "SandboxPath" };
+
+/** The absolute, normalised form of a path (the schema's; an issue on ctx if it is refused). */
+function toSandboxPath(
+  field: string,
+  path: string,
+  at: PropertyKey[],
+  ctx: z.RefinementCtx,
+): SandboxPath | null {
+  const p = normaliseSandboxPath(path);
+  if (p.ok) return p.path as SandboxPath;
+  ctx.addIssue({ code: "custom", path: at, message: `${field}: ${p.error}` });
+  return null;
+}
 
 /**
- * `return_files` with every path kept once: two spellings of one file ("ok.txt",
- * "/home/user/./ok.txt") are the same request, so the first spelling stays, in its place, and the
- * file is read and returned once. Runs after each path has been validated.
+ * `return_files`, each path checked and made absolute and normalised once, and every file kept
+ * once: two spellings of one file ("ok.txt", "/home/user/./ok.txt") are one path, kept where it
+ * first stood, and the file is read and returned once.
  */
-export function uniqueSandboxPaths(paths: readonly string[]): string[] {
-  const seen = new Set<string>();
-  return paths.filter((path) => {
-    const p = normaliseSandboxPath(path);
-    const key = p.ok ? p.path : path;
-    if (seen.has(key)) return false;
-    seen.add(key);
-    return true;
+function uniqueSandboxPaths(paths: readonly string[], ctx: z.RefinementCtx): SandboxPath[] {
+  const out = new Set<SandboxPath>();
+  paths.forEach((path, i) => {
+    const p = toSandboxPath("return_files", path, [i], ctx);
+    if (p) out.add(p);
   });
+  return [...out];
 }
 
 /**
@@ -111,7 +122,8 @@ export function execInputShapeFor(policy: CallPolicy) {
     files: z
       .record(z.string(), fileContentSchema)
       .default({})
-      .superRefine((files, ctx) => {
+      .transform((files, ctx) => {
+        // Each path checked and made absolute once, each file's bytes decoded (and kept) once.
         const entries = Object.entries(files);
         if (entries.length > LIMITS.files.maxCount)
           ctx.addIssue({
@@ -119,16 +131,17 @@ export function execInputShapeFor(policy: CallPolicy) {
             message: `files has ${entries.length} entries; at most ${LIMITS.files.maxCount}`,
           });
         let total = 0;
-        const seen = new Set<string>();
+        const out: Record<SandboxPath, FileContent> = {};
         for (const [path, content] of entries) {
           const p = normaliseSandboxPath(path);
           if (!p.ok) {
             ctx.addIssue({ code: "custom", message: `files[${JSON.stringify(path)}]: ${p.error}` });
             continue;
           }
-          if (seen.has(p.path))
-            ctx.addIssue({ code: "custom", message: `files: ${p.path} is given twice` });
-          seen.add(p.path);
+          const key = p.path as SandboxPath;
+          if (Object.hasOwn(out, key))
+            ctx.addIssue({ code: "custom", message: `files: ${key} is given twice` });
+          out[key] = content;
           const measured = fileSize(content);
           if (!measured.ok) {
             ctx.addIssue({
@@ -150,12 +163,13 @@ export function execInputShapeFor(policy: CallPolicy) {
             code: "custom",
             message: `files total ${total} bytes; at most ${LIMITS.files.maxTotalBytes}`,
           });
+        return out;
       })
       .describe(
         'Files to write before execution: path → UTF-8 text, or {"base64": "…"} for binary content',
       ),
     return_files: z
-      .array(sandboxPath("return_files"))
+      .array(z.string())
       .max(LIMITS.returnFiles.maxCount)
       .default([])
       .transform(uniqueSandboxPaths)

@@ -49,11 +49,20 @@ export function decodeBase64(
   return { ok: true, bytes };
 }
 
+/**
+ * Bytes of base64 values validation has decoded, by value: validation decodes each once, and the
+ * engine and the run record take those bytes instead of decoding again (issue 25: parse once).
+ */
+const decodedOnce = new WeakMap<{ base64: string }, Buffer>();
+
 /** The bytes a validated value writes. Throws on invalid base64, which validation refuses first. */
 export function fileBytes(content: FileContent): Buffer {
   if (typeof content === "string") return Buffer.from(content, "utf8");
+  const known = decodedOnce.get(content);
+  if (known) return known;
   const decoded = decodeBase64(content.base64);
   if (!decoded.ok) throw new Error(`unvalidated file content reached the engine: ${decoded.error}`);
+  decodedOnce.set(content, decoded.bytes);
   return decoded.bytes;
 }
 
@@ -62,8 +71,12 @@ export function fileSize(
   content: FileContent,
 ): { ok: true; size: number } | { ok: false; error: string } {
   if (typeof content === "string") return { ok: true, size: Buffer.byteLength(content, "utf8") };
+  const known = decodedOnce.get(content);
+  if (known) return { ok: true, size: known.length };
   const decoded = decodeBase64(content.base64);
-  return decoded.ok ? { ok: true, size: decoded.bytes.length } : decoded;
+  if (!decoded.ok) return decoded;
+  decodedOnce.set(content, decoded.bytes);
+  return { ok: true, size: decoded.bytes.length };
 }
 
 /** A local file's bytes as a `files` value: text when they are UTF-8, else base64. */

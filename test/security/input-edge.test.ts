@@ -8,7 +8,6 @@ import fc from "fast-check";
 import type { ExecOutcome } from "../../src/engine/result.js";
 import { toAgentRequest } from "../../src/engine/request.js";
 import { fitAnswerBudget } from "../../src/mcp/answer-budget.js";
-import { uniqueSandboxPaths } from "../../src/schema/exec.js";
 import { normaliseSandboxPath } from "../../src/schema/paths.js";
 import { parseExecRequest, protoKeyPaths } from "../../src/schema/validate.js";
 import { startService, type ServiceHarness } from "../api/harness.js";
@@ -71,7 +70,10 @@ describe("__proto__ and Object-member keys (pure)", () => {
     const files = Object.fromEntries([...names, "__defineGetter__"].map((n) => [n, `file ${n}`]));
     const req = parseExecRequest(raw(JSON.stringify({ runtime: "bash", code: "x", env, files })));
     assert.deepEqual(Object.entries(req.env), Object.entries(env));
-    assert.deepEqual(Object.entries(req.files), Object.entries(files));
+    assert.deepEqual(
+      Object.entries(req.files),
+      Object.entries(files).map(([n, content]) => [`/home/user/${n}`, content]),
+    );
     assert.equal(Object.getPrototypeOf(req.env), Object.prototype);
     const agent = toAgentRequest(req, 1000);
     for (const n of names) assert.equal(agent.env[n], env[n], n);
@@ -106,13 +108,13 @@ describe("__proto__ and Object-member keys (pure)", () => {
 });
 
 describe("duplicate return_files (pure)", () => {
-  test("two spellings of one file become one entry, the first spelling in its place", () => {
+  test("two spellings of one file become one entry, absolute, in the first spelling's place", () => {
     const req = parseExecRequest({
       runtime: "bash",
       code: "x",
       return_files: ["ok.txt", "/tmp/a", "/home/user/./ok.txt", "/home/user/ok.txt", "/tmp//a"],
     });
-    assert.deepEqual(req.return_files, ["ok.txt", "/tmp/a"]);
+    assert.deepEqual(req.return_files, ["/home/user/ok.txt", "/tmp/a"]);
     assert.deepEqual(toAgentRequest(req, 1000).returnFiles, ["/home/user/ok.txt", "/tmp/a"]);
   });
 
@@ -130,10 +132,8 @@ describe("duplicate return_files (pure)", () => {
           assert.ok(r.ok, p);
           return r.path;
         };
-        const out = uniqueSandboxPaths(paths);
-        const firsts = [...new Set(paths.map(norm))];
-        assert.deepEqual(out.map(norm), firsts);
-        for (const p of out) assert.equal(paths.indexOf(p), paths.map(norm).indexOf(norm(p)));
+        const out = parseExecRequest({ runtime: "bash", code: "x", return_files: paths });
+        assert.deepEqual(out.return_files, [...new Set(paths.map(norm))]);
       }),
     );
   });
