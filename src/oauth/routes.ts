@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { FailureLimiter } from "../http/auth.js";
 import { readFormBody, readJsonBody } from "../http/body.js";
-import { sendError, sendJson } from "../http/json-server.js";
+import { sendJson } from "../http/json-server.js";
 import type { KeyStore } from "../store/keys.js";
 import type { OAuthStore } from "../store/oauth.js";
 import {
@@ -126,10 +126,6 @@ export function oauthRoutes(d: OAuthRouteDeps) {
       if (out.ok) sendJson(res, 201, out.body, NO_STORE);
       else sendJson(res, 400, { error: out.error, error_description: out.description });
       return path;
-    }
-    if (path.startsWith("/oauth/") || path.startsWith("/.well-known/oauth-")) {
-      sendError(res, 404, "NOT_FOUND", `No route ${method} ${path}`);
-      return "unknown";
     }
     return null;
   };
