@@ -61,7 +61,10 @@ export class Browser {
   async follow(url: string): Promise<{ res: Response; url: string }> {
     let res = await this.get(url);
     while (res.status >= 300 && res.status < 400) {
-      const to = new URL(res.headers.get("location")!, url.startsWith("http") ? url : this.origin + url);
+      const to = new URL(
+        res.headers.get("location")!,
+        url.startsWith("http") ? url : this.origin + url,
+      );
       if (to.origin !== this.origin) return { res, url: to.toString() };
       url = to.toString();
       res = await this.get(url);
@@ -71,11 +74,18 @@ export class Browser {
 }
 
 /** The hidden inputs and the select's options of the first form in a page. */
-export function formOf(html: string): { action: string; fields: Record<string, string>; options: string[] } {
+export function formOf(html: string): {
+  action: string;
+  fields: Record<string, string>;
+  options: string[];
+} {
   const action = /<form[^>]*action="([^"]+)"/.exec(html)?.[1] ?? "";
   const fields: Record<string, string> = {};
   for (const m of html.matchAll(/<input type="hidden" name="([^"]+)" value="([^"]*)">/g))
-    fields[m[1]!] = m[2]!.replace(/&amp;/g, "&").replace(/&quot;/g, '"').replace(/&#39;/g, "'");
+    fields[m[1]!] = m[2]!
+      .replace(/&amp;/g, "&")
+      .replace(/&quot;/g, '"')
+      .replace(/&#39;/g, "'");
   const options = [...html.matchAll(/<option value="([^"]+)"/g)].map((m) => m[1]!);
   return { action, fields, options };
 }
@@ -99,10 +109,12 @@ export async function consent(
       name: user.name,
       password: user.password,
     });
-    if (signed.status !== 303) throw new Error(`sign-in answered ${signed.status}: ${await signed.text()}`);
+    if (signed.status !== 303)
+      throw new Error(`sign-in answered ${signed.status}: ${await signed.text()}`);
     at = await b.follow(signed.headers.get("location")!);
   }
-  if (at.res.status !== 200) throw new Error(`consent page ${at.res.status}: ${await at.res.text()}`);
+  if (at.res.status !== 200)
+    throw new Error(`consent page ${at.res.status}: ${await at.res.text()}`);
   const form = formOf(await at.res.text());
   const res = await b.post("/oauth/consent", {
     ...form.fields,
@@ -131,11 +143,29 @@ export async function startDocumentHost(
   docs: Map<string, () => { status?: number; type?: string; body: string }>,
 ): Promise<{ origin: string; ca: Buffer; server: Server; close(): Promise<void> }> {
   const dir = mkdtempSync(join(tmpdir(), "sr-cimd-"));
-  execFileSync("openssl", [
-    "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-    "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem"), "-days", "1",
-    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-  ], { stdio: "ignore" });
+  execFileSync(
+    "openssl",
+    [
+      "req",
+      "-x509",
+      "-newkey",
+      "ec",
+      "-pkeyopt",
+      "ec_paramgen_curve:P-256",
+      "-nodes",
+      "-keyout",
+      join(dir, "key.pem"),
+      "-out",
+      join(dir, "cert.pem"),
+      "-days",
+      "1",
+      "-subj",
+      "/CN=127.0.0.1",
+      "-addext",
+      "subjectAltName=IP:127.0.0.1",
+    ],
+    { stdio: "ignore" },
+  );
   const cert = readFileSync(join(dir, "cert.pem"));
   const key = readFileSync(join(dir, "key.pem"));
   rmSync(dir, { recursive: true, force: true });

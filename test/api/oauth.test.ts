@@ -7,7 +7,11 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import { auth, UnauthorizedError, type OAuthClientProvider } from "@modelcontextprotocol/sdk/client/auth.js";
+import {
+  auth,
+  UnauthorizedError,
+  type OAuthClientProvider,
+} from "@modelcontextprotocol/sdk/client/auth.js";
 import type {
   OAuthClientInformationMixed,
   OAuthClientMetadata,
@@ -146,7 +150,11 @@ describe("OAuth for /mcp with the MCP SDK's own OAuth client (SVC-OAUTH-FLOW)", 
     await first.finishAuth(code);
     assert.ok(provider.saved?.access_token.startsWith("sra_"));
     for (const seen of browser.visited)
-      assert.doesNotMatch(seen, /sra_|srr_|access_token|refresh_token/, "no token in a URL the browser keeps");
+      assert.doesNotMatch(
+        seen,
+        /sra_|srr_|access_token|refresh_token/,
+        "no token in a URL the browser keeps",
+      );
 
     const client = new Client({ name: "oauth-test", version: "1" });
     await client.connect(new StreamableHTTPClientTransport(url, { authProvider: provider }));
