@@ -463,10 +463,9 @@ describe("OAuth and console sign-in under attack (SEC-OAUTH-*)", () => {
 
   test("SEC-OAUTH-CIMD: a client ID metadata document is fetched within bounds, from public addresses only", async () => {
     const big = "x".repeat(METADATA_FETCH.maxBytes + 1);
-    let host: Awaited<ReturnType<typeof startDocumentHost>> | undefined;
     const docs = new Map<string, () => { status?: number; type?: string; body: string }>();
-    host = await startDocumentHost(docs);
-    const id = (p: string) => `${host!.origin}${p}`;
+    const host = await startDocumentHost(docs);
+    const id = (p: string) => `${host.origin}${p}`;
     docs.set("/ok.json", () => ({
       body: JSON.stringify({
         client_id: id("/ok.json"),
