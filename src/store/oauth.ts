@@ -151,6 +151,7 @@ export class OAuthStore {
   ): Promise<AuthRequest> {
     const id = randomBytes(16).toString("base64url");
     const expiresAt = now + OAUTH_TTL.requestMs;
+    await this.purge(now);
     await this.sql.run(
       `INSERT INTO oauth_requests (id, client_id, client_name, redirect_uri, state, code_challenge,
        resource, scope, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
@@ -347,6 +348,17 @@ export class OAuthStore {
       revokedAt: r.revoked_at === null ? null : Number(r.revoked_at),
       revokedReason: r.revoked_reason,
     }));
+  }
+
+  /**
+   * Forgets what can no longer be used: requests whose codes expired an hour ago (a reuse that
+   * late finds no code, which refuses it as well) and tokens past their lifetime. Bounded work:
+   * it runs with each new authorization request.
+   */
+  async purge(now = Date.now()): Promise<void> {
+    const before = now - OAUTH_TTL.requestMs - OAUTH_TTL.codeMs - 60 * 60_000;
+    await this.sql.run("DELETE FROM oauth_requests WHERE expires_at < ?", [before]);
+    await this.sql.run("DELETE FROM oauth_tokens WHERE expires_at < ?", [now - 60 * 60_000]);
   }
 
   /** Revokes a grant: its tokens stop working at their next use. True if it was live. */

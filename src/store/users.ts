@@ -146,6 +146,7 @@ export class UserStore {
     await this.sql.run("UPDATE users SET failed_count = 0, locked_until = NULL WHERE id = ?", [
       row.id,
     ]);
+    await this.sql.run("DELETE FROM console_sessions WHERE expires_at < ?", [now]);
     const session = randomBytes(32).toString("base64url");
     const csrf = randomBytes(32).toString("base64url");
     await this.sql.run(

@@ -460,6 +460,15 @@ for (const [kind, open] of Object.entries(KINDS)) {
         assert.equal(await store.oauth.verifyAccess(p2.access_token, t + OAUTH_TTL.accessMs), null);
         const late = await store.oauth.redeemCode(d2!.code!, Date.now() + OAUTH_TTL.codeMs + 1);
         assert.deepEqual(late, { ok: false, reason: "expired" });
+        // Purged once nothing can use them: expired tokens and long-expired requests.
+        await store.oauth.purge(Date.now() + OAUTH_TTL.refreshMs + 2 * 60 * 60_000);
+        const left = await store.sql.all("SELECT * FROM oauth_tokens");
+        const requests = await store.sql.all("SELECT * FROM oauth_requests");
+        assert.deepEqual([left.length, requests.length], [0, 0]);
+        assert.ok(
+          await store.oauth.grant(d.request.grantId!),
+          "grants stay (the console lists them)",
+        );
       });
 
       test("a run's record: begin, started on a worker, finished; a late failed does not undo it", async () => {
