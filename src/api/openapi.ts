@@ -3,6 +3,7 @@ import { execInputSchema } from "../schema/exec.js";
 import { VERSION } from "../version.js";
 import { sessionInfoSchema, sessionStartSchema } from "../schema/session.js";
 import { limitsWireSchema, wireErrorSchema, wireResultSchema } from "../http/wire.js";
+import { AUTH_PATHS, AUTH_SCHEMAS, AUTH_SCHEMES } from "./openapi-auth.js";
 
 const json = (ref: string) => ({ "application/json": { schema: { $ref: ref } } });
 const error = (description: string, headers?: Record<string, unknown>) => ({
@@ -32,9 +33,9 @@ export function buildOpenApiDocument() {
       title: "ScratchRun",
       version: VERSION,
       description:
-        "Runs code in a fresh, isolated sandbox per call. POST /v1/exec takes the scratchrun_exec tool's parameters and returns its structured result; returned files carry their bytes in content_base64. POST /v1/sessions starts a session whose sandbox the calls naming its session_id share. MCP over Streamable HTTP is served at /mcp with the same tools.",
+        "Runs code in a fresh, isolated sandbox per call. POST /v1/exec takes the scratchrun_exec tool's parameters and returns its structured result; returned files carry their bytes in content_base64. POST /v1/sessions starts a session whose sandbox the calls naming its session_id share. MCP over Streamable HTTP is served at /mcp with the same tools; /mcp also takes an OAuth access token (the service is its own authorization server: /.well-known/oauth-authorization-server), which acts as the one API key a signed-in console user approved it for.",
     },
-    security: [{ bearer: [] }],
+    security: [{ bearer: [] }, { oauth: ["scratchrun:exec"] }],
     paths: {
       "/v1/exec": {
         post: {
@@ -146,9 +147,10 @@ export function buildOpenApiDocument() {
           },
         },
       },
+      ...AUTH_PATHS,
     },
     components: {
-      securitySchemes: { bearer: { type: "http", scheme: "bearer" } },
+      securitySchemes: { bearer: { type: "http", scheme: "bearer" }, ...AUTH_SCHEMES },
       schemas: {
         ExecRequest: schemaOf(execInputSchema, "input"),
         ExecResult: schemaOf(wireResultSchema, "output"),
@@ -178,6 +180,7 @@ export function buildOpenApiDocument() {
             },
           },
         },
+        ...AUTH_SCHEMAS,
         Status: {
           type: "object",
           required: ["status"],

@@ -9,6 +9,13 @@ import { KeyStore, type VerifiedKey } from "../store/keys.js";
 import { RunStore } from "../store/runs.js";
 import { SandboxStore } from "../store/sandboxes.js";
 import { SessionStore } from "../store/sessions.js";
+import { OAuthStore } from "../store/oauth.js";
+import { UserStore } from "../store/users.js";
+import { bearerChallenge, oauthConfig, type OAuthConfig } from "../oauth/authorization.js";
+import { METADATA_FETCH, type MetadataFetchOptions } from "../oauth/client-metadata.js";
+import { oauthRoutes } from "../oauth/routes.js";
+import { consoleRoutes } from "../console/routes.js";
+import { messagePage, pageHeaders } from "../console/pages.js";
 import { SandboxTracker } from "../http/tracker.js";
 import { VERSION } from "../version.js";
 import { FailureLimiter, parseBearer } from "../http/auth.js";
@@ -38,6 +45,8 @@ export interface ReplicaBacking {
   keys: KeyStore;
   runs: RunStore;
   sessions: SessionStore;
+  users: UserStore;
+  oauth: OAuthStore;
   replicaId: string;
   admission: CallAdmission;
   readiness(): { ready: boolean; status: string };
@@ -60,6 +69,14 @@ export interface ApiServerCommon {
   bodyCapBytes?: number;
   /** Upper bound on how long shutdown waits for calls in flight. */
   drainTimeoutMs?: number;
+  /**
+   * The origin clients reach this service at (SCRATCHRUN_PUBLIC_URL, `https://…` behind TLS): the
+   * OAuth issuer, and `${publicUrl}/mcp` the one resource its tokens are for. Unset: the
+   * listening URL (right for loopback only).
+   */
+  publicUrl?: string;
+  /** The bounds of client ID metadata document fetches (tests: `allowLoopback` and a CA). */
+  metadataFetch?: Partial<MetadataFetchOptions>;
 }
 
 export interface ApiServer {
@@ -88,6 +105,8 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
   const local = "db" in options ? { engine: options.engine, db: options.db } : null;
   const keys = replica?.keys ?? new KeyStore(local!.db);
   const runs = replica?.runs ?? new RunStore(local!.db);
+  const users = replica?.users ?? new UserStore(local!.db);
+  const oauth = replica?.oauth ?? new OAuthStore(local!.db);
   let service: ExecService;
   let untrack = () => {};
   const keyLimits: KeyLimits = { ...DEFAULT_KEY_LIMITS, ...options.keyLimits };
@@ -132,6 +151,10 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
     ...options.sessions,
   });
   const failures = new FailureLimiter();
+  // Sign-ins: 10 wrong at once per address, then one per 6 s (each account also locks itself).
+  const signinFailures = new FailureLimiter(10, 6000);
+  // Client registrations are open to anyone: 20 at once per address, then one per 30 s.
+  const registrations = new FailureLimiter(20, 30_000);
   if (local) {
     const warm = (r: RuntimeName) => local.engine.backend.warm(r);
     metrics.addGauge({
@@ -180,7 +203,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
     const token = parseBearer(req.headers.authorization);
     let key: VerifiedKey | null;
     try {
-      key = token === null ? null : await keys.verify(token);
+      key = token === null ? null : await verifyBearer(token);
     } catch (e) {
       // The shared database is away (failover): not the caller's fault, retry shortly.
       if (isScratchRunError(e) && e.code === "NOT_READY") {
@@ -191,13 +214,35 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
     }
     if (!key) {
       failures.recordFailure(addr);
-      sendError(res, 401, "UNAUTHORIZED", "A valid API key is required (Authorization: Bearer)", {
-        "WWW-Authenticate": 'Bearer realm="scratchrun"',
-      });
+      // /mcp's 401 names its protected-resource metadata: how an MCP client finds OAuth.
+      const mcp = (req.url ?? "").split("?")[0] === "/mcp";
+      sendError(
+        res,
+        401,
+        "UNAUTHORIZED",
+        "A valid API key or OAuth access token is required (Authorization: Bearer)",
+        {
+          "WWW-Authenticate": mcp
+            ? bearerChallenge(config, token === null ? undefined : "invalid_token")
+            : 'Bearer realm="scratchrun"',
+        },
+      );
       return null;
     }
     if (!replica?.admissionTouchesKey) keys.touch(key.id).catch(() => {});
     return key;
+  };
+
+  /**
+   * An API key, or an OAuth access token (`sra_…`): the key its grant names, when the token is
+   * live and was issued for this server's /mcp (RFC 8707: a token for another resource is no
+   * token here). Either way the caller is exactly one key, with its policy, quota and records.
+   */
+  const verifyBearer = async (token: string): Promise<VerifiedKey | null> => {
+    if (!token.startsWith("sra_")) return keys.verify(token);
+    const granted = await oauth.verifyAccess(token);
+    if (!granted || granted.resource !== config.resource) return null;
+    return keys.active(granted.keyId);
   };
 
   const exec = async (req: IncomingMessage, res: ServerResponse, caller: Caller) => {
@@ -327,6 +372,9 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
       sendJson(res, 200, buildOpenApiDocument());
       return path;
     }
+    const authLabel =
+      (await oauthRoute(req, res, path, method)) ?? (await consoleRoute(req, res, path, method));
+    if (authLabel !== null) return authLabel;
     const sessionId = path.startsWith("/v1/sessions/") ? path.slice("/v1/sessions/".length) : null;
     const known =
       path === "/v1/exec" ||
@@ -398,6 +446,23 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
   });
   const listening = await listen(server, options.host, options.port);
   port = listening.port;
+  // Known once the port is (the issuer defaults to the listening URL); requests come after.
+  const config: OAuthConfig = oauthConfig(options.publicUrl ?? listening.url, {
+    ...METADATA_FETCH,
+    ...options.metadataFetch,
+  });
+  const oauthRoute = oauthRoutes({
+    config,
+    oauth,
+    keys,
+    failures,
+    registrations,
+    authorizePage: (res, status, message) => {
+      res.writeHead(status, pageHeaders());
+      res.end(messagePage("Authorization refused", message));
+    },
+  });
+  const consoleRoute = consoleRoutes({ config, users, oauth, keys, signinFailures });
   logger.info({ host: options.host, port, isolation: engine.backend.isolation }, "listening");
 
   let closing: Promise<void> | undefined;

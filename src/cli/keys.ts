@@ -10,7 +10,9 @@ import { RAISE_CEILINGS } from "../schema/limits.js";
 import { RUNTIMES } from "../runtimes/names.js";
 import { openStore } from "../store/open.js";
 
-export const KEYS_USAGE = `scratchrun keys create --name N [policy]   create a key; it is printed once, on stdout
+export const KEYS_USAGE = `scratchrun keys create --name N [--owner USER] [policy]
+                                           create a key (--owner: the console user it belongs
+                                           to); it is printed once, on stdout
 scratchrun keys update <id|name> [policy]  change a key's policy (its next request is held to it)
 scratchrun keys list [--json]              list keys and their policies (never the keys themselves)
 scratchrun keys revoke <id|name>           revoke a key at once
@@ -57,7 +59,12 @@ export async function runKeys(
   try {
     ({ values, positionals } = parseArgs({
       args: rest,
-      options: { name: { type: "string" }, json: { type: "boolean" }, ...policyOptions },
+      options: {
+        name: { type: "string" },
+        owner: { type: "string" },
+        json: { type: "boolean" },
+        ...policyOptions,
+      },
       allowPositionals: true,
       strict: true,
     }));
@@ -78,9 +85,20 @@ export async function runKeys(
     switch (sub) {
       case "create": {
         if (!name) break;
+        let ownerId: string | null = null;
+        if (typeof values.owner === "string") {
+          const owner = await store.users.byName(values.owner);
+          if (!owner) {
+            process.stderr.write(
+              `scratchrun keys create: no console user named ${JSON.stringify(values.owner)} (scratchrun users create)\n`,
+            );
+            return 2;
+          }
+          ownerId = owner.id;
+        }
         let created;
         try {
-          created = await keys.create(name, hasPolicy ? patch : null);
+          created = await keys.create(name, hasPolicy ? patch : null, Date.now(), ownerId);
         } catch (e) {
           if (!(e instanceof TypeError)) throw e;
           process.stderr.write(`scratchrun keys create: ${e.message}\n`);

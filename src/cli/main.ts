@@ -14,6 +14,7 @@ Usage:
   scratchrun image build         as root: build the runtime image with the image config (--help)
   scratchrun serve [--host H] [--port N]   the HTTP service: REST /v1/exec, MCP at /mcp (--help)
   scratchrun keys create --name N | list | revoke <id|name>   API keys of the HTTP service
+  scratchrun users create --name N [--role admin|member]   console users (password on stdin)
 
 Run options (the same as the scratchrun_exec tool's parameters):
   --runtime R            ${RUNTIMES.join(" | ")} (required)
@@ -51,6 +52,8 @@ export async function main(argv: string[]): Promise<number> {
       return (await import("./serve.js")).runServe(rest);
     case "keys":
       return (await import("./keys.js")).runKeys(rest);
+    case "users":
+      return (await import("./users.js")).runUsers(rest);
     case "doctor":
       return runDoctor(rest);
     case "image":

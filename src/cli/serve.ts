@@ -145,6 +145,7 @@ export async function runServe(
     ratePerMinute: int(values["key-rate"], "key-rate", 120),
   };
   const bodyCapBytes = int(values["body-cap-bytes"], "body-cap-bytes", 16 * 1024 * 1024);
+  const publicUrl = publicUrlFromEnv(env);
   // The engine's environment (the worker's and --role all's) names the image config, if any.
   const engineEnv = withImageConfig(egressEnv, values["image-config"]);
 
@@ -189,6 +190,7 @@ export async function runServe(
       keyLimits,
       policy: serverPolicy(serverLimits),
       bodyCapBytes,
+      ...(publicUrl ? { publicUrl } : {}),
       taskAfterMs: taskAfterMsFromEnv(env),
       sessions: sessionLimitsFromEnv(env),
       ...(leaseTtl ? { leaseTtlMs: int(leaseTtl, "lease-ttl-ms", 15_000, 100) } : {}),
@@ -235,6 +237,7 @@ export async function runServe(
     port: int(values.port, "port", 8787, 0),
     keyLimits,
     bodyCapBytes,
+    ...(publicUrl ? { publicUrl } : {}),
     sessions: { taskAfterMs: taskAfterMsFromEnv(env) },
   });
   process.stderr.write(
@@ -251,4 +254,21 @@ export async function runServe(
     },
     () => api.service.active,
   );
+}
+
+/** SCRATCHRUN_PUBLIC_URL, checked: an http(s) origin, nothing after it but an optional "/". */
+export function publicUrlFromEnv(env: NodeJS.ProcessEnv): string | undefined {
+  const v = setting("SCRATCHRUN_PUBLIC_URL", env);
+  if (!v) return undefined;
+  let u: URL;
+  try {
+    u = new URL(v);
+  } catch {
+    u = new URL("invalid:");
+  }
+  if (!/^https?:$/.test(u.protocol) || u.pathname !== "/" || u.search || u.hash || u.username)
+    throw new Error(
+      `SCRATCHRUN_PUBLIC_URL must be an origin like https://scratchrun.example.com, not ${JSON.stringify(v)}`,
+    );
+  return u.origin;
 }

@@ -27,6 +27,8 @@ export interface ApiReplicaOptions {
   /** The server-wide policy (an operator's raised maxima); default: the product's. */
   policy?: CallPolicy;
   bodyCapBytes?: number;
+  /** The origin clients reach the service at (the OAuth issuer; src/api/server.ts). */
+  publicUrl?: string;
   /** How long a 2026 call with the tasks extension runs before it becomes a task. */
   taskAfterMs?: number;
   /** A replica that has not renewed its lease for this long is dead; its runs are interrupted. */
@@ -144,6 +146,8 @@ export async function startApiReplica(o: ApiReplicaOptions): Promise<ApiReplica>
       keys: new KeyStore(store.sql, { verifiedCacheMs: VERIFIED_KEY_CACHE_MS }),
       runs: store.runs,
       sessions: store.sessions,
+      users: store.users,
+      oauth: store.oauth,
       replicaId,
       admission,
       readiness: () => ({ ready: true, status: "ready" }),
@@ -173,6 +177,7 @@ export async function startApiReplica(o: ApiReplicaOptions): Promise<ApiReplica>
     port: o.port,
     keyLimits: limits,
     ...(o.bodyCapBytes ? { bodyCapBytes: o.bodyCapBytes } : {}),
+    ...(o.publicUrl ? { publicUrl: o.publicUrl } : {}),
     ...(o.taskAfterMs !== undefined ? { sessions: { taskAfterMs: o.taskAfterMs } } : {}),
     ...(o.drainTimeoutMs ? { drainTimeoutMs: o.drainTimeoutMs } : {}),
   });

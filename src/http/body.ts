@@ -27,7 +27,43 @@ export async function readJsonBody(req: IncomingMessage, capBytes: number): Prom
   }
 }
 
-const tooLarge = (cap: number): BodyResult => ({
+/**
+ * Reads an `application/x-www-form-urlencoded` body (HTML forms, the OAuth token endpoint) of at
+ * most `capBytes` into its fields; a field given twice is refused (RFC 6749 §3.1).
+ */
+export async function readFormBody(
+  req: IncomingMessage,
+  capBytes: number,
+): Promise<
+  | { ok: true; value: Record<string, string> }
+  | { ok: false; status: 400 | 413 | 415; message: string }
+> {
+  const type = (req.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
+  if (type !== "application/x-www-form-urlencoded")
+    return {
+      ok: false,
+      status: 415,
+      message: "Content-Type must be application/x-www-form-urlencoded",
+    };
+  const declared = req.headers["content-length"];
+  if (declared !== undefined && Number(declared) > capBytes) return tooLarge(capBytes);
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > capBytes) return tooLarge(capBytes);
+    chunks.push(chunk);
+  }
+  const value: Record<string, string> = {};
+  for (const [k, v] of new URLSearchParams(Buffer.concat(chunks).toString("utf8"))) {
+    if (Object.hasOwn(value, k))
+      return { ok: false, status: 400, message: `parameter ${k} is given more than once` };
+    value[k] = v;
+  }
+  return { ok: true, value };
+}
+
+const tooLarge = (cap: number): { ok: false; status: 413; message: string } => ({
   ok: false,
   status: 413,
   message: `Body is larger than ${cap} bytes`,

@@ -25,6 +25,8 @@ export interface KeyInfo {
   lastUsedAt: number | null;
   /** The key's own policy (src/policy/key-policy.ts); null: the server's settings. */
   policy: KeyPolicy | null;
+  /** The console user it belongs to; null: made by the CLI without --owner (admins see it). */
+  ownerId: string | null;
 }
 
 /** A verified key: who it is and what it may do. */
@@ -69,6 +71,7 @@ export class KeyStore {
     name: string,
     policy: PolicyPatch | null = null,
     now = Date.now(),
+    ownerId: string | null = null,
   ): Promise<{ id: string; key: string; policy: KeyPolicy | null }> {
     if (!NAME.test(name))
       throw new TypeError(
@@ -78,8 +81,8 @@ export class KeyStore {
     const id = randomBytes(6).toString("hex");
     const key = `srk_${id}_${randomBytes(32).toString("base64url")}`;
     await this.sql.run(
-      "INSERT INTO keys (id, name, hash, created_at, policy) VALUES (?, ?, ?, ?, ?)",
-      [id, name, hashKey(key), now, policyToColumn(checked)],
+      "INSERT INTO keys (id, name, hash, created_at, policy, owner_id) VALUES (?, ?, ?, ?, ?, ?)",
+      [id, name, hashKey(key), now, policyToColumn(checked), ownerId],
     );
     return { id, key, policy: checked };
   }
@@ -123,7 +126,8 @@ export class KeyStore {
     }
   }
 
-  async list(): Promise<KeyInfo[]> {
+  /** Every key, or (`ownerId`) the keys of one console user. */
+  async list(ownerId?: string): Promise<KeyInfo[]> {
     const rows = await this.sql.all<{
       id: string;
       name: string;
@@ -131,8 +135,11 @@ export class KeyStore {
       revoked_at: number | null;
       last_used_at: number | null;
       policy: string | null;
+      owner_id: string | null;
     }>(
-      "SELECT id, name, created_at, revoked_at, last_used_at, policy FROM keys ORDER BY created_at, id",
+      `SELECT id, name, created_at, revoked_at, last_used_at, policy, owner_id FROM keys
+       ${ownerId === undefined ? "" : "WHERE owner_id = ?"} ORDER BY created_at, id`,
+      ownerId === undefined ? [] : [ownerId],
     );
     return rows.map((r) => ({
       id: r.id,
@@ -141,7 +148,20 @@ export class KeyStore {
       revokedAt: r.revoked_at,
       lastUsedAt: r.last_used_at,
       policy: this.readPolicy(r.id, r.policy),
+      ownerId: r.owner_id,
     }));
+  }
+
+  /**
+   * The active key with this id, as `verify` gives it: what an OAuth access token acts as (its
+   * grant names the key; the key's revocation or new policy holds from the next request).
+   */
+  async active(id: string): Promise<VerifiedKey | null> {
+    const row = await this.sql.get<{ id: string; name: string; policy: string | null }>(
+      "SELECT id, name, policy FROM keys WHERE id = ? AND revoked_at IS NULL",
+      [id],
+    );
+    return row ? { id: row.id, name: row.name, policy: this.readPolicy(row.id, row.policy) } : null;
   }
 
   /** Revokes by id or by name; returns the ids revoked (none if nothing matched). */

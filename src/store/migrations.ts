@@ -180,6 +180,74 @@ export const MIGRATIONS: readonly Migration[] = [
    CREATE INDEX sessions_key ON sessions(key_id, started_at);
    ALTER TABLE runs ADD COLUMN session_record TEXT;
    CREATE INDEX runs_session ON runs(session_record);`),
+  // OAuth for /mcp and the console's sign-in (docs/decisions/0016-oauth.md). A key may belong to a
+  // console user (owner_id; NULL: made by the CLI, seen by admins only). Every secret (session
+  // cookie, CSRF token's session, authorization code, access and refresh token) is kept only as
+  // its SHA-256; a password only as its scrypt hash. An authorization request lives from
+  // /oauth/authorize to its code's redemption (one row: its code, once approved, and the grant it
+  // made). A grant binds one client to one key for one resource; its tokens die with it.
+  both(`ALTER TABLE keys ADD COLUMN owner_id TEXT;
+   CREATE TABLE users (
+     id TEXT PRIMARY KEY,
+     name TEXT NOT NULL UNIQUE,
+     role TEXT NOT NULL,
+     password_hash TEXT NOT NULL,
+     created_at BIGINT NOT NULL,
+     failed_count INTEGER NOT NULL DEFAULT 0,
+     locked_until BIGINT
+   );
+   CREATE TABLE console_sessions (
+     id_sha256 TEXT PRIMARY KEY,
+     user_id TEXT NOT NULL,
+     csrf TEXT NOT NULL,
+     created_at BIGINT NOT NULL,
+     expires_at BIGINT NOT NULL
+   );
+   CREATE TABLE oauth_clients (
+     client_id TEXT PRIMARY KEY,
+     kind TEXT NOT NULL,
+     name TEXT NOT NULL,
+     redirect_uris TEXT NOT NULL,
+     created_at BIGINT NOT NULL
+   );
+   CREATE TABLE oauth_requests (
+     id TEXT PRIMARY KEY,
+     client_id TEXT NOT NULL,
+     client_name TEXT NOT NULL,
+     redirect_uri TEXT NOT NULL,
+     state TEXT,
+     code_challenge TEXT NOT NULL,
+     resource TEXT NOT NULL,
+     scope TEXT NOT NULL,
+     created_at BIGINT NOT NULL,
+     expires_at BIGINT NOT NULL,
+     decided_at BIGINT,
+     code_sha256 TEXT UNIQUE,
+     code_used_at BIGINT,
+     grant_id TEXT
+   );
+   CREATE TABLE oauth_grants (
+     id TEXT PRIMARY KEY,
+     key_id TEXT NOT NULL,
+     user_id TEXT NOT NULL,
+     client_id TEXT NOT NULL,
+     client_name TEXT NOT NULL,
+     resource TEXT NOT NULL,
+     scope TEXT NOT NULL,
+     created_at BIGINT NOT NULL,
+     revoked_at BIGINT,
+     revoked_reason TEXT
+   );
+   CREATE INDEX oauth_grants_key ON oauth_grants(key_id);
+   CREATE TABLE oauth_tokens (
+     token_sha256 TEXT PRIMARY KEY,
+     grant_id TEXT NOT NULL,
+     kind TEXT NOT NULL,
+     created_at BIGINT NOT NULL,
+     expires_at BIGINT NOT NULL,
+     used_at BIGINT
+   );
+   CREATE INDEX oauth_tokens_grant ON oauth_tokens(grant_id);`),
 ];
 
 export function migrationText(m: Migration, dialect: Dialect): string {

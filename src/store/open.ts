@@ -5,7 +5,9 @@ import { KeyStore } from "./keys.js";
 import { LeaseStore } from "./leases.js";
 import { migratePostgres, PostgresDriver } from "./postgres.js";
 import { RECORD_RETRY_MS, RunStore } from "./runs.js";
+import { OAuthStore } from "./oauth.js";
 import { SessionStore } from "./sessions.js";
+import { UserStore } from "./users.js";
 import { SqliteDriver, type SqlDriver } from "./sql.js";
 import { setting } from "../schema/settings/read.js";
 
@@ -20,6 +22,10 @@ export interface Store {
   readonly runs: RunStore;
   readonly sessions: SessionStore;
   readonly leases: LeaseStore;
+  /** Console users and their sessions. */
+  readonly users: UserStore;
+  /** OAuth clients, requests, grants and tokens. */
+  readonly oauth: OAuthStore;
   /** The SQLite database (for the host-local sandboxes table), when the store is SQLite. */
   readonly sqlite: Db | null;
   close(): Promise<void>;
@@ -32,6 +38,8 @@ export function storeOn(sql: SqlDriver, retryMs = RECORD_RETRY_MS): Store {
     runs: new RunStore(sql, retryMs),
     sessions: new SessionStore(sql, retryMs),
     leases: new LeaseStore(sql, sql.dialect === "postgres" ? 5_000 : 0),
+    users: new UserStore(sql),
+    oauth: new OAuthStore(sql),
     sqlite: sql instanceof SqliteDriver ? sql.db : null,
     close: () => sql.close(),
   };

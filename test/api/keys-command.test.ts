@@ -182,3 +182,52 @@ describe("server-wide maxima out of range refuse the start (nothing touched)", (
     assert.match(remote.err, /remote mode runs nothing here/);
   });
 });
+
+describe("scratchrun users: console users from the command line (CLI-USERS)", () => {
+  const withStdin = (args: string[], input: string) => {
+    const r = spawnSync(process.execPath, [CLI, ...args], {
+      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", SCRATCHRUN_HOME: home },
+      encoding: "utf8",
+      input,
+      timeout: 30_000,
+    });
+    return { code: r.status, out: r.stdout, err: r.stderr };
+  };
+
+  test("create reads the password from stdin, never argv; bad names, roles and short passwords exit 2; keys take an owner", () => {
+    const made = withStdin(
+      ["users", "create", "--name", "ada", "--role", "admin"],
+      "a-long-password-9\n",
+    );
+    assert.equal(made.code, 0, made.err);
+    assert.match(made.err, /created admin ada \(u_[0-9a-f]{12}\)/);
+    assert.equal(
+      withStdin(["users", "create", "--name", "ada"], "a-long-password-9\n").code,
+      2,
+      "exists",
+    );
+    assert.equal(
+      withStdin(["users", "create", "--name", "Bad Name"], "a-long-password-9\n").code,
+      2,
+    );
+    assert.equal(
+      withStdin(["users", "create", "--name", "eve", "--role", "root"], "a-long-password-9\n").code,
+      2,
+    );
+    const short = withStdin(["users", "create", "--name", "eve"], "short\n");
+    assert.equal(short.code, 2);
+    assert.match(short.err, /12 to 1024 characters/);
+    assert.match(run(["users", "list"]).out, /admin\s+ada/);
+    const owned = run(["keys", "create", "--name", "ada-key", "--owner", "ada"]);
+    assert.equal(owned.code, 0, owned.err);
+    const ownerId = /u_[0-9a-f]{12}/.exec(made.err)![0];
+    const listed = JSON.parse(run(["keys", "list", "--json"]).out) as {
+      name: string;
+      ownerId: string | null;
+    }[];
+    assert.equal(listed.find((k) => k.name === "ada-key")?.ownerId, ownerId);
+    const nobody = run(["keys", "create", "--name", "x", "--owner", "nobody"]);
+    assert.equal(nobody.code, 2);
+    assert.match(nobody.err, /no console user named "nobody"/);
+  });
+});

@@ -18,6 +18,8 @@ export const LAYERS = [
   "compose", // engines and their networks built from the environment
   "cluster", // the api and worker roles, dispatch, worker discovery
   "api", // the public service: REST, /mcp, OpenAPI
+  "console", // sign-in, sessions, the consent page (server-rendered)
+  "oauth", // the authorization server: metadata, authorize, token, register
   "remote", // remote mode's client
   "mcp", // tools, results as MCP content
   "http", // what the API's server and a worker's share: listener, body, auth, log, metrics, wire

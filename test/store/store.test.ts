@@ -8,6 +8,8 @@ import { hashKey, KeyStore, parseKeyId } from "../../src/store/keys.js";
 import { DATABASE_FILE } from "../../src/store/home.js";
 import Sqlite from "better-sqlite3";
 import { MIGRATIONS } from "../../src/store/migrations.js";
+import { OAUTH_TTL } from "../../src/store/oauth.js";
+import { checkPassword, hashPassword, LOCKOUT, SESSION_MS } from "../../src/store/users.js";
 import { storeOn, type Store } from "../../src/store/open.js";
 import { isTransientDbError, migratePostgres, PostgresDriver } from "../../src/store/postgres.js";
 import { admitShared } from "../../src/store/shared-quota.js";
@@ -138,7 +140,40 @@ for (const [kind, open] of Object.entries(KINDS)) {
 
       test("migrations bring a fresh database to the same tables and columns on both", async () => {
         const expected: Record<string, string[]> = {
-          keys: ["created_at", "hash", "id", "last_used_at", "name", "policy", "revoked_at"],
+          keys: [
+            "created_at",
+            "hash",
+            "id",
+            "last_used_at",
+            "name",
+            "owner_id",
+            "policy",
+            "revoked_at",
+          ],
+          users: [
+            "created_at",
+            "failed_count",
+            "id",
+            "locked_until",
+            "name",
+            "password_hash",
+            "role",
+          ],
+          console_sessions: ["created_at", "csrf", "expires_at", "id_sha256", "user_id"],
+          oauth_clients: ["client_id", "created_at", "kind", "name", "redirect_uris"],
+          oauth_grants: [
+            "client_id",
+            "client_name",
+            "created_at",
+            "id",
+            "key_id",
+            "resource",
+            "revoked_at",
+            "revoked_reason",
+            "scope",
+            "user_id",
+          ],
+          oauth_tokens: ["created_at", "expires_at", "grant_id", "kind", "token_sha256", "used_at"],
           replicas: ["expires_at", "id", "renewed_at", "started_at"],
           key_quota: ["at", "key_id", "tokens"],
           sandboxes: ["name", "seen_at", "server_pid"],
@@ -317,6 +352,123 @@ for (const [kind, open] of Object.entries(KINDS)) {
           policy: null,
         });
         assert.ok((await columns(store5.sql, "keys")).includes("policy"));
+      });
+
+      test("STORE-USERS: passwords only as scrypt hashes; wrong ones lock the account, the right one then too; sessions only as digests and expire", async () => {
+        const t0 = 1_000_000;
+        const u = await store.users.create("carol", "member", "a-long-password-1", t0);
+        await assert.rejects(store.users.create("carol", "admin", "a-long-password-2"), /exists/);
+        await assert.rejects(store.users.create("Bad Name", "member", "a-long-password-1"));
+        await assert.rejects(store.users.create("dave", "root" as never, "a-long-password-1"));
+        await assert.rejects(store.users.create("dave", "member", "short"));
+        const raw = JSON.stringify(await store.sql.all("SELECT * FROM users"));
+        assert.ok(!raw.includes("a-long-password-1") && raw.includes("scrypt$"));
+        assert.ok(
+          await checkPassword("a-long-password-1", await hashPassword("a-long-password-1")),
+        );
+        assert.equal((await store.users.signIn("nobody", "a-long-password-1", t0)).ok, false);
+        for (let i = 1; i < LOCKOUT.failures; i++)
+          assert.deepEqual(await store.users.signIn("carol", "wrong", t0 + i), {
+            ok: false,
+            reason: "wrong",
+          });
+        const locked = await store.users.signIn("carol", "wrong", t0 + 10);
+        assert.equal(locked.ok ? "" : locked.reason, "locked");
+        const refused = await store.users.signIn("carol", "a-long-password-1", t0 + 20);
+        assert.equal(
+          refused.ok ? "" : refused.reason,
+          "locked",
+          "the right password, while locked",
+        );
+        const later = await store.users.signIn(
+          "carol",
+          "a-long-password-1",
+          t0 + 10 + LOCKOUT.lockMs,
+        );
+        assert.ok(later.ok, "the lock ends");
+        const sessions = JSON.stringify(await store.sql.all("SELECT * FROM console_sessions"));
+        assert.ok(!sessions.includes(later.session), "the cookie is kept only as its digest");
+        const now = t0 + LOCKOUT.lockMs + 20;
+        assert.deepEqual((await store.users.session(later.session, now))?.user, {
+          id: u.id,
+          name: "carol",
+          role: "member",
+        });
+        assert.equal(await store.users.session(later.session, now + SESSION_MS), null, "expired");
+        await store.users.signOut(later.session);
+        assert.equal(await store.users.session(later.session, now), null, "signed out");
+      });
+
+      test("STORE-OAUTH: codes and refresh tokens are spent once (reuse revokes the grant); tokens only as digests; access dies with its grant", async () => {
+        const key = await store.keys.create("oauth-key", null, Date.now(), "u_owner");
+        assert.deepEqual(
+          (await store.keys.list("u_owner")).map((k) => k.id),
+          [key.id],
+          "a user's own keys",
+        );
+        const client = await store.oauth.register("c", ["https://c.example/cb"]);
+        const r = await store.oauth.createRequest({
+          clientId: client.clientId,
+          clientName: "c",
+          redirectUri: "https://c.example/cb",
+          state: "s",
+          codeChallenge: "x".repeat(43),
+          resource: "https://sr.example/mcp",
+          scope: "scratchrun:exec",
+        });
+        const d = await store.oauth.decide(r.id, { approve: { userId: "u_owner", keyId: key.id } });
+        assert.ok(d?.code);
+        assert.equal(await store.oauth.decide(r.id, { deny: true }), null, "decided once");
+        const first = await store.oauth.redeemCode(d.code);
+        assert.ok(first.ok);
+        const pair = await store.oauth.issue(d.request.grantId!);
+        assert.deepEqual(await store.oauth.verifyAccess(pair.access_token), {
+          keyId: key.id,
+          resource: "https://sr.example/mcp",
+          grantId: d.request.grantId,
+        });
+        const raw =
+          JSON.stringify(await store.sql.all("SELECT * FROM oauth_tokens")) +
+          JSON.stringify(await store.sql.all("SELECT * FROM oauth_requests"));
+        for (const secret of [pair.access_token, pair.refresh_token, d.code])
+          assert.ok(!raw.includes(secret), "stored only as a digest");
+        const spent = await store.oauth.refresh(pair.refresh_token);
+        assert.ok(spent.ok);
+        const next = await store.oauth.issue(d.request.grantId!);
+        assert.deepEqual(await store.oauth.refresh(pair.refresh_token), {
+          ok: false,
+          reason: "reused",
+        });
+        assert.equal(
+          await store.oauth.verifyAccess(next.access_token),
+          null,
+          "the grant is revoked",
+        );
+        assert.equal(
+          (await store.oauth.grant(d.request.grantId!))?.revokedReason,
+          "refresh token reused",
+        );
+        assert.deepEqual(await store.oauth.redeemCode(d.code), { ok: false, reason: "reused" });
+        // Expiry: an access token past its time is no token.
+        const r2 = await store.oauth.createRequest({ ...r, state: null });
+        const d2 = await store.oauth.decide(r2.id, {
+          approve: { userId: "u_owner", keyId: key.id },
+        });
+        const t = Date.now();
+        const p2 = await store.oauth.issue(d2!.request.grantId!, t);
+        assert.ok(await store.oauth.verifyAccess(p2.access_token, t + OAUTH_TTL.accessMs - 1));
+        assert.equal(await store.oauth.verifyAccess(p2.access_token, t + OAUTH_TTL.accessMs), null);
+        const late = await store.oauth.redeemCode(d2!.code!, Date.now() + OAUTH_TTL.codeMs + 1);
+        assert.deepEqual(late, { ok: false, reason: "expired" });
+        // Purged once nothing can use them: expired tokens and long-expired requests.
+        await store.oauth.purge(Date.now() + OAUTH_TTL.refreshMs + 2 * 60 * 60_000);
+        const left = await store.sql.all("SELECT * FROM oauth_tokens");
+        const requests = await store.sql.all("SELECT * FROM oauth_requests");
+        assert.deepEqual([left.length, requests.length], [0, 0]);
+        assert.ok(
+          await store.oauth.grant(d.request.grantId!),
+          "grants stay (the console lists them)",
+        );
       });
 
       test("a run's record: begin, started on a worker, finished; a late failed does not undo it", async () => {

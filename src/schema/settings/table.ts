@@ -208,6 +208,12 @@ export const SETTINGS = {
     readers: ["server"],
     doc: "how long an API replica's lease lives without renewal before its runs are marked interrupted",
   },
+  SCRATCHRUN_PUBLIC_URL: {
+    kind: "string",
+    unset: "the listening URL",
+    readers: ["server"],
+    doc: "`serve`: the origin clients reach the service at (`https://…` behind TLS): the OAuth issuer, `/mcp` under it the resource tokens are for, and Secure session cookies when https",
+  },
   SCRATCHRUN_TASK_AFTER_MS: {
     kind: "number",
     unit: "ms",
