@@ -31,7 +31,7 @@ export type OriginCheck = { ok: true } | { ok: false; reason: string };
 /**
  * For a loopback-bound server: Host must be a loopback name with our port; Origin, when sent,
  * must be http(s) on a loopback name with our port. Other binds pass (keys guard them, and no
- * CORS headers are ever sent).
+ * CORS headers are sent but on the OAuth endpoints a browser client reads, src/oauth/routes.ts).
  */
 export function checkHostOrigin(
   headers: { host?: string | undefined; origin?: string | undefined },

@@ -33,6 +33,28 @@ const REGISTER_CAP_BYTES = 64 * 1024;
 const NO_STORE = { "Cache-Control": "no-store", Pragma: "no-cache" };
 
 /**
+ * The endpoints a client running in a browser page calls across origins: the metadata documents,
+ * the token and registration endpoints. They take no cookie and answer nothing a cookie would
+ * unlock (a token needs the code and its PKCE verifier), so any origin may read them; /authorize
+ * (a top-level navigation) and every console route send no CORS headers. A loopback-bound server
+ * still refuses foreign origins first (DNS rebinding, src/api/origin.ts).
+ */
+export const CROSS_ORIGIN_PATHS: ReadonlySet<string> = new Set([
+  PRM_PATH,
+  `${PRM_PATH}/mcp`,
+  ASM_PATH,
+  "/oauth/token",
+  "/oauth/register",
+]);
+
+const CORS_PREFLIGHT = {
+  "Access-Control-Allow-Origin": "*",
+  "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
+  "Access-Control-Allow-Headers": "Content-Type, MCP-Protocol-Version",
+  "Access-Control-Max-Age": "600",
+};
+
+/**
  * The authorization server's HTTP routes: the two metadata documents, /oauth/authorize,
  * /oauth/token and /oauth/register. Returns the route's label, or null when the path is not one.
  */
@@ -44,6 +66,14 @@ export function oauthRoutes(d: OAuthRouteDeps) {
     method: string,
   ): Promise<string | null> => {
     const addr = req.socket.remoteAddress ?? "unknown";
+    if (CROSS_ORIGIN_PATHS.has(path)) {
+      if (method === "OPTIONS") {
+        res.writeHead(204, CORS_PREFLIGHT);
+        res.end();
+        return path === `${PRM_PATH}/mcp` ? PRM_PATH : path;
+      }
+      res.setHeader("Access-Control-Allow-Origin", "*");
+    }
     if ((path === PRM_PATH || path === `${PRM_PATH}/mcp`) && method === "GET") {
       sendJson(res, 200, protectedResourceMetadata(d.config));
       return PRM_PATH;

@@ -538,6 +538,36 @@ describe("OAuth and console sign-in under attack (SEC-OAUTH-*)", () => {
   });
 
   // Last: it spends this address's sign-in allowance, which the tests above share.
+  test("SEC-OAUTH-CORS: browser clients may read the metadata, token and registration endpoints, nothing else", async () => {
+    for (const path of [
+      "/.well-known/oauth-protected-resource",
+      "/.well-known/oauth-protected-resource/mcp",
+      "/.well-known/oauth-authorization-server",
+      "/oauth/token",
+      "/oauth/register",
+    ]) {
+      const pre = await fetch(`${h.api.url}${path}`, { method: "OPTIONS" });
+      assert.equal(pre.status, 204, path);
+      assert.equal(pre.headers.get("access-control-allow-origin"), "*", path);
+      assert.match(pre.headers.get("access-control-allow-headers") ?? "", /MCP-Protocol-Version/);
+      assert.equal(pre.headers.get("access-control-allow-credentials"), null, "never credentials");
+    }
+    const meta = await fetch(`${h.api.url}/.well-known/oauth-authorization-server`);
+    assert.equal(meta.headers.get("access-control-allow-origin"), "*");
+    const refused = await tokenRequest({ grant_type: "authorization_code", code: "nope" });
+    assert.equal(refused.status, 400);
+    assert.equal(refused.headers.get("access-control-allow-origin"), "*", "errors readable too");
+    for (const path of ["/oauth/authorize", "/console/signin", "/v1/info", "/healthz"]) {
+      const r = await fetch(`${h.api.url}${path}`, { redirect: "manual" });
+      assert.equal(r.headers.get("access-control-allow-origin"), null, path);
+    }
+    // This server is loopback-bound: a page of another origin is refused before any CORS answer.
+    const foreign = await fetch(`${h.api.url}/.well-known/oauth-authorization-server`, {
+      headers: { origin: "https://evil.example" },
+    });
+    assert.equal(foreign.status, 403);
+  });
+
   test("SEC-OAUTH-SIGNIN-RATE: wrong sign-ins from one address are limited, whichever names they try", async () => {
     let limited = 0;
     for (let i = 0; i < 12; i++) {
