@@ -479,7 +479,10 @@ if (TEST_BACKENDS.includes("microvm"))
     let base: HostSnapshot;
     before(async () => {
       base = snapshot();
-      mcp = await startServer({ SCRATCHRUN_ISOLATION: "microvm", SCRATCHRUN_POOL_SIZE: "python3.11=1" });
+      mcp = await startServer({
+        SCRATCHRUN_ISOLATION: "microvm",
+        SCRATCHRUN_POOL_SIZE: "python3.11=1",
+      });
     });
     after(async () => {
       await mcp?.close();
@@ -544,7 +547,6 @@ if (TEST_BACKENDS.includes("microvm"))
       await tool("scratchrun_session_end", { session_id: env });
     });
   });
-
 
 /** A python cell: a thread counting every 10 ms, kept running; the cell prints its count after 0.5 s. */
 const TICKER = [

@@ -139,9 +139,12 @@ describe("encodeRequest", () => {
     };
     assert.throws(flag(2), /session flag 2/);
     assert.throws(flag(5), /session flag 5/);
-    assert.deepEqual(decodeRequest(encodeRequest({ ...baseRequest, session: { kernel } })).session, {
-      kernel,
-    });
+    assert.deepEqual(
+      decodeRequest(encodeRequest({ ...baseRequest, session: { kernel } })).session,
+      {
+        kernel,
+      },
+    );
   });
 
   it("ends with the host's clock for the agent to set, and decodes it back", () => {
