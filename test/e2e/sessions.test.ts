@@ -493,7 +493,7 @@ if (TEST_BACKENDS.includes("microvm"))
         timeout: 240_000,
       })) as CallToolResult;
     const cell = async (args: Record<string, unknown>): Promise<Result> => {
-      const r = await mcp.call({ runtime: "python3.11", timeout_ms: 60_000, ...args });
+      const r = await mcp.call({ runtime: "python3.11", timeout_ms: 30_000, ...args });
       assert.ok(!r.isError, textOf(r));
       const s = r.structuredContent as unknown as Result;
       assert.equal(s.exit_reason, "ok", s.stderr);
