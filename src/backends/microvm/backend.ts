@@ -522,7 +522,7 @@ export class MicrovmBackend implements Backend {
    * A session's VM: a clone restored for it from its runtime's template (the one a call of that
    * size clones: pre-imported where the runtime has a pre-import, else plain), at the call CPU
    * weight, never a pooled clone (those are counted on by calls); a cold boot while no template
-   * of its size is built (which then gets built, as for a call). Kept until the session ends,
+   * of its size is built (a session starts no template build: the pool's and calls' do). Kept until the session ends,
    * stopped between calls. A clone's pre-started interpreter may become the session's kernel at
    * its first call (SessionParts.prestarted); a booted VM's agent started none.
    */
@@ -592,7 +592,6 @@ export class MicrovmBackend implements Backend {
         );
         if (vm) return { vm, prestarted: prestartInterpreter(job.runtime) ? flavour : null };
       }
-      void this.template(job.runtime, job.memoryMb, flavours[0]).catch(() => {});
     }
     return { vm: await this.boot(job.memoryMb, signal, job.egress, "call"), prestarted: null };
   }
