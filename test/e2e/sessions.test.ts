@@ -158,11 +158,14 @@ for (const backend of TEST_BACKENDS) {
 
     test("python3.11 keeps an open matplotlib figure and returns it later as an image", async () => {
       const { session_id } = await start({ runtime: "python3.11" });
-      await run({
+      // A cold import of matplotlib in a booted TCG guest takes about the default 10 s under load.
+      const first = await run({
         runtime: "python3.11",
         session_id,
         code: "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([1, 3, 2])",
+        timeout_ms: 30_000,
       });
+      assert.equal(first.exit_reason, "ok", first.stderr);
       const r = await mcp.call({
         runtime: "python3.11",
         session_id,
