@@ -97,8 +97,11 @@ export function phaseSections(r: BenchResults): string[] {
         const c = b.session?.callMs ?? [];
         const f = b.fresh?.callMs ?? [];
         if (!c.length && !f.length) return [];
+        // The code's own time in the sandbox, where the run recorded it.
+        const code = (a: (number | null)[] | undefined) =>
+          a?.length ? ` (code ${a.map((v) => v ?? "–").join(", ")})` : "";
         return [
-          `- ${b.backend}: fresh ${f.join(", ")}; session: start ${c[0] ?? "–"}, load ${c[1] ?? "–"}, steps ${c.slice(2, -1).join(", ")}, end ${c[c.length - 1] ?? "–"}.`,
+          `- ${b.backend}: fresh ${f.join(", ")}${code(b.fresh?.codeMs)}; session: start ${c[0] ?? "–"}, load ${c[1] ?? "–"}, steps ${c.slice(2, -1).join(", ")}, end ${c[c.length - 1] ?? "–"}${code(b.session?.codeMs?.slice(1, -1))}.`,
         ];
       }),
       "",

@@ -131,6 +131,12 @@ export interface SessionArm {
   bytesReceived: number;
   /** Each call's time, in order (the session arm: start, the cells, end). */
   callMs: number[];
+  /**
+   * Each call's code time as the sandbox measured it (the result's duration_ms; null for a call
+   * that runs no code: a session's start and end): what callMs spends past it is the server's,
+   * the transfer's and the sandbox's own start.
+   */
+  codeMs?: (number | null)[];
   errors: number;
   firstError?: string;
 }

@@ -125,6 +125,9 @@ function arm(outcomes: Outcome[]): SessionArm {
     bytesSent: outcomes.reduce((a, o) => a + o.sent, 0),
     bytesReceived: outcomes.reduce((a, o) => a + o.received, 0),
     callMs: outcomes.map((o) => r(o.ms)),
+    codeMs: outcomes.map((o) =>
+      typeof o.structured?.duration_ms === "number" ? o.structured.duration_ms : null,
+    ),
     errors: outcomes.filter((o) => !o.ok).length,
     ...(firstError ? { firstError: firstError.slice(0, 500) } : {}),
   };

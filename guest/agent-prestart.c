@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -151,6 +152,24 @@ int prestart_release(struct prestart *ps, const struct request *req) {
   if (ps->note_r >= 0) close(ps->note_r);
   ps->note_r = -1;
   return rc;
+}
+
+int prestart_adopt(struct prestart *ps, const char *kernel, struct kernel *k) {
+  if (ps->proc.pid <= 0 || !rehearses(ps) || ps->note_r < 0) return -1;
+  if (waitpid(ps->proc.pid, NULL, WNOHANG | __WALL) != 0) return -1;
+  size_t n = strlen(kernel);
+  char msg[PIPE_BUF];
+  if (n + 2 > sizeof msg) return -1;
+  msg[0] = 'K';
+  memcpy(msg + 1, kernel, n + 1);
+  /* One write under PIPE_BUF: the script reads it as one chunk, as it does 'T' and 'R'. */
+  if (write(ps->ctl_w, msg, n + 2) != (ssize_t)(n + 2) || !await_note(ps->note_r)) return -1;
+  k->proc = ps->proc;
+  k->ctl_w = ps->ctl_w;
+  k->note_r = ps->note_r;
+  memset(ps, 0, sizeof *ps);
+  ps->ctl_w = ps->note_r = -1;
+  return 0;
 }
 
 /* Drains p's stdout and stderr to EOF (bounded by PRESTART_WAIT_MS per wait) and closes them. */

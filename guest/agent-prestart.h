@@ -39,6 +39,14 @@ int prestart_fits(const struct prestart *ps, const struct request *req);
  * (then discard it and run req the ordinary way). */
 int prestart_release(struct prestart *ps, const struct request *req);
 
+/* Makes the waiting Python interpreter a session's kernel (k, which runs none yet): it is sent
+ * 'K', the kernel script's path and a NUL on its fd 3, gives the hand-over its reseeds and
+ * resets, runs that script in itself with fds 3 and 4 kept, and answers 'w' on fd 4 once it reads
+ * cells. Only guest/prestart.py does (a pre-started node has closed its fd 4). 0 with ps emptied
+ * into k; -1 when it cannot (then discard ps; k is untouched). Call only when prestart_fits():
+ * the session's first cell would have started its kernel as this interpreter was started. */
+int prestart_adopt(struct prestart *ps, const char *kernel, struct kernel *k);
+
 /* Warm-up of a clone about to be pooled (agent-seed.h). Full: a second interpreter is
  * pre-started the same way and handed an empty call (/dev/null), which it runs through the call's
  * path and exits through finalisation; its output is drained and dropped. Without user-space

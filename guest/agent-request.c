@@ -122,11 +122,14 @@ int parse_request(const uint8_t *payload, size_t len, struct request *req, char 
     if (!valid_abs_path(req->rets[i], strlen(req->rets[i])))
       FAIL("request: return_files[%u] is not a normalised absolute path", i);
 
-  if (cur_u32(&c, &req->session) < 0 || req->session > 1) FAIL("request: bad session flag");
+  if (cur_u32(&c, &req->session) < 0 || (req->session & ~(SESSION_CALL | SESSION_ADOPT)) ||
+      req->session == SESSION_ADOPT)
+    FAIL("request: bad session flag");
   req->kernel = take_str(&c);
   if (!req->kernel) FAIL("request: kernel is truncated or contains NUL");
   if (req->kernel[0] && (!req->session || !valid_abs_path(req->kernel, strlen(req->kernel))))
     FAIL("request: kernel must be an absolute path, and only with a session");
+  if (cur_u64(&c, &req->clock_ms) < 0) FAIL("request: clock is truncated");
 
   if (cur_left(&c) != 0) FAIL("request: %zu trailing bytes", cur_left(&c));
   return 0;

@@ -15,6 +15,10 @@ struct req_file {
   uint32_t len;
 };
 
+/* The session flag's bits. */
+#define SESSION_CALL 1u
+#define SESSION_ADOPT 2u
+
 struct request {
   uint32_t version;
   uint32_t timeout_ms;
@@ -29,11 +33,16 @@ struct request {
   struct req_file *files;
   uint32_t retc;
   char **rets;
-  /* A session's call: after D the agent reads the next Q instead of exiting. */
+  /* A session's call (SESSION_CALL): after D the agent reads the next Q instead of exiting. With
+   * SESSION_ADOPT too, a session that has no kernel yet may make the pre-started interpreter its
+   * kernel (the host says when: docs/decisions/0013-sessions.md). */
   uint32_t session;
   /* With a session: the script that keeps the interpreter between calls (kernel argv: argv[0]
    * kernel), or "" for code run as its own process each call. */
   char *kernel;
+  /* The host's wall clock, ms since the epoch (0: leave the clock): set before the call by an
+   * agent on a kernel of its own (a session's VM stood still while it was paused). */
+  uint64_t clock_ms;
 };
 
 /* Parses and validates a Q payload. On failure returns -1 and writes a reason to err.

@@ -41,6 +41,7 @@
 #include <sys/prctl.h>
 #include <sys/fsuid.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent-contain.h"
@@ -353,7 +354,7 @@ static int agent_main(const struct agent_opts *o) {
     char err[256];
     if (parse_request(payload, plen, &req, err, sizeof err) < 0) return setup_failed(out, err);
     if (!first && !req.session) return setup_failed(out, "protocol: a session's Q without session");
-    session = (int)req.session;
+    session = (req.session & SESSION_CALL) != 0;
     if (use_code_fs_identity(&req, err, sizeof err) < 0) return setup_failed(out, err);
     if (write_request_files(&req, err, sizeof err) < 0) {
       if (!session) return setup_failed(out, err);
@@ -368,11 +369,20 @@ static int agent_main(const struct agent_opts *o) {
       continue;
     }
 
+    if (o->own_kernel && req.clock_ms) {
+      /* The VM's clock stood still while the host kept it paused (a session between calls). */
+      struct timespec ts = {(time_t)(req.clock_ms / 1000), (long)(req.clock_ms % 1000) * 1000000L};
+      (void)clock_settime(CLOCK_REALTIME, &ts);
+    }
     uint32_t oom_before = read_oom_kills(o);
     struct run_result res;
     tree_started = 1;
     if (session && req.kernel[0]) {
-      prestart_discard(&ps); /* a pooled sandbox's interpreter: the session keeps its own */
+      /* The session's first kernel may be the pre-started interpreter, when the host allows it
+       * and a fresh kernel would have started exactly as it did; else it is discarded. */
+      if (kernel.proc.pid <= 0 && (req.session & SESSION_ADOPT) && prestart_fits(&ps, &req))
+        (void)prestart_adopt(&ps, req.kernel, &kernel);
+      prestart_discard(&ps);
       int fresh;
       run_cell(in, out, &req, &res, &kernel, &fresh);
     } else if (prestart_fits(&ps, &req) && prestart_release(&ps, &req) == 0) {

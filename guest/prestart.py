@@ -8,7 +8,8 @@
 #   fd 4: one byte "w" once the interpreter is up and waiting (closed when the call comes)
 #   fd 3: the call, read to EOF: cwd NUL path NUL then NAME=VALUE NUL for each environment entry;
 #         before it, "T" or "R" any number of times: rehearse the call's path (a pooled clone's
-#         warm-up; "T" also runs the pre-imported modules' hot paths), answered by "w" on fd 4
+#         warm-up; "T" also runs the pre-imported modules' hot paths), answered by "w" on fd 4;
+#         or instead of the call, "K" KERNEL NUL: become a session's kernel (below)
 #
 # It imports nothing the interpreter has not already imported at startup, replaces os.environ,
 # re-reads TZ, changes directory, rebuilds __main__ as a script run would have it (globals, argv,
@@ -22,6 +23,12 @@
 # what the imports seeded from the kernel (random, numpy's legacy generator) and forgets what they
 # cached from the pre-start (tempfile's directory and name generator, logging's start time, shown
 # once warnings).
+#
+# "K" (docs/decisions/0013-sessions.md): a session whose first cell would have started its
+# kernel exactly as this interpreter was started takes it as its kernel. The same reseeds and
+# resets as a call's hand-over, the directories the imports made remade (as if the cell had
+# imported every pre-imported module), then the kernel script (guest/session.py) runs in this
+# interpreter with fds 3 and 4 kept, after "w" on fd 4: the agent sends it cells from then on.
 import os
 import sys
 import time
@@ -139,8 +146,9 @@ def _scratchrun_preimport(spec, os=os, sys=sys, time=time):
         warnings._filters_mutated()
 
     def remake(code):
-        # What the imports the code names would have made (matplotlib's config and cache dirs).
-        names = imported(code, set())
+        # What the imports the code names would have made (matplotlib's config and cache dirs);
+        # every module's (a session's kernel: code None).
+        names = imported(code, set()) if code is not None else made
         for top, dirs in made.items():
             if top in names:
                 for d in dirs:
@@ -175,6 +183,23 @@ def _scratchrun_rehearse(os=os, time=time):
     del junk
 
 
+def _scratchrun_kernel(kernel, reset, remake, os=os, sys=sys):
+    """Becomes a session's kernel ("K"): the hand-over's resets, then the kernel script in this
+    interpreter, as `python3 KERNEL` would run it (its own globals, sys.argv and orig_argv)."""
+    if reset is not None:
+        reset()
+        remake(None)
+    with open(kernel, "rb") as f:
+        code = compile(f.read(), kernel, "exec", dont_inherit=True)
+    sys.argv[:] = [kernel]
+    sys.orig_argv[1:] = [kernel]
+    sys.path[0] = os.path.dirname(kernel)
+    g = {"__name__": "__main__", "__file__": kernel, "__builtins__": __builtins__}
+    os.write(4, b"w")
+    exec(code, g)
+    os._exit(0)
+
+
 def _scratchrun_main(os=os, sys=sys, time=time, here=__file__, main=sys.modules["__main__"]):
     warm, reset, remake = (
         _scratchrun_preimport(sys.argv[1]) if len(sys.argv) > 1 else (None, None, None)
@@ -189,6 +214,8 @@ def _scratchrun_main(os=os, sys=sys, time=time, here=__file__, main=sys.modules[
                 warm()
             os.write(4, b"w")
             continue
+        if not chunks and chunk[:1] == b"K" and chunk[-1:] == b"\0":
+            _scratchrun_kernel(os.fsdecode(chunk[1:-1]), reset, remake)
         if not chunk:
             break
         chunks.append(chunk)

@@ -9,6 +9,7 @@ import { runAgentSession } from "../protocol/session.js";
 import { HOST_GRACE_MS, type Teardowns } from "./call.js";
 import type { Refusal } from "../net/proxy/reasons.js";
 import type { Isolation, NetworkReport, SessionSandbox } from "./types.js";
+import type { Flavour } from "./prestart.js";
 
 export type { SessionSandbox } from "./types.js";
 
@@ -20,6 +21,18 @@ export interface SessionParts {
   kernel: string | null;
   /** The code's uid/gid where the request leaves them to the backend (microVM), else null. */
   codeIds: number | null;
+  /**
+   * The interpreter the sandbox pre-started (a clone of a microVM template has one; guest/
+   * prestart.py), or null. The session's first kernel may be it (the agent adopts it when a fresh
+   * kernel would have started as it did): a plain one for any first cell, a pre-imported one only
+   * for a first cell a one-off call would have given a pre-imported interpreter.
+   */
+  prestarted: Flavour | null;
+  /**
+   * The sandbox has a kernel and clock of its own (microVM) that stand still while it is paused:
+   * each call tells its agent the host's time to set first.
+   */
+  ownClock: boolean;
   /** What the host counted of the sandbox so far (its cgroup's OOM kills, what its network refused). */
   counters(): Promise<{ oomKills: number; network?: NetworkReport | undefined }>;
   /** Settles when the sandbox stopped by itself (its agent or VM exited). */
@@ -54,7 +67,7 @@ export function sessionSandbox(
     get broken() {
       return broken;
     },
-    async run(request, options) {
+    async run(request, options, flavour = "plain") {
       if (broken) throw new Error("the session's sandbox is gone");
       if (running) throw new Error("a session runs one call at a time");
       running = true;
@@ -73,7 +86,14 @@ export function sessionSandbox(
             ...request,
             uid: request.uid ?? parts.codeIds,
             gid: request.gid ?? parts.codeIds,
-            session: { kernel: parts.kernel },
+            ...(parts.ownClock ? { clockMs: Date.now() } : {}),
+            session: {
+              kernel: parts.kernel,
+              ...(parts.prestarted !== null &&
+              (parts.prestarted === "plain" || flavour === "preimport")
+                ? { adopt: true }
+                : {}),
+            },
           },
           {
             signal: options.signal,

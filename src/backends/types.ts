@@ -51,8 +51,12 @@ export interface NetworkEgress {
 export interface SessionSandbox {
   /** The sandbox can take no more calls: its agent broke or ended, or it was closed. */
   readonly broken: boolean;
-  /** Runs one call in the sandbox (the engine's request; the backend adds the session's part). */
-  run(request: AgentRequest, options: RunOptions): Promise<BackendOutcome>;
+  /**
+   * Runs one call in the sandbox (the engine's request; the backend adds the session's part).
+   * `flavour`: the interpreter the call would get as a one-off call (src/engine/preimport-route.ts),
+   * which decides whether a session's first kernel may be its sandbox's pre-started interpreter.
+   */
+  run(request: AgentRequest, options: RunOptions, flavour?: Flavour): Promise<BackendOutcome>;
   /** Kills every process of the sandbox and removes what it had on the host. Idempotent. */
   close(): Promise<void>;
 }

@@ -103,9 +103,8 @@ export async function startApiReplica(o: ApiReplicaOptions): Promise<ApiReplica>
     // Sessions live on workers: a lost one takes its sessions along, and what ended on a worker
     // reaches the records through its status.
     onLost: (addr, keep) => void late.engine?.sessions?.workerLost(addr, keep),
-    onStatus: (_addr, status) => {
-      if (status.sessions?.ended.length) void late.engine?.sessions?.ended(status.sessions.ended);
-    },
+    onStatus: (addr, status) =>
+      void late.engine?.sessions?.status(addr, status.worker_id, status.sessions?.ended ?? []),
   });
   await table.start();
   const engine = new ClusterEngine(table, {

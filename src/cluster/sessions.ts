@@ -6,6 +6,7 @@ import { ScratchRunError } from "../errors.js";
 import type { CallPolicy } from "../schema/policy.js";
 import { parseSessionStart, sessionInfoSchema, type SessionInfo } from "../schema/session.js";
 import type { SessionStore } from "../store/sessions.js";
+import { LIMITS } from "../schema/limits.js";
 import { choose } from "./choose.js";
 import { WORKER_PATHS, type EndedSession, type WorkerSessionStart } from "./protocol.js";
 import type { WorkerTable } from "./workers.js";
@@ -56,6 +57,10 @@ export interface SessionStartOptions {
 export class ClusterSessions {
   /** Ended sessions already written by this replica (digest → when the worker reported it). */
   private readonly closed = new Map<string, number>();
+  /** Workers whose status this replica has seen (their earlier processes' records swept). */
+  private readonly seen = new Set<string>();
+  /** When records past the longest lifetime were last swept. */
+  private outlivedAt = 0;
 
   constructor(
     private readonly table: WorkerTable,
@@ -180,6 +185,44 @@ export class ClusterSessions {
         "session record write failed",
       );
     }
+  }
+
+  /**
+   * A worker's status, as this replica polls it. The first of each worker closes the records its
+   * earlier processes left open (markEarlierLivesLost); at most once a minute, records older than
+   * the largest lifetime close too (markOutlived). Then the sessions it says ended.
+   */
+  async status(addr: string, workerId: string, ended: readonly EndedSession[], now = Date.now()) {
+    const sweeps: [string, () => Promise<number>][] = [];
+    if (!this.seen.has(addr)) {
+      this.seen.add(addr);
+      sweeps.push([
+        "earlier process",
+        () => this.o.store.markEarlierLivesLost(addr, workerId, now),
+      ]);
+    }
+    if (now - this.outlivedAt >= 60_000) {
+      this.outlivedAt = now;
+      const before = now - LIMITS.session.lifetimeMs.max - 60_000;
+      sweeps.push(["past the longest lifetime", () => this.o.store.markOutlived(before, now)]);
+    }
+    for (const [why, sweep] of sweeps) {
+      try {
+        const n = await sweep();
+        if (n > 0)
+          this.o.logger.warn(
+            { worker: addr, sessions: n, why },
+            "stale session records closed as lost",
+          );
+      } catch (e) {
+        if (why === "earlier process") this.seen.delete(addr);
+        this.o.logger.warn(
+          { err: e instanceof Error ? e.message : String(e) },
+          "session record write failed",
+        );
+      }
+    }
+    if (ended.length) await this.ended(ended, now);
   }
 
   /** A worker's status listed these ended sessions: their records close (once per replica). */

@@ -130,6 +130,8 @@ export class Engine {
         memoryMbPerCaller: LIMITS.session.memoryMbPerCaller,
       },
       options.seedFiles ?? {},
+      undefined,
+      options.preimport ?? {},
     );
   }
 

@@ -19,6 +19,8 @@ import type { SessionInfo, SessionStartRequest } from "../schema/session.js";
 import { givenFields } from "../schema/validate.js";
 import type { Admission } from "./admission.js";
 import { toAgentRequest } from "./request.js";
+import { flavourFor } from "./preimport-route.js";
+import type { Preimport } from "../images/preimport.js";
 import { cancelledOutcome, toExecOutcome, type ExecOutcome } from "./result.js";
 import type { AgentEvent } from "../protocol/types.js";
 
@@ -81,6 +83,8 @@ export class Sessions {
     private readonly limits: SessionLimits,
     private readonly seeds: Partial<Record<ExecRequest["runtime"], AgentFile[]>>,
     private readonly onEnd?: (info: SessionInfo, why: SessionEnd) => void,
+    /** Each runtime's pre-import (a session's first cell is routed as a call's would be). */
+    private readonly preimport: Partial<Record<ExecRequest["runtime"], Preimport>> = {},
   ) {}
 
   /** Calls `listener` at every session's end (the service's records); returns the unsubscribe. */
@@ -276,10 +280,11 @@ export class Sessions {
           null,
           s.calls === 0 ? this.seeds[s.runtime] : undefined,
         );
-        const outcome = await s.sandbox.run(request, {
-          signal: call.signal,
-          ...(options.onEvent ? { onEvent: options.onEvent } : {}),
-        });
+        const outcome = await s.sandbox.run(
+          request,
+          { signal: call.signal, ...(options.onEvent ? { onEvent: options.onEvent } : {}) },
+          flavourFor(effective, this.preimport[s.runtime]),
+        );
         s.calls++;
         const pid = outcome.agent.pid;
         const interpreter =

@@ -21,6 +21,9 @@ export const MAX_PATH_BYTES = 4000;
 export const MAX_MESSAGE_BYTES = 1024;
 /** uid/gid value meaning "keep the agent's own". */
 export const KEEP_ID = 0xffffffff;
+/** The `Q` session flag's bits (guest/agent-request.h): a session's call; may adopt the pre-start. */
+export const SESSION_CALL = 1;
+export const SESSION_ADOPT = 2;
 
 export const EXIT_REASON_CODES = [
   "exited",
@@ -153,8 +156,9 @@ export function encodeRequest(req: AgentRequest): Buffer {
   });
   w.u32(req.returnFiles.length, "retc");
   req.returnFiles.forEach((p, i) => w.str(p, `returnFiles[${i}]`));
-  w.u32(req.session ? 1 : 0, "session");
+  w.u32(req.session ? SESSION_CALL | (req.session.adopt ? SESSION_ADOPT : 0) : 0, "session");
   w.str(req.session?.kernel ?? "", "session.kernel");
+  w.u64(req.clockMs ?? 0, "clockMs");
   return w.frame(REQUEST, MAX_REQUEST_FRAME);
 }
 
@@ -491,8 +495,10 @@ export function decodeRequest(frame: Buffer): AgentRequest {
   const returnFiles = Array.from({ length: need(r.u32()) }, str);
   const session = need(r.u32());
   const kernel = str();
-  if (session > 1) throw new Error(`session flag ${session}`);
+  if ((session & ~(SESSION_CALL | SESSION_ADOPT)) !== 0 || session === SESSION_ADOPT)
+    throw new Error(`session flag ${session}`);
   if (!session && kernel) throw new Error("a kernel without a session");
+  const clockMs = u64();
   if (r.left !== 0) throw new Error("trailing bytes in Q payload");
   return {
     timeoutMs,
@@ -507,6 +513,14 @@ export function decodeRequest(frame: Buffer): AgentRequest {
     env,
     files,
     returnFiles,
-    ...(session ? { session: { kernel: kernel || null } } : {}),
+    ...(session
+      ? {
+          session: {
+            kernel: kernel || null,
+            ...(session & SESSION_ADOPT ? { adopt: true } : {}),
+          },
+        }
+      : {}),
+    ...(clockMs ? { clockMs } : {}),
   };
 }

@@ -3,7 +3,7 @@
  * A backend provides a byte stream to an agent; `runAgentSession` drives it with these types.
  */
 
-export const PROTOCOL_VERSION = 2;
+export const PROTOCOL_VERSION = 3;
 
 /** What the host asks the agent to run: the `Q` frame, before encoding. */
 export interface AgentRequest {
@@ -25,9 +25,17 @@ export interface AgentRequest {
    * A session's call (docs/decisions/0013-sessions.md): the agent keeps the sandbox after `D` and
    * reads the next `Q`. `kernel`: the script that keeps the interpreter (`argv[0] kernel`) between
    * calls, which runs the code file in it; null: the code runs as a process of its own each time.
-   * Absent: one call, and the agent exits after `D`.
+   * Absent: one call, and the agent exits after `D`. `adopt`: a session with no kernel yet may
+   * make the sandbox's pre-started interpreter its kernel (the agent does only when a fresh
+   * kernel would have started exactly as it was started).
    */
-  session?: { kernel: string | null };
+  session?: { kernel: string | null; adopt?: boolean };
+  /**
+   * The host's wall clock (ms since the epoch) for an agent on a kernel of its own (microVM) to set
+   * before the call: a session's VM stands still while paused, its clock with it. Absent (0): the
+   * clock is left as it is.
+   */
+  clockMs?: number;
 }
 
 export interface AgentFile {

@@ -177,6 +177,35 @@ export class SessionStore {
         });
   }
 
+  /**
+   * A replica's first status of a worker at `worker` names its process `live`: records open there
+   * under another known worker_id belonged to an earlier process at that address, and a worker's
+   * sessions die with its process (a replica started after that death never saw the worker lost).
+   * Records without a worker_id are left (nothing tells whose they are).
+   */
+  markEarlierLivesLost(worker: string, live: string, now = Date.now()): Promise<number> {
+    return this.sql.run(
+      `UPDATE sessions SET ended_at = ?, end_reason = 'lost', calls = ${CALLS_FROM_RUNS}
+         WHERE ended_at IS NULL AND worker = ? AND worker_id IS NOT NULL AND worker_id <> ?`,
+      [now, worker, live],
+      { retryMs: this.retryMs },
+    );
+  }
+
+  /**
+   * Records open since before `startedBefore`: no session lives longer than the schema's largest
+   * lifetime, so a record older than that is one whose end nobody saw (its worker gone from the
+   * cluster's list while no replica ran). Closed as `lost`.
+   */
+  markOutlived(startedBefore: number, now = Date.now()): Promise<number> {
+    return this.sql.run(
+      `UPDATE sessions SET ended_at = ?, end_reason = 'lost', calls = ${CALLS_FROM_RUNS}
+         WHERE ended_at IS NULL AND started_at < ?`,
+      [now, startedBefore],
+      { retryMs: this.retryMs },
+    );
+  }
+
   /** A key's sessions still open (the cluster's per-key limit). */
   async openCount(keyId: string): Promise<number> {
     const row = await this.sql.get<{ n: number | string }>(

@@ -110,19 +110,49 @@ describe("encodeRequest", () => {
     assert.equal(q.readUInt32BE(49), 0xffffffff);
     assert.equal(q.readUInt32BE(53), "/home/user".length);
     assert.equal(q.subarray(57, 67).toString(), "/home/user");
-    // Ends with the session flag and its kernel (empty): one call, the agent exits after D.
-    assert.deepEqual([...q.subarray(q.length - 8)], [0, 0, 0, 0, 0, 0, 0, 0]);
+    // Ends with the session flag and its kernel (empty): one call, the agent exits after D; then
+    // the clock (0: leave it).
+    assert.deepEqual([...q.subarray(q.length - 16)], new Array<number>(16).fill(0));
   });
 
   it("carries a session's flag and kernel, and decodes them back", () => {
     const kernel = "/opt/scratchrun/session.py";
     const q = encodeRequest({ ...baseRequest, session: { kernel } });
-    assert.equal(q.readUInt32BE(q.length - 8 - kernel.length), 1);
-    assert.equal(q.subarray(q.length - kernel.length).toString(), kernel);
+    assert.equal(q.readUInt32BE(q.length - 16 - kernel.length), 1);
+    assert.equal(q.subarray(q.length - 8 - kernel.length, q.length - 8).toString(), kernel);
     assert.deepEqual(decodeRequest(q).session, { kernel });
     const bash = decodeRequest(encodeRequest({ ...baseRequest, session: { kernel: null } }));
     assert.deepEqual(bash.session, { kernel: null });
     assert.equal(decodeRequest(encodeRequest(baseRequest)).session, undefined);
+  });
+
+  it("sets the adopt bit (2) beside the session bit, and refuses it alone or unknown bits", () => {
+    const kernel = "/run/scratchrun-session.py";
+    const q = encodeRequest({ ...baseRequest, session: { kernel, adopt: true } });
+    const at = q.length - 16 - kernel.length;
+    assert.equal(q.readUInt32BE(at), 3);
+    assert.deepEqual(decodeRequest(q).session, { kernel, adopt: true });
+    const flag = (value: number) => {
+      const bad = Buffer.from(q);
+      bad.writeUInt32BE(value, at);
+      return () => decodeRequest(bad);
+    };
+    assert.throws(flag(2), /session flag 2/);
+    assert.throws(flag(5), /session flag 5/);
+    assert.deepEqual(
+      decodeRequest(encodeRequest({ ...baseRequest, session: { kernel } })).session,
+      {
+        kernel,
+      },
+    );
+  });
+
+  it("ends with the host's clock for the agent to set, and decodes it back", () => {
+    const clockMs = Date.UTC(2026, 11, 5, 10, 0, 0, 123);
+    const q = encodeRequest({ ...baseRequest, session: { kernel: null }, clockMs });
+    assert.equal(q.readBigUInt64BE(q.length - 8), BigInt(clockMs));
+    assert.equal(decodeRequest(q).clockMs, clockMs);
+    assert.equal(decodeRequest(encodeRequest(baseRequest)).clockMs, undefined);
   });
 
   it("round-trips through decodeRequest", () => {

@@ -608,6 +608,40 @@ for (const [kind, open] of Object.entries(KINDS)) {
         assert.equal(await store.sessions.markLost(7_300), 0);
       });
 
+      test("stale records: an earlier process's at a worker's address, and any past the longest lifetime, are closed as lost; the live process's and unknown ones stay", async () => {
+        const begin = (sessionId: string, at: number, worker: string, workerId: string | null) =>
+          store.sessions.begin(
+            {
+              sessionId,
+              keyId: "k5",
+              transport: "rest",
+              runtime: "bash",
+              memoryMb: 256,
+              network: "none",
+              isolation: "namespace",
+              worker,
+              workerId,
+              replicaId: "r1",
+            },
+            at,
+          );
+        const earlier = await begin("s-earlier-0000000000001", 8_000, "10.0.0.9:8788", "old1");
+        const live = await begin("s-live-000000000000001", 8_000, "10.0.0.9:8788", "new1");
+        const unknown = await begin("s-unknown-00000000000001", 8_000, "10.0.0.9:8788", null);
+        const other = await begin("s-other-0000000000000001", 8_000, "10.0.0.10:8788", "old1");
+        assert.equal(await store.sessions.markEarlierLivesLost("10.0.0.9:8788", "new1", 8_100), 1);
+        const e = (await store.sessions.get(earlier))!;
+        assert.deepEqual([e.ended_at, e.end_reason], [8_100, "lost"]);
+        for (const id of [live, unknown, other])
+          assert.equal((await store.sessions.get(id))!.ended_at, null, id);
+        assert.equal(await store.sessions.openCount("k5"), 3);
+        // Started before the cutoff: no session lives that long.
+        const old = await begin("s-old-000000000000000001", 1_000, "10.0.0.11:8788", "x");
+        assert.equal(await store.sessions.markOutlived(8_000, 8_200), 1);
+        assert.equal((await store.sessions.get(old))!.end_reason, "lost");
+        assert.equal(await store.sessions.openCount("k5"), 3);
+      });
+
       test("leases: runs of a replica whose lease expired become INTERRUPTED, a live one's stay", async () => {
         await store.leases.renew("live", 10_000, 5_000);
         await store.leases.renew("dead", 1_000, 5_000);

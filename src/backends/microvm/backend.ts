@@ -180,6 +180,9 @@ export class MicrovmBackend implements Backend {
     warmedCalls: 0,
     rehearsedCalls: 0,
     bootedCalls: 0,
+    /** Sessions started in a clone of a template / in a cold-booted VM. */
+    clonedSessions: 0,
+    bootedSessions: 0,
   };
   private readonly templates = new Map<string, Promise<Template>>();
   private readonly built = new Map<string, Template>();
@@ -516,16 +519,19 @@ export class MicrovmBackend implements Backend {
   }
 
   /**
-   * A session's VM: booted cold for it (the pool's clones are counted on by calls), at the call CPU
-   * weight, and kept until the session ends. Its agent started no interpreter: the session's
-   * kernel is started by its first call.
+   * A session's VM: a clone restored for it from its runtime's template (the one a call of that
+   * size clones: pre-imported where the runtime has a pre-import, else plain), at the call CPU
+   * weight, never a pooled clone (those are counted on by calls); a cold boot while no template
+   * of its size is built (a session starts no template build: the pool's and calls' do). Kept until the session ends,
+   * stopped between calls. A clone's pre-started interpreter may become the session's kernel at
+   * its first call (SessionParts.prestarted); a booted VM's agent started none.
    */
   async openSession(job: SessionJob, signal: AbortSignal): Promise<SessionSandbox> {
     if (job.egress.kind !== "none" && !this.network)
       throw new ScratchRunError("INVALID_INPUT", "this microVM backend has no network provider", {
         fix: 'Pass network: "none", or start the server with public egress (SCRATCHRUN_NETWORK)',
       });
-    const vm = await this.boot(job.memoryMb, signal, job.egress, "call");
+    const { vm, prestarted } = await this.sessionVm(job, signal);
     try {
       await vm.activate(this.bootTimeoutMs, networkModeOf(job.egress));
       const allow = egressAllowlist(job.egress);
@@ -543,7 +549,7 @@ export class MicrovmBackend implements Backend {
         },
       );
     }
-    this.counters.bootedCalls++;
+    this.counters[vm.kind === "clone" ? "clonedSessions" : "bootedSessions"]++;
     const { sessionScript } = runtimeEntry(job.runtime);
     return sessionSandbox(
       {
@@ -551,6 +557,8 @@ export class MicrovmBackend implements Backend {
         output: vm.channel,
         kernel: sessionScript && `/run/scratchrun-${sessionScript}`,
         codeIds: GUEST_UID,
+        prestarted,
+        ownClock: true,
         // The guest counts its own OOM kills (the agent reports them per call).
         counters: async () => ({ oomKills: 0, network: await vm.networkReport() }),
         exited: vm.exited,
@@ -561,6 +569,31 @@ export class MicrovmBackend implements Backend {
       },
       { isolation: this.isolation, teardowns: this.teardowns },
     );
+  }
+
+  /**
+   * The session's VM, not yet activated: a clone of the built template of its size (the
+   * pre-imported one first), restored now without a warm-up (the session's cells translate what
+   * they run), or a cold boot.
+   */
+  private async sessionVm(
+    job: SessionJob,
+    signal: AbortSignal,
+  ): Promise<{ vm: MicroVm; prestarted: Flavour | null }> {
+    if (this.mode === "restore") {
+      const flavours: Flavour[] = this.preimportFor(job.runtime, job.memoryMb)
+        ? ["preimport", "plain"]
+        : ["plain"];
+      for (const flavour of flavours) {
+        const t = this.built.get(`${job.runtime}/${job.memoryMb}/${flavour}`);
+        if (!t) continue;
+        const vm = await this.clone(t, job.memoryMb, signal, job.egress, "none", "call").catch(
+          () => null,
+        );
+        if (vm) return { vm, prestarted: prestartInterpreter(job.runtime) ? flavour : null };
+      }
+    }
+    return { vm: await this.boot(job.memoryMb, signal, job.egress, "call"), prestarted: null };
   }
 
   /**

@@ -281,6 +281,8 @@ export class NamespaceBackend implements Backend {
         output: jail.child.stdin!,
         kernel: sessionScript && `${AGENT_MOUNT}/${sessionScript}`,
         codeIds: null,
+        prestarted: null,
+        ownClock: false,
         counters: async () => ({
           oomKills: (await jail.cgroup.stats()).oomKills,
           network: jail.net ? await jail.net.report() : undefined,
