@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // `npm run bench [-- --quick] [--out DIR] [--only id,id] [--with tti,sessions] [--tti-n N]
-// [--tti-burst N] [--sessions-mb N]`: measures ScratchRun end to end through the MCP stdio client,
+// [--tti-burst N] [--sessions-mb N] [--tti-systems id,id] [--baseline OTHER/dist/bench/server.js]`:
+// measures ScratchRun end to end through the MCP stdio client,
 // side by side with the floor and the peers, in one run on one machine.
 import {
   existsSync,
@@ -144,11 +145,11 @@ function microvmSystem(
  * The time-to-interactive server of a backend: its REST API on too (the burst), one pooled bash
  * sandbox (the product's default size, for the one runtime the phase calls), no pre-imports.
  */
-function ttiServer(backend: "namespace" | "microvm"): McpSystem {
+function ttiServer(backend: "namespace" | "microvm", baseline?: string): McpSystem {
   return mcpSystem({
-    id: backend,
-    label: `ScratchRun ${backend}`,
-    script: BENCH_SERVER,
+    id: baseline ? `${backend}-baseline` : backend,
+    label: baseline ? `ScratchRun ${backend}, baseline build` : `ScratchRun ${backend}`,
+    script: baseline ?? BENCH_SERVER,
     env: {
       ...scratchrunEnv(),
       SCRATCHRUN_ISOLATION: backend,
@@ -185,6 +186,11 @@ async function main(): Promise<void> {
       "tti-n": { type: "string" },
       "tti-burst": { type: "string" },
       "sessions-mb": { type: "string" },
+      // The time-to-interactive systems to measure (default all).
+      "tti-systems": { type: "string" },
+      // Another build's dist/bench/server.js, measured beside this one in the phases that
+      // compare builds (time to interactive, the first two minutes) as `<backend>-baseline`.
+      baseline: { type: "string" },
     },
   });
   const base = values.quick ? QUICK : FULL;
@@ -208,6 +214,9 @@ async function main(): Promise<void> {
     },
   };
   const only = values.only ? new Set(values.only.split(",")) : null;
+  const baseline = values.baseline;
+  if (baseline !== undefined && !existsSync(baseline))
+    throw new Error(`--baseline ${baseline}: no such file (another build's dist/bench/server.js)`);
   const extra = new Set(values.with ? values.with.split(",") : []);
   // The phases (tti, sessions) run in a full run unless --only leaves them out; in a quick run
   // only when named.
@@ -262,6 +271,7 @@ async function main(): Promise<void> {
         results.notes.push(`${name} phase failed: ${why.slice(0, 500)}`);
       }
     };
+    const ttiOnly = values["tti-systems"] ? new Set(values["tti-systems"].split(",")) : null;
     if (phase("tti"))
       await attempt("tti", async () => {
         results.tti = await benchTti(
@@ -271,8 +281,10 @@ async function main(): Promise<void> {
             srtLibrary(join(work, "tti-srt-lib")),
             srtCli(join(work, "tti-srt-cli")),
             ttiServer("namespace"),
+            ...(baseline ? [ttiServer("namespace", baseline)] : []),
             ttiServer("microvm"),
-          ],
+            ...(baseline ? [ttiServer("microvm", baseline)] : []),
+          ].filter((s) => !ttiOnly || ttiOnly.has(s.id)),
           plan.tti,
           log,
         );

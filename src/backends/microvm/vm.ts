@@ -109,6 +109,8 @@ export interface BootOptions {
    * pooled one is promoted when a call takes it.
    */
   priority?: CpuPriority;
+  /** Called with its cgroup once made (a pooled start raises its weight when a call waits). */
+  onCgroup?: (cgroup: Cgroup) => void;
 }
 
 /** The sockets a VM is driven through before its call: the seed port and (not booted) QMP. */
@@ -235,6 +237,7 @@ export class MicroVm {
         cpuQuotaPercent: 100,
         cpuWeight: CPU_WEIGHT[opts.priority ?? "call"],
       });
+      opts.onCgroup?.(cgroup);
       if (opts.network) {
         if (mode.kind === "template") throw new Error("a template has no network");
         net = await opts.network.createTap(
