@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// `npm run bench [-- --quick] [--out DIR] [--only id,id] [--with tti,sessions] [--tti-n N]
+// `npm run bench [-- --quick] [--out DIR] [--only id,id] [--with tti,sessions,first-minutes,plot] [--tti-n N]
 // [--tti-burst N] [--sessions-mb N] [--tti-systems id,id] [--baseline OTHER/dist/bench/server.js]`:
 // measures ScratchRun end to end through the MCP stdio client,
 // side by side with the floor and the peers, in one run on one machine.
@@ -27,6 +27,8 @@ import { renderMarkdown } from "./report-md.js";
 import { renderSvg } from "./report-svg.js";
 import { benchSessions, SESSIONS_ROWS } from "./sessions.js";
 import { benchTti } from "./tti.js";
+import { benchFirstMinutes } from "./first-minutes.js";
+import { benchPlot } from "./plot-steps.js";
 import { summarize } from "./stats.js";
 import type { BenchResults, HostInfo, IdleServer } from "./results.js";
 import { engineInProcess } from "./systems/engine-inproc.js";
@@ -161,6 +163,19 @@ function ttiServer(backend: "namespace" | "microvm", baseline?: string): McpSyst
   });
 }
 
+/**
+ * The first-two-minutes server of a backend as a user runs it: the product's default pooling and
+ * pre-imports (no SCRATCHRUN_POOL_SIZE), started fresh; another build's with `baseline`.
+ */
+function firstMinutesServer(backend: "namespace" | "microvm", baseline?: string): McpSystem {
+  return mcpSystem({
+    id: baseline ? `${backend}-baseline` : backend,
+    label: baseline ? `ScratchRun ${backend}, baseline build` : `ScratchRun ${backend}`,
+    script: baseline ?? BENCH_SERVER,
+    env: { ...scratchrunEnv(), SCRATCHRUN_ISOLATION: backend, SCRATCHRUN_NETWORK: "none" },
+  });
+}
+
 /** The sessions workload's server: python3.11 pooled (one, pre-imports on), as by default. */
 function sessionsServer(backend: "namespace" | "microvm"): McpSystem {
   return mcpSystem({
@@ -286,6 +301,39 @@ async function main(): Promise<void> {
             ...(baseline ? [ttiServer("microvm", baseline)] : []),
           ].filter((s) => !ttiOnly || ttiOnly.has(s.id)),
           plan.tti,
+          log,
+        );
+      });
+    if (phase("first-minutes"))
+      await attempt("first-minutes", async () => {
+        results.firstMinutes = await benchFirstMinutes(
+          (["namespace", "microvm"] as const).flatMap((b) => [
+            firstMinutesServer(b),
+            ...(baseline ? [firstMinutesServer(b, baseline)] : []),
+          ]),
+          plan.firstMinutes,
+          log,
+        );
+      });
+    if (phase("plot"))
+      await attempt("plot", async () => {
+        results.plot = await benchPlot(
+          {
+            host: hostFloor(rootfs.dir, rootfs.manifest),
+            // The product's python3.12 as a user gets it: pooled, its pre-imports on.
+            microvm: mcpSystem({
+              id: "microvm",
+              label: "ScratchRun microVM",
+              script: BENCH_SERVER,
+              env: {
+                ...scratchrunEnv(),
+                SCRATCHRUN_ISOLATION: "microvm",
+                SCRATCHRUN_NETWORK: "none",
+                SCRATCHRUN_POOL_SIZE: "python3.12=1",
+              },
+            }),
+          },
+          plan.plot,
           log,
         );
       });
