@@ -222,19 +222,23 @@ describe("namespace backend: warm pool and teardown", () => {
       CPU_WEIGHT.background,
       "a refill nobody waits for",
     );
-    const waiting = backend.pool.takeOrAwait(kind, LIMITS.memoryMb.default);
-    // Handed out, a jail is promoted anyway (takeOrAwait): the raise must come before that.
-    let handedOut = false;
-    void waiting.then(() => (handedOut = true));
+    const waiting = backend.pool.takeOrAwait(kind, LIMITS.memoryMb.default, undefined, {
+      refill: false,
+    });
+    // Handed out, it is promoted anyway (takeOrAwait): the raise must come before it joined the
+    // pool (onReady is told before the waiting call gets it).
+    let joined = false;
+    const unsubscribe = backend.pool.onReady(() => (joined = true));
     let weight: number | undefined;
     let whileStarting = false;
-    for (let i = 0; i < 100; i++) {
+    for (let i = 0; i < 500; i++) {
       await new Promise((r) => setTimeout(r, 2));
       weight = sandboxCgroupWeights().get(fresh);
-      whileStarting = !handedOut;
+      whileStarting = !joined;
       if (weight === CPU_WEIGHT.call) break;
     }
-    assert.equal(weight, CPU_WEIGHT.call, "the start the call waits for, raised");
+    unsubscribe();
+    assert.equal(weight, CPU_WEIGHT.call, "the jail the call waits for, raised");
     assert.ok(whileStarting, "raised while it was still starting, not when handed out");
     const jail = await waiting;
     assert.ok(jail, "the call got the start it waited for");
