@@ -1,6 +1,8 @@
 import type { RuntimeName } from "../src/schema/exec.js";
 import { SESSIONS_ROWS, type SessionsPlan } from "./sessions.js";
 import type { TtiPlan } from "./tti.js";
+import type { FirstMinutesPlan } from "./first-minutes.js";
+import type { PlotPlan } from "./plot-steps.js";
 import type { WorkloadId } from "./workloads.js";
 
 /** How much of what to measure: the full run (~15 min on 2 cores) or the CI smoke (< 2 min). */
@@ -26,6 +28,10 @@ export interface Plan {
   tti: TtiPlan;
   /** The sessions workload: the CSV's rows and the print(1) calls per side (issue 27). */
   sessions: SessionsPlan;
+  /** The first two minutes after a server starts, calls 2 s apart per runtime (issue 30). */
+  firstMinutes: FirstMinutesPlan;
+  /** The product page's plot, step by step, microVM beside the host (issue 30: n ≥ 10, 3 s apart). */
+  plot: PlotPlan;
 }
 
 const ALL: readonly RuntimeName[] = ["python3.12", "python3.11", "node20", "bash"];
@@ -64,6 +70,8 @@ export const FULL: Plan = {
   idleServers: ["namespace", "microvm"],
   tti: { sequentialN: 100, burstN: 100 },
   sessions: { rows: SESSIONS_ROWS, printN: 20 },
+  firstMinutes: { runtimes: ALL, everyMs: 2000, windowMs: 120_000, settledMs: 40_000 },
+  plot: { n: 10, gapMs: 3000 },
 };
 
 export const QUICK: Plan = {
@@ -108,6 +116,8 @@ export const QUICK: Plan = {
   // Quick: the phases run only when named (--with or --only), smaller.
   tti: { sequentialN: 10, burstN: 20 },
   sessions: { rows: SESSIONS_ROWS / 10, printN: 5 },
+  firstMinutes: { runtimes: ALL, everyMs: 2000, windowMs: 120_000, settledMs: 20_000 },
+  plot: { n: 10, gapMs: 3000 },
 };
 
 /** Samples of a workload of the latency rows (the phases, tti and sessions, have their own). */

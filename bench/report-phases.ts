@@ -1,4 +1,5 @@
 import type { BenchResults, BurstResult, SessionArm } from "./results.js";
+import type { PlotSteps } from "./plot-steps.js";
 import type { Summary } from "./stats.js";
 import { sessionsSpeedup } from "./targets.js";
 
@@ -12,6 +13,8 @@ const LABELS: Record<string, string> = {
   "srt-cli": "sandbox-runtime CLI (srt)",
   namespace: "ScratchRun namespace",
   microvm: "ScratchRun microVM",
+  "namespace-baseline": "ScratchRun namespace, baseline build",
+  "microvm-baseline": "ScratchRun microVM, baseline build",
 };
 export const systemLabel = (id: string) => LABELS[id] ?? id;
 
@@ -70,7 +73,64 @@ export function sessionsTable(r: BenchResults): string[] {
   ];
 }
 
-/** The markdown sections of both phases, for the run's report. */
+/** The first two minutes after start: per server and runtime, its first call and p50s. */
+export function firstMinutesTable(r: BenchResults): string[] {
+  const f = r.firstMinutes;
+  if (!f) return [];
+  return [
+    "| server | pools full after | runtime | first call ms | first 2 min p50 ms (n) | settled p50 ms (n) | ratio |",
+    "| --- | ---: | --- | ---: | ---: | ---: | ---: |",
+    ...f.servers.flatMap((s) => {
+      if (s.unsupported) return [`| ${systemLabel(s.system)} | | | n/a | | | ${s.unsupported} |`];
+      const full = s.poolsFullMs === null ? "–" : `${(s.poolsFullMs / 1000).toFixed(1)} s`;
+      return s.runtimes.map((rt) => {
+        const errs = rt.errors ? ` ⚠ ${rt.errors} errors` : "";
+        return `| ${systemLabel(s.system)} | ${full} | ${rt.runtime} | ${rt.first ? Math.round(rt.first.ms) : "–"} | ${ms(rt.window, "p50")} (${rt.window?.n ?? 0})${errs} | ${ms(rt.settled, "p50")} (${rt.settled?.n ?? 0}) | ${rt.ratio === null ? "–" : `${rt.ratio}×`} |`;
+      });
+    }),
+  ];
+}
+
+const n1 = (x: number | null | undefined) =>
+  x === null || x === undefined ? "–" : String(Math.round(x));
+
+/** The product page's plot, step by step: the host and the microVM, and their ratio. */
+export function plotTable(r: BenchResults): string[] {
+  const p = r.plot;
+  if (!p) return [];
+  const [h, m] = [
+    p.systems.find((s) => s.system === "host"),
+    p.systems.find((s) => s.system !== "host"),
+  ];
+  const row = (name: string, f: (s: PlotSteps) => number | null) => {
+    const a = h ? f(h) : null;
+    const b = m ? f(m) : null;
+    const q = a && b ? `${Math.round((b / a) * 10) / 10}×` : "–";
+    return `| ${name} | ${n1(a)} | ${n1(b)} | ${q} |`;
+  };
+  return [
+    "| step (p50 ms) | bare host | microVM (TCG) | ratio |",
+    "| --- | ---: | ---: | ---: |",
+    row("the example verbatim, as the client waits", (s) => s.verbatimMs),
+    row(
+      "interpreter start-up and imports: CPU (pre-imported: before the call)",
+      (s) => s.startupCpuMs,
+    ),
+    row("plotting (linspace, plot): wall", (s) => s.plotMs),
+    row("plotting: CPU", (s) => s.plotCpuMs),
+    row("savefig (PNG render and write): wall", (s) => s.savefigMs),
+    row("savefig: CPU", (s) => s.savefigCpuMs),
+    row(
+      "sandbox (clone resumed, agent, file read) / host: process, interpreter, imports",
+      (s) => s.sandboxMs,
+    ),
+    row("transfer (MCP, PNG as base64)", (s) => s.transferMs),
+    row("timed variant, as the client waits", (s) => s.timedMs),
+    row("PNG bytes", (s) => s.pngBytes),
+  ];
+}
+
+/** The markdown sections of the phases, for the run's report. */
 export function phaseSections(r: BenchResults): string[] {
   const out: string[] = [];
   if (r.tti)
@@ -82,6 +142,33 @@ export function phaseSections(r: BenchResults): string[] {
       ...ttiTable(r),
       "",
     );
+  if (r.firstMinutes) {
+    const f = r.firstMinutes;
+    out.push(
+      "## The first two minutes after start (issue 30)",
+      "",
+      `Each server started fresh (stdio, the MCP SDK's client, the product's default pooling and pre-imports); each runtime's \`print(1)\` called once every ${f.everyMs / 1000} s (the runtimes' calls spread over that) from the client's connection until ${f.windowMs / 1000} s after the server was spawned, then, once every pool was full, for ${f.settledMs / 1000} s more ("settled"). Ratio: the first two minutes' p50 ÷ the settled p50 (target ≤ 1.5×).`,
+      "",
+      ...firstMinutesTable(r),
+      "",
+    );
+  }
+  if (r.plot) {
+    const p = r.plot;
+    const k = p.kvmPredictionMs;
+    out.push(
+      "## The product page's plot, step by step (issue 30)",
+      "",
+      `The page's example verbatim (${p.runtime}, numpy and matplotlib, the PNG returned inline) and the same statements with timers between them, ${p.n} calls each, ${p.gapMs / 1000} s apart, on the bare host and on the microVM (its ${p.runtime} pooled, pre-imports on).`,
+      "",
+      ...plotTable(r),
+      "",
+      k
+        ? `Predicted under KVM: ${k.low}–${k.high} ms p50. ${p.method}`
+        : "No KVM prediction (a step was not measured).",
+      "",
+    );
+  }
   if (r.sessions) {
     const s = r.sessions;
     out.push(

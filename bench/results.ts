@@ -1,3 +1,5 @@
+import type { PlotResults } from "./plot-steps.js";
+import type { FirstMinutesResults } from "./first-minutes.js";
 import type { LatencyResult, ThroughputResult } from "./measure.js";
 import type { IdleCost, PoolKindCost } from "./proc.js";
 import type { Summary } from "./stats.js";
@@ -59,6 +61,10 @@ export interface BenchResults {
   tti?: TtiResults;
   /** The agent-shaped sessions workload (issue 27): absent when the phase did not run. */
   sessions?: SessionsResults;
+  /** The first two minutes after start against settled (issue 30): absent when not run. */
+  firstMinutes?: FirstMinutesResults;
+  /** The product page's plot step by step on the microVM beside the host (issue 30). */
+  plot?: PlotResults;
   notes: string[];
   durationSec: number;
   /** The previous full run on this host: its print p50s, for "nothing got slower". */

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
-// `npm run bench [-- --quick] [--out DIR] [--only id,id] [--with tti,sessions] [--tti-n N]
-// [--tti-burst N] [--sessions-mb N]`: measures ScratchRun end to end through the MCP stdio client,
+// `npm run bench [-- --quick] [--out DIR] [--only id,id] [--with tti,sessions,first-minutes,plot] [--tti-n N]
+// [--tti-burst N] [--sessions-mb N] [--tti-systems id,id] [--baseline OTHER/dist/bench/server.js]`:
+// measures ScratchRun end to end through the MCP stdio client,
 // side by side with the floor and the peers, in one run on one machine.
 import {
   existsSync,
@@ -26,6 +27,8 @@ import { renderMarkdown } from "./report-md.js";
 import { renderSvg } from "./report-svg.js";
 import { benchSessions, SESSIONS_ROWS } from "./sessions.js";
 import { benchTti } from "./tti.js";
+import { benchFirstMinutes } from "./first-minutes.js";
+import { benchPlot } from "./plot-steps.js";
 import { summarize } from "./stats.js";
 import type { BenchResults, HostInfo, IdleServer } from "./results.js";
 import { engineInProcess } from "./systems/engine-inproc.js";
@@ -144,11 +147,11 @@ function microvmSystem(
  * The time-to-interactive server of a backend: its REST API on too (the burst), one pooled bash
  * sandbox (the product's default size, for the one runtime the phase calls), no pre-imports.
  */
-function ttiServer(backend: "namespace" | "microvm"): McpSystem {
+function ttiServer(backend: "namespace" | "microvm", baseline?: string): McpSystem {
   return mcpSystem({
-    id: backend,
-    label: `ScratchRun ${backend}`,
-    script: BENCH_SERVER,
+    id: baseline ? `${backend}-baseline` : backend,
+    label: baseline ? `ScratchRun ${backend}, baseline build` : `ScratchRun ${backend}`,
+    script: baseline ?? BENCH_SERVER,
     env: {
       ...scratchrunEnv(),
       SCRATCHRUN_ISOLATION: backend,
@@ -157,6 +160,19 @@ function ttiServer(backend: "namespace" | "microvm"): McpSystem {
       SCRATCHRUN_PREIMPORT: "0",
       BENCH_REST: "1",
     },
+  });
+}
+
+/**
+ * The first-two-minutes server of a backend as a user runs it: the product's default pooling and
+ * pre-imports (no SCRATCHRUN_POOL_SIZE), started fresh; another build's with `baseline`.
+ */
+function firstMinutesServer(backend: "namespace" | "microvm", baseline?: string): McpSystem {
+  return mcpSystem({
+    id: baseline ? `${backend}-baseline` : backend,
+    label: baseline ? `ScratchRun ${backend}, baseline build` : `ScratchRun ${backend}`,
+    script: baseline ?? BENCH_SERVER,
+    env: { ...scratchrunEnv(), SCRATCHRUN_ISOLATION: backend, SCRATCHRUN_NETWORK: "none" },
   });
 }
 
@@ -185,6 +201,11 @@ async function main(): Promise<void> {
       "tti-n": { type: "string" },
       "tti-burst": { type: "string" },
       "sessions-mb": { type: "string" },
+      // The time-to-interactive systems to measure (default all).
+      "tti-systems": { type: "string" },
+      // Another build's dist/bench/server.js, measured beside this one in the phases that
+      // compare builds (time to interactive, the first two minutes) as `<backend>-baseline`.
+      baseline: { type: "string" },
     },
   });
   const base = values.quick ? QUICK : FULL;
@@ -208,6 +229,9 @@ async function main(): Promise<void> {
     },
   };
   const only = values.only ? new Set(values.only.split(",")) : null;
+  const baseline = values.baseline;
+  if (baseline !== undefined && !existsSync(baseline))
+    throw new Error(`--baseline ${baseline}: no such file (another build's dist/bench/server.js)`);
   const extra = new Set(values.with ? values.with.split(",") : []);
   // The phases (tti, sessions) run in a full run unless --only leaves them out; in a quick run
   // only when named.
@@ -262,6 +286,7 @@ async function main(): Promise<void> {
         results.notes.push(`${name} phase failed: ${why.slice(0, 500)}`);
       }
     };
+    const ttiOnly = values["tti-systems"] ? new Set(values["tti-systems"].split(",")) : null;
     if (phase("tti"))
       await attempt("tti", async () => {
         results.tti = await benchTti(
@@ -271,9 +296,44 @@ async function main(): Promise<void> {
             srtLibrary(join(work, "tti-srt-lib")),
             srtCli(join(work, "tti-srt-cli")),
             ttiServer("namespace"),
+            ...(baseline ? [ttiServer("namespace", baseline)] : []),
             ttiServer("microvm"),
-          ],
+            ...(baseline ? [ttiServer("microvm", baseline)] : []),
+          ].filter((s) => !ttiOnly || ttiOnly.has(s.id)),
           plan.tti,
+          log,
+        );
+      });
+    if (phase("first-minutes"))
+      await attempt("first-minutes", async () => {
+        results.firstMinutes = await benchFirstMinutes(
+          (["namespace", "microvm"] as const).flatMap((b) => [
+            firstMinutesServer(b),
+            ...(baseline ? [firstMinutesServer(b, baseline)] : []),
+          ]),
+          plan.firstMinutes,
+          log,
+        );
+      });
+    if (phase("plot"))
+      await attempt("plot", async () => {
+        results.plot = await benchPlot(
+          {
+            host: hostFloor(rootfs.dir, rootfs.manifest),
+            // The product's python3.12 as a user gets it: pooled, its pre-imports on.
+            microvm: mcpSystem({
+              id: "microvm",
+              label: "ScratchRun microVM",
+              script: BENCH_SERVER,
+              env: {
+                ...scratchrunEnv(),
+                SCRATCHRUN_ISOLATION: "microvm",
+                SCRATCHRUN_NETWORK: "none",
+                SCRATCHRUN_POOL_SIZE: "python3.12=1",
+              },
+            }),
+          },
+          plan.plot,
           log,
         );
       });

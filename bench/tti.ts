@@ -1,14 +1,15 @@
 /**
  * Time to interactive, the published sandbox comparison's method (issue 30): a fresh sandbox runs
  * `node -v`, n times in sequence, then n at once; the same for `python3 -c 'print(1)'`. Both
- * backends beside the bare host, raw bubblewrap and sandbox-runtime, in one run.
+ * backends beside the bare host, raw bubblewrap and sandbox-runtime, in one run, their sequential
+ * calls taken in turns so every system sees the same machine.
  *
  * ScratchRun's sequential calls go through the MCP stdio client as every other row of the
  * benchmark does; its burst goes to the REST API of the same server (`bench/server.ts`
  * BENCH_REST=1), where a refusal is an HTTP 429 whose Retry-After the burst counts. The floors and
  * the peers have nothing to refuse with: their burst is n processes started at once.
  */
-import { measureLatency } from "./measure.js";
+import type { LatencyResult } from "./measure.js";
 import type { BurstResult, TtiResults, TtiRow } from "./results.js";
 import { summarize } from "./stats.js";
 import type { McpSystem } from "./systems/scratchrun.js";
@@ -127,74 +128,119 @@ export async function restBurst(
   };
 }
 
+/** Sequential calls per system per turn: long enough runs of back-to-back calls for a pool to drain. */
+const BLOCK = 20;
+
 /**
- * Both commands on one started system: n back to back (after one untimed call; a pooled server
- * starts with its pools full), then the burst once its pools are full again.
+ * n back-to-back calls of `w` on each system, in turns of BLOCK calls per system (the order
+ * flipping each turn), so a load that comes and goes on a shared host falls on all of them alike;
+ * one untimed call per system first. A pooled server waits until its pools are full before each
+ * turn, as after a pause in a user's calls.
  */
-export async function ttiOfSystem(
-  system: BenchSystem,
-  plan: TtiPlan,
-  log: (m: string) => void,
-): Promise<TtiRow[]> {
-  const mcp = "rest" in system ? (system as McpSystem) : null;
-  const rows: TtiRow[] = [];
-  for (const command of TTI_COMMANDS) {
-    const w = ttiWorkload(command);
-    const why = system.unsupported(w);
-    if (why) {
-      rows.push({ system: system.id, command, unsupported: why });
-      continue;
+export async function interleavedSequential(
+  systems: readonly BenchSystem[],
+  w: Workload,
+  n: number,
+): Promise<Map<string, LatencyResult>> {
+  const acc = new Map(
+    systems.map((s) => [
+      s.id,
+      {
+        samples: [] as number[],
+        server: [] as number[],
+        errors: 0,
+        firstError: undefined as string | undefined,
+      },
+    ]),
+  );
+  for (const s of systems) await s.call(w);
+  for (let done = 0, turn = 0; done < n; done += BLOCK, turn++) {
+    const order = turn % 2 === 0 ? systems : [...systems].reverse();
+    for (const s of order) {
+      if ("waitWarm" in s) await (s as McpSystem).waitWarm(300_000);
+      const a = acc.get(s.id)!;
+      for (let i = 0; i < Math.min(BLOCK, n - done); i++) {
+        const t0 = performance.now();
+        const r = await s.call(w);
+        const ms = performance.now() - t0;
+        if (r.ok) {
+          a.samples.push(ms);
+          if (r.serverMs !== undefined) a.server.push(r.serverMs);
+        } else {
+          a.errors++;
+          a.firstError ??= r.error;
+        }
+      }
     }
-    await mcp?.waitWarm(300_000);
-    const sequential = await measureLatency(system, w, plan.sequentialN, { warmup: 1 });
-    await mcp?.waitWarm(300_000);
-    const api = mcp?.rest() ?? null;
-    const burst = mcp
-      ? api
-        ? await restBurst(api, w, plan.burstN)
-        : null
-      : await processBurst(system, w, plan.burstN);
-    log(
-      `tti ${system.id} ${command}: sequential p50 ${sequential.summary?.p50 ?? "-"} p99 ${sequential.summary?.p99 ?? "-"} ms (errors ${sequential.errors}); burst ${burst ? `${burst.answered} answered, ${burst.refused} refused (${burst.refusedWithRetryAfter} with Retry-After), ${burst.lost} lost, p99 ${burst.latency?.p99 ?? "-"} ms` : "no REST API"}`,
-    );
-    rows.push({
-      system: system.id,
-      command,
-      sequential,
-      ...(burst ? { burst } : {}),
-    });
   }
-  return rows;
+  return new Map(
+    [...acc].map(([id, a]) => [
+      id,
+      {
+        samples: a.samples,
+        summary: summarize(a.samples),
+        server: summarize(a.server),
+        errors: a.errors,
+        ...(a.firstError ? { firstError: a.firstError } : {}),
+      },
+    ]),
+  );
 }
 
-/** The phase: every system started, measured and closed in turn. */
+/**
+ * The phase: every system started, then per command the sequential calls of all of them
+ * interleaved (interleavedSequential), then each system's burst once its pools are full again;
+ * every system closed at the end.
+ */
 export async function benchTti(
   systems: readonly BenchSystem[],
   plan: TtiPlan,
   log: (m: string) => void,
 ): Promise<TtiResults> {
   const rows: TtiRow[] = [];
-  for (const system of systems) {
-    log(`tti ${system.id}: starting`);
-    try {
-      await system.start();
-    } catch (e) {
-      const reason = `failed to start here: ${e instanceof Error ? e.message : String(e)}`;
-      for (const command of TTI_COMMANDS)
-        rows.push({ system: system.id, command, unsupported: reason });
-      continue;
+  const started: BenchSystem[] = [];
+  try {
+    for (const system of systems) {
+      log(`tti ${system.id}: starting`);
+      try {
+        await system.start();
+        started.push(system);
+      } catch (e) {
+        const reason = `failed to start here: ${e instanceof Error ? e.message : String(e)}`;
+        await system.close().catch(() => {});
+        for (const command of TTI_COMMANDS)
+          rows.push({ system: system.id, command, unsupported: reason });
+      }
     }
-    try {
-      rows.push(...(await ttiOfSystem(system, plan, log)));
-    } catch (e) {
-      const why = `failed: ${e instanceof Error ? e.message : String(e)}`;
-      log(`tti ${system.id}: ${why}`);
-      for (const command of TTI_COMMANDS)
-        if (!rows.some((r) => r.system === system.id && r.command === command))
-          rows.push({ system: system.id, command, unsupported: why });
-    } finally {
-      await system.close();
+    for (const command of TTI_COMMANDS) {
+      const w = ttiWorkload(command);
+      const live = started.filter((s) => {
+        const why = s.unsupported(w);
+        if (why) rows.push({ system: s.id, command, unsupported: why });
+        return !why;
+      });
+      const sequential = await interleavedSequential(live, w, plan.sequentialN);
+      for (const system of live) {
+        const mcp = "rest" in system ? (system as McpSystem) : null;
+        await mcp?.waitWarm(300_000);
+        const api = mcp?.rest() ?? null;
+        const burst = mcp
+          ? api
+            ? await restBurst(api, w, plan.burstN)
+            : null
+          : await processBurst(system, w, plan.burstN);
+        const seq = sequential.get(system.id)!;
+        log(
+          `tti ${system.id} ${command}: sequential p50 ${seq.summary?.p50 ?? "-"} p99 ${seq.summary?.p99 ?? "-"} ms (errors ${seq.errors}); burst ${burst ? `${burst.answered} answered, ${burst.refused} refused (${burst.refusedWithRetryAfter} with Retry-After), ${burst.lost} lost, p99 ${burst.latency?.p99 ?? "-"} ms` : "no REST API"}`,
+        );
+        rows.push({ system: system.id, command, sequential: seq, ...(burst ? { burst } : {}) });
+      }
     }
+  } finally {
+    for (const system of started) await system.close();
   }
+  // The systems' order, as before: rows grouped by system.
+  const order = systems.map((s) => s.id);
+  rows.sort((a, b) => order.indexOf(a.system) - order.indexOf(b.system));
   return { sequentialN: plan.sequentialN, burstN: plan.burstN, rows };
 }

@@ -22,6 +22,33 @@ export interface PooledVm {
   promote?(): Promise<void>;
 }
 
+/**
+ * A start in flight as its boot function sees it. Started as background work, it becomes a call's
+ * work when a call finds its key empty and waits for it (takeOrAwait): the boot function then
+ * raises its CPU weight to a call's, so the call does not wait on work the host ranks below
+ * everything else (issue 30, calls first).
+ */
+export interface PoolStart {
+  /** A call is waiting for a start of this key. */
+  readonly claimed: boolean;
+  /** Runs `f` once a call waits for this start (at once if one already does). */
+  onClaimed(f: () => void): void;
+}
+
+class Start implements PoolStart {
+  claimed = false;
+  private readonly listeners: (() => void)[] = [];
+  onClaimed(f: () => void): void {
+    if (this.claimed) f();
+    else this.listeners.push(f);
+  }
+  claim(): void {
+    if (this.claimed) return;
+    this.claimed = true;
+    for (const f of this.listeners.splice(0)) f();
+  }
+}
+
 export interface PoolConfig<K extends string = RuntimeName> {
   /** Ready VMs to keep per key (a runtime; the namespace backend's jails have one key); 0 or absent: none. */
   sizes: Partial<Record<K, number>>;
@@ -30,9 +57,11 @@ export interface PoolConfig<K extends string = RuntimeName> {
   maxConcurrentBoots: number;
   /**
    * A key from which `takes` sandboxes were taken within `windowMs` keeps `extra` more ready until
-   * `windowMs` passes without a take; then the extra ones are destroyed. Absent: fixed sizes.
+   * `windowMs` passes without a take; then the extra ones are destroyed. While any key is in such a
+   * burst, up to `maxConcurrentBoots` (default the pool's) starts may be in flight: back-to-back
+   * calls take sandboxes faster than one start at a time makes them. Absent: fixed sizes.
    */
-  burst?: { extra: number; takes: number; windowMs: number };
+  burst?: { extra: number; takes: number; windowMs: number; maxConcurrentBoots?: number };
   /**
    * A key's group (its runtime) when the key is kept only once called: such a key's size counts
    * from the first take of any key of its group on, and is 0 before (no sandbox, no memory, no
@@ -102,7 +131,7 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
   fullAfterMs: number | null = null;
 
   constructor(
-    private readonly boot: (runtime: K, memoryMb: number) => Promise<V>,
+    private readonly boot: (runtime: K, memoryMb: number, start: PoolStart) => Promise<V>,
     readonly config: PoolConfig<K>,
   ) {}
 
@@ -202,6 +231,9 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
     const claimed = this.claimed.get(key) ?? 0;
     if ((this.inflight.get(key) ?? 0) <= claimed) return null;
     this.claimed.set(key, claimed + 1);
+    // Which start will be ready first is not known: every one of this key in flight is the
+    // call's work now (at most the boot limit's few).
+    for (const start of this.starts.get(key) ?? []) start.claim();
     // The wait's own bound (a referenced timer: the caller's call keeps the process alive).
     const bound = new AbortController();
     const timer =
@@ -333,9 +365,18 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
     for (const w of this.waiters.splice(0)) w();
   }
 
+  /** How many starts may be in flight now: more while a key is in a burst (config.burst). */
+  private bootLimit(): number {
+    const b = this.config.burst;
+    const base = this.config.maxConcurrentBoots;
+    if (!b?.maxConcurrentBoots) return base;
+    const inBurst = this.sizes().some(([key, size]) => this.target(key) > size);
+    return inBurst ? Math.max(base, b.maxConcurrentBoots) : base;
+  }
+
   private refill(): void {
     if (this.closed) return;
-    while (this.booting < this.config.maxConcurrentBoots) {
+    while (this.booting < this.bootLimit()) {
       const runtime = this.neediestAfterInflight();
       if (!runtime) break;
       this.booting++;
@@ -346,6 +387,8 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
   }
 
   private readonly inflight = new Map<K, number>();
+  /** The starts in flight per key, which a waiting call claims. */
+  private readonly starts = new Map<K, Set<Start>>();
   /** Callers of takeOrAwait waiting for a start in flight, per key. */
   private readonly claimed = new Map<K, number>();
 
@@ -384,8 +427,12 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
   }
 
   private async bootOne(runtime: K): Promise<void> {
+    const start = new Start();
+    const starts = this.starts.get(runtime) ?? new Set<Start>();
+    starts.add(start);
+    this.starts.set(runtime, starts);
     try {
-      const vm = await this.boot(runtime, this.config.memoryMb);
+      const vm = await this.boot(runtime, this.config.memoryMb, start);
       this.failures = 0;
       if (this.closed) {
         await vm.destroy();
@@ -410,6 +457,7 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
       this.lastError = err;
       this.failures++;
     } finally {
+      starts.delete(start);
       this.booting--;
       this.inflight.set(runtime, (this.inflight.get(runtime) ?? 1) - 1);
       this.notify();

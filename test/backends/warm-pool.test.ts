@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { WarmPool, type PooledVm } from "../../src/backends/pool.js";
+import { WarmPool, type PooledVm, type PoolStart } from "../../src/backends/pool.js";
 
 /**
  * The pool's bookkeeping with sandboxes whose starts the test completes by hand: what a caller
@@ -354,6 +354,89 @@ describe("WarmPool", () => {
     const vm = await pool.takeOrAwait("k", 256);
     assert.equal(vm?.promoted, 1);
     assert.equal(made.filter((p) => p.promoted > 0).length, 1);
+    await pool.close();
+  });
+
+  test("a start a call waits for is claimed (its boot raises it to a call's weight); one nobody waits for is not", async () => {
+    const starts: { start: PoolStart; resolve: (v: Fake) => void; raised: number }[] = [];
+    const pool = new WarmPool<Fake, "k">(
+      (_k, _mb, start) =>
+        new Promise<Fake>((resolve) => {
+          const s = { start, resolve, raised: 0 };
+          start.onClaimed(() => s.raised++);
+          starts.push(s);
+        }),
+      { sizes: { k: 1 }, memoryMb: 256, maxConcurrentBoots: 1 },
+    );
+    pool.start();
+    await new Promise((r) => setImmediate(r));
+    assert.equal(starts.length, 1);
+    assert.equal(
+      starts[0]!.start.claimed,
+      false,
+      "a refill nobody waits for stays background work",
+    );
+    starts[0]!.resolve(new Fake());
+    await new Promise((r) => setImmediate(r));
+    // Taking the ready one starts a refill; a second call finds none ready and waits for it.
+    assert.ok(await pool.takeOrAwait("k", 256));
+    await new Promise((r) => setImmediate(r));
+    assert.equal(starts.length, 2);
+    assert.equal(starts[1]!.start.claimed, false);
+    const waiting = pool.takeOrAwait("k", 256);
+    assert.equal(starts[1]!.start.claimed, true, "the call waits for it: the call's work now");
+    assert.equal(starts[1]!.raised, 1, "its boot was told once");
+    starts[1]!.start.onClaimed(() => starts[1]!.raised++);
+    assert.equal(starts[1]!.raised, 2, "a listener added after the claim runs at once");
+    starts[1]!.resolve(new Fake());
+    assert.ok(await waiting);
+    await new Promise((r) => setImmediate(r));
+    assert.equal(starts[2]?.start.claimed, false, "the next refill is background again");
+    starts[2]!.resolve(new Fake());
+    await pool.close();
+  });
+
+  test("burst: back-to-back takes allow the burst's concurrent starts; outside a burst, the pool's", async () => {
+    let inflight = 0;
+    let most = 0;
+    const pending: (() => void)[] = [];
+    const pool = new WarmPool<Fake, "k">(
+      () =>
+        new Promise<Fake>((resolve) => {
+          inflight++;
+          most = Math.max(most, inflight);
+          pending.push(() => {
+            inflight--;
+            resolve(new Fake());
+          });
+        }),
+      {
+        sizes: { k: 1 },
+        memoryMb: 256,
+        maxConcurrentBoots: 1,
+        burst: { extra: 2, takes: 2, windowMs: 10_000, maxConcurrentBoots: 2 },
+      },
+    );
+    const tick = () => new Promise((r) => setImmediate(r));
+    pool.start();
+    await tick();
+    assert.equal(inflight, 1);
+    pending.shift()!();
+    await tick();
+    assert.equal(most, 1, "filling to its size: one start at a time");
+    assert.ok(pool.take("k", 256));
+    await tick();
+    assert.equal(inflight, 1, "one take is no burst");
+    assert.equal(pool.take("k", 256), null);
+    await tick();
+    assert.equal(pool.target("k"), 3);
+    assert.equal(inflight, 2, "in a burst: two starts at once");
+    while (pending.length) {
+      pending.shift()!();
+      await tick();
+    }
+    assert.equal(most, 2);
+    assert.equal(pool.readyCount("k"), 3);
     await pool.close();
   });
 

@@ -10,7 +10,7 @@ import { LIMITS } from "../../src/schema/limits.js";
 import { AGENT_DIR, preimportsOf } from "../../src/compose/engine-factory.js";
 import { flavourFor } from "../../src/engine/preimport-route.js";
 import { CPU_WEIGHT } from "../../src/jail/cgroup.js";
-import { cpuWeightOfPid } from "../helpers/cpu-weight.js";
+import { cpuWeightOfPid, sandboxCgroupWeights } from "../helpers/cpu-weight.js";
 import { assertNoLeaks, SANDBOX_UID_MAX, SANDBOX_UID_MIN, snapshot } from "../helpers/leaks.js";
 
 /**
@@ -199,6 +199,51 @@ describe("namespace backend: warm pool and teardown", () => {
     assert.equal(cpuWeightOfPid(pid), CPU_WEIGHT.call, "the call's code");
     await running;
     assert.equal(backend.counters.pooledCalls, calls + 1, "the call took a pooled jail");
+  });
+
+  test("a start a call waits for runs at a call's CPU weight before it is ready (calls first)", async () => {
+    await backend.pool.whenFull();
+    // The pre-imported kind: its start takes ~0.6 s of CPU, long enough to look at it meanwhile.
+    const kind = "none/python3.11/preimport" as const;
+    const taken = backend.pool.take(kind, LIMITS.memoryMb.default, { refill: false });
+    assert.ok(taken, "a pre-imported jail was ready");
+    await taken.destroy();
+    const known = new Set(sandboxCgroupWeights().keys());
+    backend.pool.refillNow();
+    let fresh: string | undefined;
+    for (let i = 0; i < 400 && fresh === undefined; i++) {
+      await new Promise((r) => setTimeout(r, 5));
+      fresh = [...sandboxCgroupWeights().keys()].find((n) => !known.has(n));
+    }
+    assert.ok(fresh, "the refill's cgroup appeared");
+    assert.equal(backend.pool.readyCount(kind), 0);
+    assert.equal(
+      sandboxCgroupWeights().get(fresh),
+      CPU_WEIGHT.background,
+      "a refill nobody waits for",
+    );
+    const waiting = backend.pool.takeOrAwait(kind, LIMITS.memoryMb.default, undefined, {
+      refill: false,
+    });
+    // Handed out, it is promoted anyway (takeOrAwait): the raise must come before it joined the
+    // pool (onReady is told before the waiting call gets it).
+    let joined = false;
+    const unsubscribe = backend.pool.onReady(() => (joined = true));
+    let weight: number | undefined;
+    let whileStarting = false;
+    for (let i = 0; i < 500; i++) {
+      await new Promise((r) => setTimeout(r, 2));
+      weight = sandboxCgroupWeights().get(fresh);
+      whileStarting = !joined;
+      if (weight === CPU_WEIGHT.call) break;
+    }
+    unsubscribe();
+    assert.equal(weight, CPU_WEIGHT.call, "the jail the call waits for, raised");
+    assert.ok(whileStarting, "raised while it was still starting, not when handed out");
+    const jail = await waiting;
+    assert.ok(jail, "the call got the start it waited for");
+    await jail.destroy();
+    await backend.pool.whenFull();
   });
 
   test("a pooled jail holds the default memory limit", async () => {

@@ -4,7 +4,7 @@ import { readFileSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
 import { createMicrovmBackend, type MicrovmBackend } from "../../src/backends/microvm/backend.js";
 import { CPU_WEIGHT } from "../../src/jail/cgroup.js";
-import { cpuWeightOfPid } from "../helpers/cpu-weight.js";
+import { cpuWeightOfPid, sandboxCgroupWeights } from "../helpers/cpu-weight.js";
 import {
   canRunMicrovm,
   assertNoLeftovers,
@@ -95,6 +95,55 @@ describe("microvm backend", { skip: skip ?? false, timeout: 300_000 }, () => {
       assert.ok(coldPids.length > 0, "a VM is serving the cold call");
       for (const pid of coldPids) assert.equal(cpuWeightOfPid(pid), CPU_WEIGHT.call, "cold VM");
       assert.equal(text((await cold).agent.stdout), "cold\n");
+    } finally {
+      await backend.close();
+    }
+  });
+
+  test("a clone a call waits for runs at a call's CPU weight before it is ready (calls first)", async () => {
+    const backend = await createMicrovmBackend({
+      rootfsDir: root.rootfs,
+      disk: root.disk,
+      pool: { sizes: { bash: 1 } },
+    });
+    try {
+      await backend.pool.whenFull();
+      const mb = backend.pool.config.memoryMb;
+      const taken = backend.pool.take("bash/plain", mb, { refill: false });
+      assert.ok(taken, "a pooled clone was ready");
+      await taken.destroy();
+      const known = new Set(sandboxCgroupWeights().keys());
+      backend.pool.refillNow();
+      let fresh: string | undefined;
+      for (let i = 0; i < 1000 && fresh === undefined; i++) {
+        await new Promise((r) => setTimeout(r, 10));
+        fresh = [...sandboxCgroupWeights().keys()].find((n) => !known.has(n));
+      }
+      assert.ok(fresh, "the refill's cgroup appeared");
+      assert.equal(
+        sandboxCgroupWeights().get(fresh),
+        CPU_WEIGHT.background,
+        "a refill nobody waits for",
+      );
+      const waiting = backend.pool.takeOrAwait("bash/plain", mb, undefined, { refill: false });
+      // Handed out, it is promoted anyway (takeOrAwait): the raise must come before it joined the
+      // pool (onReady is told before the waiting call gets it).
+      let joined = false;
+      const unsubscribe = backend.pool.onReady(() => (joined = true));
+      let weight: number | undefined;
+      let whileStarting = false;
+      for (let i = 0; i < 500; i++) {
+        await new Promise((r) => setTimeout(r, 2));
+        weight = sandboxCgroupWeights().get(fresh);
+        whileStarting = !joined;
+        if (weight === CPU_WEIGHT.call) break;
+      }
+      unsubscribe();
+      assert.equal(weight, CPU_WEIGHT.call, "the clone the call waits for, raised");
+      assert.ok(whileStarting, "raised while it was still starting, not when handed out");
+      const vm = await waiting;
+      assert.ok(vm, "the call got the clone it waited for");
+      await vm.destroy();
     } finally {
       await backend.close();
     }

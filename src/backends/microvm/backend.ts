@@ -10,7 +10,7 @@ import { existsSync } from "node:fs";
 import { dirname } from "node:path";
 import { takeLease, type Lease } from "../../images/lease.js";
 import { ScratchRunError } from "../../errors.js";
-import { detectCgroups, type CpuPriority } from "../../jail/cgroup.js";
+import { CPU_WEIGHT, detectCgroups, type Cgroup, type CpuPriority } from "../../jail/cgroup.js";
 import { SANDBOX_UID_BASE, SANDBOX_UID_COUNT, UidPool } from "../../jail/uids.js";
 import { runCall, Teardowns } from "../call.js";
 import type { RuntimeName } from "../../schema/exec.js";
@@ -35,7 +35,7 @@ import { runtimeArgv, runtimeEntry } from "../../runtimes/table.js";
 import { sessionSandbox, type SessionSandbox } from "../session.js";
 import type { Preimport } from "../../images/preimport.js";
 import type { VmNetworkProvider } from "./guest-net.js";
-import { WarmPool, type PoolConfig } from "../pool.js";
+import { WarmPool, type PoolConfig, type PoolStart } from "../pool.js";
 import {
   PREIMPORT_MIN_MEMORY_MB,
   prestartInterpreter,
@@ -228,7 +228,7 @@ export class MicrovmBackend implements Backend {
       sizes[vmKind(runtime, "plain")] = n;
       if (this.preimportFor(runtime, memoryMb)) sizes[vmKind(runtime, "preimport")] = n;
     }
-    this.pool = new WarmPool<MicroVm, VmKind>((kind, mb) => this.prepare(kind, mb), {
+    this.pool = new WarmPool<MicroVm, VmKind>((kind, mb, start) => this.prepare(kind, mb, start), {
       sizes,
       memoryMb,
       maxConcurrentBoots: poolOptions.maxConcurrentBoots ?? 1,
@@ -297,7 +297,7 @@ export class MicrovmBackend implements Backend {
    * waiting for its seed. With a network provider it gets a network now, since most calls ask
    * for "public" (the default) and building one costs tens of ms of ip/nft commands.
    */
-  private async prepare(kind: VmKind, memoryMb: number): Promise<MicroVm> {
+  private async prepare(kind: VmKind, memoryMb: number, claim?: PoolStart): Promise<MicroVm> {
     const [runtime, flavour] = parseVmKind(kind);
     const egress = this.network ? egressFor("public", this.network.defaultAllowlist) : NO_EGRESS;
     if (this.mode === "boot") return this.boot(memoryMb, this.closing.signal, egress, "background");
@@ -309,7 +309,10 @@ export class MicrovmBackend implements Backend {
     // (one bash on /dev/null) is as cheap as a rehearsal.
     if (warmUp === "rehearse" && !prestartInterpreter(runtime)) warmUp = "full";
     if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
-    return this.clone(t, memoryMb, this.closing.signal, egress, warmUp, "background");
+    // A call waiting for this clone (takeOrAwait) raises it to a call's CPU weight.
+    const onCgroup = (cgroup: Cgroup) =>
+      claim?.onClaimed(() => void cgroup.setCpuWeight(CPU_WEIGHT.call).catch(() => {}));
+    return this.clone(t, memoryMb, this.closing.signal, egress, warmUp, "background", onCgroup);
   }
 
   /**
@@ -359,8 +362,10 @@ export class MicrovmBackend implements Backend {
     egress: Egress,
     warmUp: WarmUp,
     priority: CpuPriority,
+    onCgroup?: (cgroup: Cgroup) => void,
   ): Promise<MicroVm> {
-    const vm = await MicroVm.start(this.ctx, this.bootOptions(memoryMb, signal, egress, priority), {
+    const options = { ...this.bootOptions(memoryMb, signal, egress, priority), onCgroup };
+    const vm = await MicroVm.start(this.ctx, options, {
       kind: "clone",
       image: t.image,
       warmUp,

@@ -110,6 +110,8 @@ export interface BootOptions {
    * pooled one is promoted when a call takes it.
    */
   priority?: CpuPriority;
+  /** Called with its cgroup once made (a pooled start raises its weight when a call waits). */
+  onCgroup?: (cgroup: Cgroup) => void;
 }
 
 /** The sockets a VM is driven through before its call: the seed port and (not booted) QMP. */
@@ -248,6 +250,7 @@ export class MicroVm {
         cpuWeight: CPU_WEIGHT[opts.priority ?? "call"],
       });
       undo.push(() => cgroup.destroy());
+      opts.onCgroup?.(cgroup);
 
       const net = opts.network
         ? await opts.network.createTap(

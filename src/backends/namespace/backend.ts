@@ -17,7 +17,7 @@ import { runCall, Teardowns } from "../call.js";
 import type { Preimport } from "../../images/preimport.js";
 import { RUNTIMES, type RuntimeName } from "../../schema/exec.js";
 import { LIMITS } from "../../schema/limits.js";
-import { WarmPool, type PooledVm } from "../pool.js";
+import { WarmPool, type PooledVm, type PoolStart } from "../pool.js";
 import type { DomainAllowlist } from "../../net/allowlist.js";
 import { agentPrestartArgs, type Flavour } from "../prestart.js";
 import type {
@@ -138,20 +138,25 @@ export class NamespaceBackend implements Backend {
         sizes[kindOf(network, runtime, "plain")] = n;
         if (options.preimport?.[runtime]) sizes[kindOf(network, runtime, "preimport")] = n;
       }
-    this.pool = new WarmPool<Jail, JailKind>((kind, memoryMb) => this.prepare(memoryMb, kind), {
-      sizes,
-      memoryMb: LIMITS.memoryMb.default,
-      maxConcurrentBoots: 1,
-      onceCalled: (kind) => {
-        const runtime = parseKind(kind)[1];
-        return options.poolOnceCalled?.includes(runtime) ? runtime : null;
+    this.pool = new WarmPool<Jail, JailKind>(
+      (kind, memoryMb, start) => this.prepare(memoryMb, kind, start),
+      {
+        sizes,
+        memoryMb: LIMITS.memoryMb.default,
+        maxConcurrentBoots: 1,
+        onceCalled: (kind) => {
+          const runtime = parseKind(kind)[1];
+          return options.poolOnceCalled?.includes(runtime) ? runtime : null;
+        },
+        tier: (kind) => (parseKind(kind)[2] === "preimport" ? 1 : 0),
+        groupOf: (kind) => parseKind(kind)[1],
+        // Back-to-back calls of one kind keep one more jail ready (a pre-imported one takes ~0.6 s
+        // to start), until 20 s pass without one, and two start at once meanwhile: a plain jail
+        // takes longer to start (~20 ms, most of it waiting on the kernel) than a short call takes
+        // to run, so one start at a time left every other back-to-back call waiting for one.
+        burst: { extra: 1, takes: 2, windowMs: 20_000, maxConcurrentBoots: 2 },
       },
-      tier: (kind) => (parseKind(kind)[2] === "preimport" ? 1 : 0),
-      groupOf: (kind) => parseKind(kind)[1],
-      // Back-to-back calls of one kind keep one more jail ready (a pre-imported one takes ~0.6 s
-      // to start), until 20 s pass without one.
-      burst: { extra: 1, takes: 2, windowMs: 20_000 },
-    });
+    );
     this.pool.start();
   }
 
@@ -308,7 +313,7 @@ export class NamespaceBackend implements Backend {
    * pre-import flavour its modules imported) and past the agent's READY, so a call sends its
    * request at once.
    */
-  private async prepare(memoryMb: number, kind: JailKind): Promise<Jail> {
+  private async prepare(memoryMb: number, kind: JailKind, claim: PoolStart): Promise<Jail> {
     const [network, runtime, flavour] = parseKind(kind);
     const args = agentPrestartArgs(
       runtime,
@@ -321,7 +326,10 @@ export class NamespaceBackend implements Backend {
       network,
       this.options.network?.defaultAllowlist ?? null,
       args,
-      "background",
+      claim.claimed ? "call" : "background",
+      {},
+      // A call waiting for this jail raises it to a call's weight (pool.ts PoolStart).
+      (cgroup) => claim.onClaimed(() => void cgroup.setCpuWeight(CPU_WEIGHT.call).catch(() => {})),
     );
     const ready = await waitForReady(
       jail.child.stdout!,
@@ -345,6 +353,7 @@ export class NamespaceBackend implements Backend {
     agentArgs: string[],
     priority: CpuPriority,
     cgroupOptions: CgroupOptions = {},
+    onCgroup?: (cgroup: Cgroup) => void,
   ): Promise<Jail> {
     const id = `ns-${randomBytes(6).toString("hex")}`;
     const undo = new UndoStack();
@@ -364,6 +373,7 @@ export class NamespaceBackend implements Backend {
         cgroupOptions,
       );
       undo.push(() => cgroup.destroy());
+      onCgroup?.(cgroup);
 
       let net: Net | undefined;
       if (network === "public") {
