@@ -1,7 +1,7 @@
 /**
  * Brokered secrets' substitution, pure (docs/decisions/0015-brokered-secrets.md): in one request
  * head for host `name`, each placeholder of a secret bound to `name` becomes its value in header
- * values (and inside `Authorization: Basic` credentials) and in the URL's query; then no
+ * values (and inside `Basic` credentials, e.g. `curl -u user:$TOKEN`) and in the URL's query; then no
  * placeholder of any of the call's secrets may be left anywhere in the head (request target,
  * header names and values, Basic credentials), or the request is refused. Bodies are not read.
  */
@@ -38,14 +38,12 @@ function basicOf(value: string): { prefix: string; decoded: string } | null {
   };
 }
 
-function substituteValue(name: string, value: string, bound: readonly HeldSecret[]): string {
-  if (name.toLowerCase() === "authorization") {
-    const basic = basicOf(value);
-    if (basic) {
-      const decoded = replaceAll(basic.decoded, bound, false);
-      if (decoded !== basic.decoded)
-        return `${basic.prefix}${Buffer.from(decoded, "latin1").toString("base64")}`;
-    }
+function substituteValue(value: string, bound: readonly HeldSecret[]): string {
+  const basic = basicOf(value);
+  if (basic) {
+    const decoded = replaceAll(basic.decoded, bound, false);
+    if (decoded !== basic.decoded)
+      return `${basic.prefix}${Buffer.from(decoded, "latin1").toString("base64")}`;
   }
   return replaceAll(value, bound, false);
 }
@@ -67,7 +65,7 @@ export function substituteHead(
   const outHeaders: string[] = [];
   for (let i = 0; i + 1 < headers.length; i += 2) {
     const h = headers[i] as string;
-    outHeaders.push(h, substituteValue(h, headers[i + 1] as string, bound));
+    outHeaders.push(h, substituteValue(headers[i + 1] as string, bound));
   }
   // What is left: the target, every header, and Basic credentials decoded.
   const left = [outTarget, ...outHeaders];
