@@ -1,5 +1,6 @@
 import type { RuntimeName } from "../src/schema/exec.js";
 import { SESSIONS_ROWS, type SessionsPlan } from "./sessions.js";
+import type { SecretsPlan } from "./secrets.js";
 import type { TtiPlan } from "./tti.js";
 import type { WorkloadId } from "./workloads.js";
 
@@ -26,6 +27,8 @@ export interface Plan {
   tti: TtiPlan;
   /** The sessions workload: the CSV's rows and the print(1) calls per side (issue 27). */
   sessions: SessionsPlan;
+  /** Brokered against direct HTTPS requests, per side (issue 28). */
+  secrets: SecretsPlan;
 }
 
 const ALL: readonly RuntimeName[] = ["python3.12", "python3.11", "node20", "bash"];
@@ -64,6 +67,7 @@ export const FULL: Plan = {
   idleServers: ["namespace", "microvm"],
   tti: { sequentialN: 100, burstN: 100 },
   sessions: { rows: SESSIONS_ROWS, printN: 20 },
+  secrets: { requests: 100 },
 };
 
 export const QUICK: Plan = {
@@ -108,6 +112,7 @@ export const QUICK: Plan = {
   // Quick: the phases run only when named (--with or --only), smaller.
   tti: { sequentialN: 10, burstN: 20 },
   sessions: { rows: SESSIONS_ROWS / 10, printN: 5 },
+  secrets: { requests: 30 },
 };
 
 /** Samples of a workload of the latency rows (the phases, tti and sessions, have their own). */

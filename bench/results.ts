@@ -59,6 +59,8 @@ export interface BenchResults {
   tti?: TtiResults;
   /** The agent-shaped sessions workload (issue 27): absent when the phase did not run. */
   sessions?: SessionsResults;
+  /** A brokered HTTPS request against a direct one (issue 28): absent when the phase did not run. */
+  secrets?: SecretsResults;
   notes: string[];
   durationSec: number;
   /** The previous full run on this host: its print p50s, for "nothing got slower". */
@@ -120,6 +122,24 @@ export interface BurstResult {
   /** Refusals, each from the burst's start to the 429. */
   refusedLatency: Summary | null;
   firstError?: string;
+}
+
+/** One backend's brokered and direct HTTPS requests, timed in the sandbox (bench/secrets.ts). */
+export interface SecretsBackend {
+  backend: "namespace" | "microvm";
+  direct: Summary | null;
+  brokered: Summary | null;
+  /** brokered p50 - direct p50, ms. */
+  addedP50Ms: number | null;
+  /** The whole call, ms. */
+  callMs: number;
+  error?: string;
+}
+
+export interface SecretsResults {
+  /** New HTTPS connections per side, alternating, in one call. */
+  requests: number;
+  backends: SecretsBackend[];
 }
 
 /** One arm of the sessions workload: what its calls cost in all. */
