@@ -298,8 +298,10 @@ print(json.dumps(out))`,
         secret(),
       );
       const out = JSON.parse(s.stdout) as Record<string, [unknown, unknown]>;
+      const why = () =>
+        `${JSON.stringify(out)}\n${JSON.stringify(s.network_refused)}\n${fx.web.since(mark, "allowed")}`;
       for (const k of ["unbound_query", "unbound_header", "in_path", "host_mismatch"])
-        assert.equal(out[k]?.[0], 403, `${k}: ${JSON.stringify(out[k])}`);
+        assert.equal(out[k]?.[0], 403, `${k}: ${why()}`);
       // Not terminated: the client sees the web host's own certificate.
       assert.equal(out.unbound_tls?.[0], webCertSha, JSON.stringify(out.unbound_tls));
       // Terminated: a leaf of the call's CA, trusted through SSL_CERT_FILE.

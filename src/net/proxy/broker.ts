@@ -25,8 +25,8 @@ export interface BrokerDeps {
   /** A dialable address of `name`, or why there is none. */
   address(name: string): Promise<{ address: string } | { reason: RefusalReason }>;
   refuse(host: string | null, port: number, reason: RefusalReason): void;
-  /** CA certificates (PEM) a bound host's certificate must chain to. */
-  trust: readonly string[];
+  /** The TLS context a bound host's certificate is verified with (the host's trust store). */
+  upstream(): tls.SecureContext;
 }
 
 /** Headers that describe one hop, not the request: never copied from one side to the other. */
@@ -202,7 +202,7 @@ export class Broker {
       headers: endToEnd(head.headers) as unknown as http.OutgoingHttpHeaders,
       agent: this.agents[route.port],
       ...(route.port === 443
-        ? { servername: route.name, ca: [...this.deps.trust], rejectUnauthorized: true }
+        ? { servername: route.name, secureContext: this.deps.upstream(), rejectUnauthorized: true }
         : {}),
     };
     const up = (route.port === 443 ? https : http).request(options, (answer) => {

@@ -263,8 +263,9 @@ export class EgressProxy {
 
   /**
    * Gives a sandbox's addresses an allowlist (and an empty refusal record), and its call's
-   * brokered secrets if it has any. Never throws: if the child is down, the sandbox's connections
-   * are refused until the restarted child is told.
+   * brokered secrets if it has any. Without secrets it never throws: if the child is down, the
+   * sandbox's connections are refused until the restarted child is told. With secrets it throws
+   * unless the child confirmed: the call must not run on the previous assignment, unbrokered.
    */
   async assign(
     addrs: readonly string[],
@@ -273,7 +274,9 @@ export class EgressProxy {
   ): Promise<void> {
     const m = { addrs: [...addrs], allow: [...allow.entries], ...(broker ? { broker } : {}) };
     this.mirror.set(addrs[0] ?? "", m);
-    await this.request({ op: "assign", ...m }).catch(() => undefined);
+    const told = this.request({ op: "assign", ...m });
+    if (broker) await told;
+    else await told.catch(() => undefined);
   }
 
   /** Forgets a sandbox (before its addresses can go to another). Never throws. */
