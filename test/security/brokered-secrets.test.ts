@@ -156,9 +156,12 @@ for (const backend of TEST_BACKENDS) {
     });
 
     after(async () => {
+      // The proxy never died under these calls (it would be restarted, and say so).
+      const stderr = h?.stderr() ?? "";
       await h?.close();
       await fx.stop();
       await assertNoLeaks(base);
+      assert.doesNotMatch(stderr, /the egress proxy exited/);
     });
 
     const secret = (hosts = ["allowed.test"], value = VALUE) => ({ TOKEN: { value, hosts } });

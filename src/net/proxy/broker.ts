@@ -67,7 +67,8 @@ function replay(sock: net.Socket, head: Buffer): Duplex {
       sock.resume();
     },
     write(chunk: Buffer, _enc, cb) {
-      sock.write(chunk, cb);
+      if (sock.destroyed) return cb();
+      sock.write(chunk, () => cb());
     },
     final(cb) {
       sock.end();
@@ -78,6 +79,8 @@ function replay(sock: net.Socket, head: Buffer): Duplex {
       cb(err);
     },
   });
+  // Whatever fails on either side ends both; nothing here may throw into the proxy.
+  d.on("error", () => sock.destroy());
   d.push(head);
   sock.on("data", (c: Buffer) => {
     if (!d.push(c)) sock.pause();
@@ -221,6 +224,8 @@ export class Broker {
     res.on("close", () => {
       if (!res.writableFinished) up.destroy();
     });
+    req.on("error", () => up.destroy());
+    res.on("error", () => up.destroy());
     req.pipe(up);
   }
 

@@ -215,7 +215,9 @@ export class EgressProxy {
           p.reject(new Error(`the egress proxy ${this.lastError}`));
         }
         if (!ready) return reject(new Error(`the egress proxy did not start: ${this.lastError}`));
-        if (!this.closed) setTimeout(() => void this.restart(), RESTART_DELAY_MS).unref();
+        if (this.closed) return;
+        process.stderr.write(`scratchrun: the egress proxy ${this.lastError}; restarting it\n`);
+        setTimeout(() => void this.restart(), RESTART_DELAY_MS).unref();
       });
     });
   }
