@@ -396,3 +396,60 @@ print(json.dumps(out))`,
     });
   });
 }
+
+for (const backend of TEST_BACKENDS) {
+  describe(
+    `brokered secrets on a server without an allowlist [${backend}]`,
+    { timeout: 300_000 },
+    () => {
+      const fx = new EgressFixture({ idPrefix: "n" });
+      let h: McpHarness;
+
+      before(async () => {
+        await fx.start();
+        h = await startServer({
+          SCRATCHRUN_ISOLATION: backend,
+          SCRATCHRUN_POOL_SIZE: "0",
+          SCRATCHRUN_NETWORK: "public",
+          SCRATCHRUN_EGRESS_UPSTREAM_CA: fx.web.certPath,
+          ...fx.topo.serverEnv(),
+        });
+      });
+
+      after(async () => {
+        const stderr = h?.stderr() ?? "";
+        await h?.close();
+        await fx.stop();
+        assert.doesNotMatch(stderr, /the egress proxy exited/);
+      });
+
+      test("SEC-SECRET-NO-ALLOWLIST: the call reaches its secrets' hosts only, brokered, on a proxied network of its own", async () => {
+        const mark = fx.web.mark();
+        const { s } = await h.exec({
+          runtime: PY,
+          network: "public",
+          timeout_ms: 30_000,
+          secrets: { TOKEN: { value: VALUE, hosts: ["allowed.test"] } },
+          code: `${PY_PRELUDE}
+out["bound"] = get("https://allowed.test/n", {"Authorization": f"Bearer {tok}"})
+out["other"] = get("http://a.wild.test/o")
+print(json.dumps(out))`,
+        });
+        assert.equal(s.exit_reason, "ok", s.stderr);
+        const out = JSON.parse(s.stdout) as Record<string, [unknown, unknown]>;
+        assert.equal(out.bound?.[0], 200, JSON.stringify(out));
+        assert.equal(out.other?.[0], 403, JSON.stringify(out));
+        const refused = (s as { network_refused?: Refused[] }).network_refused ?? [];
+        assert.ok(
+          refused.some(
+            (r) => r.host === "a.wild.test" && r.port === 80 && r.reason === "not_allowed",
+          ),
+          JSON.stringify(refused),
+        );
+        const seen = fx.web.since(mark, "allowed");
+        assert.match(seen, new RegExp(`header authorization=Bearer ${VALUE}\n`));
+        assert.doesNotMatch(seen, /path=\/o/);
+      });
+    },
+  );
+}
