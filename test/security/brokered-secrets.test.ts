@@ -438,12 +438,12 @@ print(json.dumps(out))`,
         assert.equal(s.exit_reason, "ok", s.stderr);
         const out = JSON.parse(s.stdout) as Record<string, [unknown, unknown]>;
         assert.equal(out.bound?.[0], 200, JSON.stringify(out));
-        assert.equal(out.other?.[0], 403, JSON.stringify(out));
+        // Not one of the call's names: the proxy's resolver does not even answer for it.
+        assert.equal(out.other?.[0], null, JSON.stringify(out));
+        assert.match(String(out.other?.[1]), /Name or service not known/);
         const refused = (s as { network_refused?: Refused[] }).network_refused ?? [];
         assert.ok(
-          refused.some(
-            (r) => r.host === "a.wild.test" && r.port === 80 && r.reason === "not_allowed",
-          ),
+          refused.some((r) => r.host === "a.wild.test" && r.reason === "not_allowed"),
           JSON.stringify(refused),
         );
         const seen = fx.web.since(mark, "allowed");
