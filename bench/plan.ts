@@ -1,5 +1,6 @@
 import type { RuntimeName } from "../src/schema/exec.js";
 import { SESSIONS_ROWS, type SessionsPlan } from "./sessions.js";
+import type { SecretsPlan } from "./secrets.js";
 import type { TtiPlan } from "./tti.js";
 import type { FirstMinutesPlan } from "./first-minutes.js";
 import type { PlotPlan } from "./plot-steps.js";
@@ -32,6 +33,8 @@ export interface Plan {
   firstMinutes: FirstMinutesPlan;
   /** The product page's plot, step by step, microVM beside the host (issue 30: n ≥ 10, 3 s apart). */
   plot: PlotPlan;
+  /** Brokered against direct HTTPS requests, per side (issue 28). */
+  secrets: SecretsPlan;
 }
 
 const ALL: readonly RuntimeName[] = ["python3.12", "python3.11", "node20", "bash"];
@@ -72,6 +75,7 @@ export const FULL: Plan = {
   sessions: { rows: SESSIONS_ROWS, printN: 20 },
   firstMinutes: { runtimes: ALL, everyMs: 2000, windowMs: 120_000, settledMs: 40_000 },
   plot: { n: 10, gapMs: 3000 },
+  secrets: { requests: 100 },
 };
 
 export const QUICK: Plan = {
@@ -118,6 +122,7 @@ export const QUICK: Plan = {
   sessions: { rows: SESSIONS_ROWS / 10, printN: 5 },
   firstMinutes: { runtimes: ALL, everyMs: 2000, windowMs: 120_000, settledMs: 20_000 },
   plot: { n: 10, gapMs: 3000 },
+  secrets: { requests: 30 },
 };
 
 /** Samples of a workload of the latency rows (the phases, tti and sessions, have their own). */

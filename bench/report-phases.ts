@@ -169,6 +169,22 @@ export function phaseSections(r: BenchResults): string[] {
       "",
     );
   }
+  if (r.secrets) {
+    const s = r.secrets;
+    out.push(
+      "## Brokered secrets: an HTTPS request through the broker against a direct one",
+      "",
+      `One python3.11 call per backend (bench/secrets.ts), ${s.requests} new HTTPS connections with one GET each per side, alternating, timed inside the sandbox, to the same test server: direct to an allowlisted name the proxy splices end to end, brokered to the name the secret is bound to (TLS terminated with the call's CA, the placeholder replaced, sent on over the proxy's kept-alive upstream connection).`,
+      "",
+      "| backend | direct p50 (ms) | brokered p50 (ms) | added p50 (ms) | ratio | note |",
+      "|---|---|---|---|---|---|",
+      ...s.backends.map((b) => {
+        const x = b.direct && b.brokered ? (b.brokered.p50 / b.direct.p50).toFixed(2) : "–";
+        return `| ${b.backend} | ${b.direct?.p50 ?? "–"} | ${b.brokered?.p50 ?? "–"} | ${b.addedP50Ms ?? "–"} | ${x} | ${b.error ?? ""} |`;
+      }),
+      "",
+    );
+  }
   if (r.sessions) {
     const s = r.sessions;
     out.push(

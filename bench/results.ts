@@ -65,6 +65,8 @@ export interface BenchResults {
   firstMinutes?: FirstMinutesResults;
   /** The product page's plot step by step on the microVM beside the host (issue 30). */
   plot?: PlotResults;
+  /** A brokered HTTPS request against a direct one (issue 28): absent when the phase did not run. */
+  secrets?: SecretsResults;
   notes: string[];
   durationSec: number;
   /** The previous full run on this host: its print p50s, for "nothing got slower". */
@@ -126,6 +128,24 @@ export interface BurstResult {
   /** Refusals, each from the burst's start to the 429. */
   refusedLatency: Summary | null;
   firstError?: string;
+}
+
+/** One backend's brokered and direct HTTPS requests, timed in the sandbox (bench/secrets.ts). */
+export interface SecretsBackend {
+  backend: "namespace" | "microvm";
+  direct: Summary | null;
+  brokered: Summary | null;
+  /** brokered p50 - direct p50, ms. */
+  addedP50Ms: number | null;
+  /** The whole call, ms. */
+  callMs: number;
+  error?: string;
+}
+
+export interface SecretsResults {
+  /** New HTTPS connections per side, alternating, in one call. */
+  requests: number;
+  backends: SecretsBackend[];
 }
 
 /** One arm of the sessions workload: what its calls cost in all. */

@@ -38,6 +38,7 @@ import { srtCli, srtLibrary } from "./systems/sandbox-runtime.js";
 import { BENCH_SERVER, mcpSystem, type McpSystem } from "./systems/scratchrun.js";
 import type { BenchSystem } from "./systems/types.js";
 import { printWorkload, workloadFor, type Workload } from "./workloads.js";
+import { benchSecrets } from "./secrets.js";
 
 const log = (m: string) =>
   process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${m}\n`);
@@ -336,6 +337,11 @@ async function main(): Promise<void> {
           plan.plot,
           log,
         );
+      });
+    // Brokered secrets' cost is small and quick to measure: in quick runs too, unless --only.
+    if (only ? only.has("secrets") : true)
+      await attempt("secrets", async () => {
+        results.secrets = await benchSecrets(["namespace", "microvm"], plan.secrets, log);
       });
     if (phase("sessions"))
       await attempt("sessions", async () => {

@@ -9,7 +9,8 @@ import type { DomainAllowlist } from "../net/allowlist.js";
 import { runAgentSession } from "../protocol/session.js";
 import type { AgentRequest } from "../protocol/types.js";
 import type { BackendOutcome, Isolation, NetworkReport, RunOptions, SandboxJob } from "./types.js";
-import { egressAllowlist } from "./egress.js";
+import type { BrokerSpec } from "../net/proxy/control.js";
+import { egressAllowlist, egressBroker } from "./egress.js";
 
 /**
  * How long past the call's own timeout the host waits for the agent to report before it gives up
@@ -25,8 +26,11 @@ export interface CallSandbox {
   output: Writable;
   /** The agent's READY was read already (a pooled or activated sandbox), else it is awaited. */
   alreadyReady: boolean;
-  /** A proxied network: the allowlist of this call, set before its code starts. */
-  useAllowlist(allow: DomainAllowlist): Promise<void>;
+  /**
+   * A proxied network: the allowlist of this call (and its brokered secrets), set before its code
+   * starts.
+   */
+  useAllowlist(allow: DomainAllowlist, broker?: BrokerSpec | null): Promise<void>;
   /**
    * After the agent session: what the host saw of the call (OOM kills its cgroup counted, what its
    * network refused). May stop the sandbox first if the counts are only final then.
@@ -66,7 +70,7 @@ export async function runCall(
 ): Promise<BackendOutcome> {
   try {
     const allow = egressAllowlist(job.egress);
-    if (allow) await sandbox.useAllowlist(allow);
+    if (allow) await sandbox.useAllowlist(allow, egressBroker(job.egress));
     const sandboxReadyMs = Date.now() - ctx.startedAt;
     const agent = await runAgentSession(
       { input: sandbox.input, output: sandbox.output },

@@ -4,19 +4,34 @@
  */
 import type { DomainAllowlist } from "../net/allowlist.js";
 import type { NetworkMode } from "../schema/names.js";
+import type { BrokerSpec } from "../net/proxy/control.js";
 
 export type Egress =
   | { readonly kind: "none" }
   | { readonly kind: "public" }
-  | { readonly kind: "allowlist"; readonly names: DomainAllowlist };
+  | {
+      readonly kind: "allowlist";
+      readonly names: DomainAllowlist;
+      /** The call's brokered secrets, for the proxy (docs/decisions/0015-brokered-secrets.md). */
+      readonly broker?: BrokerSpec;
+    };
 
 export const NO_EGRESS: Egress = { kind: "none" };
 
 /** A call's egress: its network mode under an allowlist (null or absent: unrestricted). */
-export function egressFor(network: NetworkMode, allowlist?: DomainAllowlist | null): Egress {
+export function egressFor(
+  network: NetworkMode,
+  allowlist?: DomainAllowlist | null,
+  broker?: BrokerSpec | null,
+): Egress {
   if (network === "none") return NO_EGRESS;
-  return allowlist ? { kind: "allowlist", names: allowlist } : { kind: "public" };
+  if (!allowlist) return { kind: "public" };
+  return { kind: "allowlist", names: allowlist, ...(broker ? { broker } : {}) };
 }
+
+/** The brokered secrets a call's egress carries, if any. */
+export const egressBroker = (e: Egress): BrokerSpec | null =>
+  e.kind === "allowlist" ? (e.broker ?? null) : null;
 
 /** The network mode an egress asks for (an allowlist's is a public network, proxied). */
 export const networkModeOf = (e: Egress): NetworkMode => (e.kind === "none" ? "none" : "public");

@@ -2,6 +2,7 @@ import type { PoolsReport } from "./pool.js";
 import type { DomainAllowlist } from "../net/allowlist.js";
 import type { Egress } from "./egress.js";
 import type { Refusal } from "../net/proxy/reasons.js";
+import type { BrokerSpec } from "../net/proxy/control.js";
 import type { AgentEvent, AgentOutcome, AgentRequest } from "../protocol/types.js";
 import type { ISOLATIONS, RuntimeName } from "../schema/exec.js";
 import type { Flavour } from "./prestart.js";
@@ -41,8 +42,11 @@ export interface NetworkReport {
 export interface NetworkEgress {
   /** The allowlist the network was made for (its traffic goes through the proxy), or null. */
   readonly allowlist: DomainAllowlist | null;
-  /** A proxied network: the allowlist of the call about to run, set before its code starts. */
-  useAllowlist(allow: DomainAllowlist): Promise<void>;
+  /**
+   * A proxied network: the allowlist of the call about to run (and its brokered secrets), set
+   * before its code starts.
+   */
+  useAllowlist(allow: DomainAllowlist, broker?: BrokerSpec | null): Promise<void>;
   /** What was refused for this network's sandbox so far. */
   report(): Promise<NetworkReport>;
 }

@@ -22,6 +22,8 @@ Run options (the same as the scratchrun_exec tool's parameters):
   --timeout-ms N         wall-clock timeout (default 10000, max 30000)
   --memory-mb N          memory limit (default 256, max 512)
   --env NAME=VALUE       environment variable for the code (repeatable)
+  --secret NAME=HOSTS    brokered secret: the value of $NAME here, sent by the egress proxy
+                         to HOSTS (comma list) only; the code sees a placeholder (repeatable)
   --file PATH=LOCAL      write LOCAL's content to PATH in the sandbox first (repeatable)
   --return-file PATH     capture PATH after the run (repeatable)
   --network MODE         public | none

@@ -19,6 +19,7 @@ export const CLI_FLAGS: Record<Exclude<keyof typeof execInputShape, "session_id"
   timeout_ms: "timeout-ms",
   memory_mb: "memory-mb",
   env: "env",
+  secrets: "secret",
   files: "file",
   return_files: "return-file",
   network: "network",
@@ -56,6 +57,7 @@ export function parseRunArgs(argv: string[]): {
       "timeout-ms": { type: "string" },
       "memory-mb": { type: "string" },
       env: { type: "string", multiple: true },
+      secret: { type: "string", multiple: true },
       file: { type: "string", multiple: true },
       "return-file": { type: "string", multiple: true },
       network: { type: "string" },
@@ -81,6 +83,16 @@ export function parseRunArgs(argv: string[]): {
   const memory = toInt("memory-mb", values["memory-mb"]);
   if (memory !== undefined) input.memory_mb = memory;
   if (values.env) input.env = Object.fromEntries(values.env.map((v) => splitPair("env", v)));
+  // --secret NAME=host,host: the value is this process's $NAME (never a command-line argument).
+  if (values.secret)
+    input.secrets = Object.fromEntries(
+      values.secret.map((v) => {
+        const [name, hosts] = splitPair("secret", v);
+        const value = process.env[name];
+        if (value === undefined) throw new Error(`--secret ${name}: $${name} is not set`);
+        return [name, { value, hosts: hosts.split(",").filter((h) => h !== "") }];
+      }),
+    );
   if (values.file)
     input.files = Object.fromEntries(
       values.file.map((v) => {

@@ -16,6 +16,7 @@ import {
   type UplinkConfig,
 } from "../net/index.js";
 import { EgressProxy, PROXY_UID_BASE, PROXY_UID_COUNT } from "../net/proxy/supervisor.js";
+import type { BrokerSpec } from "../net/proxy/control.js";
 import { setting, settingOn } from "../schema/settings/read.js";
 
 export type NetworkSetting = "auto" | "public" | "none";
@@ -83,10 +84,10 @@ export async function egressOf(
   if (proxy && allow) await proxy.assign(addrs, allow);
   return {
     allowlist: allow,
-    async useAllowlist(next: DomainAllowlist) {
-      if (!proxy || !current || next === current) return;
+    async useAllowlist(next: DomainAllowlist, broker?: BrokerSpec | null) {
+      if (!proxy || !current || (next === current && !broker)) return;
       current = next;
-      await proxy.assign(addrs, next);
+      await proxy.assign(addrs, next, broker);
     },
     async report() {
       const c = await net.counters();
@@ -164,7 +165,9 @@ export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
   const startProxy = (): Promise<EgressProxy> => {
     if (!proxy) {
       proxyUid = uids.acquire();
-      proxy = EgressProxy.start(uplink, proxyUid);
+      proxy = EgressProxy.start(uplink, proxyUid, {
+        upstreamCaFile: setting("SCRATCHRUN_EGRESS_UPSTREAM_CA", env) ?? null,
+      });
       proxy.catch(() => {
         proxy = null;
         if (proxyUid !== null) uids.release(proxyUid);

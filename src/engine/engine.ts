@@ -17,6 +17,7 @@ import { egressFor } from "../backends/egress.js";
 import { LIMITS } from "../schema/limits.js";
 import { parseSessionStart, type SessionInfo } from "../schema/session.js";
 import { Sessions, type SessionEndListener, type SessionLimits } from "./sessions.js";
+import { brokerSecrets, secretsAllowlist, withSecrets, type CallSecrets } from "./secrets.js";
 
 export interface EngineOptions {
   /** Sandboxes running at once; further calls queue. */
@@ -207,6 +208,13 @@ export class Engine {
     const beyond = policyViolations(request, this.ceilingPolicy);
     if (beyond.length)
       throw new ScratchRunError("INVALID_INPUT", `Invalid request: ${beyond.join("; ")}`);
+    // Brokered secrets: their rule checked before anything starts, then placeholders and a CA.
+    let secrets: CallSecrets | null = null;
+    let allow = request.network === "public" ? this.allowlistFor(options) : null;
+    if (Object.keys(request.secrets ?? {}).length > 0) {
+      allow = secretsAllowlist(request, this.effectiveNetwork(request), allow);
+      secrets = brokerSecrets(request.secrets);
+    }
     if (request.session_id !== undefined) {
       options.onProgress?.({ stage: "queued" });
       return this.sessions.execute(request, {
@@ -228,16 +236,14 @@ export class Engine {
     if (options.signal?.aborted) controller.abort();
     const started = Date.now();
     try {
+      const agentRequest = toAgentRequest(req, null, this.options.seedFiles?.[req.runtime]);
       options.onProgress?.({ stage: "starting" });
       const outcome = await this.backend.run(
         {
           runtime: req.runtime,
           memoryMb: req.memory_mb,
-          egress: egressFor(
-            req.network,
-            req.network === "public" ? this.allowlistFor(options) : null,
-          ),
-          request: toAgentRequest(req, null, this.options.seedFiles?.[req.runtime]),
+          egress: egressFor(req.network, allow, secrets?.broker),
+          request: secrets ? withSecrets(agentRequest, secrets) : agentRequest,
           flavour: flavourFor(req, this.options.preimport?.[req.runtime]),
         },
         { signal: controller.signal, onEvent: (e) => relay(e, options.onProgress) },

@@ -2,6 +2,7 @@ import type { BackendOutcome, Isolation } from "../backends/types.js";
 import type { ExecRequest, ExecResult, ExitReason } from "../schema/exec.js";
 import { isTextMime, mimeTypeOf } from "./mime.js";
 import { headTail, redactSecrets } from "./shape-output.js";
+import { redactionMap } from "./secrets.js";
 
 const decoder = new TextDecoder("utf-8", { fatal: false });
 
@@ -99,7 +100,9 @@ export function toExecOutcome(
 ): ExecOutcome {
   const { agent } = outcome;
   const v = verdict(req, outcome, cancelled);
-  const redact = (text: string) => (req.redact_env ? redactSecrets(text, req.env) : text);
+  // Env values when redact_env, secrets' values always (engine/secrets.ts).
+  const hidden = redactionMap(req);
+  const redact = (text: string) => redactSecrets(text, hidden);
   const stdout = headTail(redact(decoder.decode(agent.stdout)), req.max_output_bytes);
   const stderr = headTail(redact(decoder.decode(agent.stderr)), req.max_output_bytes);
 
@@ -109,9 +112,9 @@ export function toExecOutcome(
     const mimeType = mimeTypeOf(f.path);
     if (f.status === "ok") {
       let content = Buffer.from(f.content);
-      if (req.redact_env && isTextMime(mimeType)) {
+      if (isTextMime(mimeType)) {
         const text = content.toString("utf8");
-        const redacted = redactSecrets(text, req.env);
+        const redacted = redactSecrets(text, hidden);
         if (redacted !== text) content = Buffer.from(redacted, "utf8");
       }
       files.push({ path: f.path, mimeType, content });

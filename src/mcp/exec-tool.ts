@@ -17,6 +17,7 @@ import { parseExecRequest } from "../schema/validate.js";
 import { fitAnswerBudget } from "./answer-budget.js";
 import { toContentBlocks } from "./content.js";
 import { LineStreamer } from "./stream-log.js";
+import { redactionMap } from "../engine/secrets.js";
 
 export const EXEC_TOOL_NAME = "scratchrun_exec";
 
@@ -125,6 +126,12 @@ export function execToolDefinition(
       `(default ${LIMITS.shownOutputBytes.default / 1024} KiB per stream) comes back as head and tail;`,
       `up to ${LIMITS.returnFiles.maxCount} return files.`,
       "Pass secrets in `env`, never inside `code`; their values are redacted from the output.",
+      "Better, for a secret an HTTP API takes (a token, a key): `secrets` {NAME: {value, hosts}}",
+      "gives the code NAME = a placeholder and the egress proxy puts the value into headers and URL",
+      "queries of requests to those hosts only (HTTPS through a per-call CA the sandbox trusts);",
+      'the value never enters the sandbox. Secrets need network "public", and such a call reaches',
+      "only its allowlist (on a server without one: only the secrets' hosts); a host outside the",
+      "allowlist, network none or a session is refused before the call runs.",
       ...(extrasSentence(extras) ? [extrasSentence(extras)] : []),
       "Call scratchrun_runtimes for exact versions and preinstalled packages.",
       "The result's structuredContent is authoritative. In its text, stdout and stderr each sit between",
@@ -215,7 +222,7 @@ async function runExecCall(
     : ctx.outputAsProgress && ctx.sendProgress
       ? (stream: "stdout" | "stderr", text: string) => progress(`${stream}: ${text}`)
       : null;
-  const lines = emit ? new LineStreamer(emit, req.redact_env ? req.env : null) : null;
+  const lines = emit ? new LineStreamer(emit, redactionMap(req)) : null;
   try {
     const outcome = await engine.execute(req, {
       signal: ctx.signal,

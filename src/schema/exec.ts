@@ -13,6 +13,7 @@ import {
 import type { RuntimeName } from "../runtimes/names.js";
 import type { NetworkMode } from "./names.js";
 import { REFUSAL_REASONS } from "../net/proxy/reasons.js";
+import { AllowlistError, parseAllowlistEntry } from "../net/allowlist.js";
 
 export { NETWORK_MODES, type NetworkMode } from "./names.js";
 export { RUNTIMES, type RuntimeName } from "../runtimes/names.js";
@@ -53,6 +54,39 @@ function uniqueSandboxPaths(paths: readonly string[], ctx: z.RefinementCtx): San
     if (p) out.add(p);
   });
   return [...out];
+}
+
+/** The checks of `secrets` that need no other field (the engine checks the rest). */
+function checkSecrets(
+  secrets: Record<string, { value: string; hosts: string[] }>,
+  ctx: z.RefinementCtx,
+): void {
+  const { maxEntries, minValueBytes, maxValueBytes, maxHosts } = LIMITS.secrets;
+  const issue = (message: string) => ctx.addIssue({ code: "custom", message });
+  const entries = Object.entries(secrets);
+  if (entries.length > maxEntries)
+    issue(`secrets has ${entries.length} entries; at most ${maxEntries}`);
+  for (const [name, { value, hosts }] of entries) {
+    const err = checkEnvName(name);
+    if (err) issue(`secret name ${JSON.stringify(name)}: ${err}`);
+    const n = utf8Bytes(value);
+    if (n < minValueBytes || n > maxValueBytes)
+      issue(`secret ${name}: value is ${n} bytes; ${minValueBytes} to ${maxValueBytes}`);
+    if (!/^[\x20-\x7e]*$/.test(value))
+      issue(
+        `secret ${name}: value must be printable ASCII (it goes into HTTP headers and URLs as is)`,
+      );
+    if (hosts.length === 0 || hosts.length > maxHosts)
+      issue(`secret ${name}: hosts has ${hosts.length} entries; 1 to ${maxHosts}`);
+    for (const h of hosts) {
+      try {
+        parseAllowlistEntry(h);
+      } catch (e) {
+        if (!(e instanceof AllowlistError)) throw e;
+        issue(`secret ${name}: hosts: ${e.message}`);
+      }
+    }
+  }
 }
 
 /**
@@ -119,6 +153,19 @@ export function execInputShapeFor(policy: CallPolicy) {
         }
       })
       .describe("Environment variables for the code (use for secrets, not code strings)"),
+    secrets: z
+      .record(
+        z.string(),
+        z.strictObject({
+          value: z.string(),
+          hosts: z.array(z.string()),
+        }),
+      )
+      .default({})
+      .superRefine(checkSecrets)
+      .describe(
+        `Brokered secrets, NAME → {value, hosts}: the code's environment gets NAME = a placeholder, and the egress proxy writes the value into request headers and URL queries of HTTP(S) requests to \`hosts\` only (allowlist entries: names and "*." wildcards); the value never enters the sandbox. Needs network "public"; the call then reaches only its allowlist (with none, only these hosts). At most ${LIMITS.secrets.maxEntries}; values ${LIMITS.secrets.minValueBytes}-${LIMITS.secrets.maxValueBytes} printable ASCII bytes`,
+      ),
     files: z
       .record(z.string(), fileContentSchema)
       .default({})

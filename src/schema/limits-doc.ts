@@ -37,6 +37,12 @@ function parameterTable(): string {
       `${L.env.maxEntries} entries, names \`[A-Za-z_][A-Za-z0-9_]*\` of at most ${L.env.maxNameBytes} bytes, values ${formatBytes(L.env.maxValueBytes)}, ${formatBytes(L.env.maxTotalBytes)} in all`,
     ],
     [
+      "secrets",
+      "object NAME → `{value, hosts}`",
+      "`{}`",
+      `${L.secrets.maxEntries} secrets, names as \`env\`'s, values ${L.secrets.minValueBytes} – ${L.secrets.maxValueBytes} bytes of printable ASCII, 1 – ${L.secrets.maxHosts} hosts each (allowlist entries); the code gets NAME = a placeholder, the egress proxy writes the value into headers and URL queries of HTTP(S) requests to those hosts only; needs \`network: "public"\`, and the call then reaches only its allowlist (on a server without one, only the secrets' hosts)`,
+    ],
+    [
       "files",
       'object path → UTF-8 text, or `{"base64": …}` for bytes',
       "`{}`",
@@ -64,7 +70,7 @@ function parameterTable(): string {
       "redact_env",
       "boolean",
       "`true`",
-      "replace `env` values (6+ characters) by `[redacted:NAME]` in stdout, stderr, streamed output and returned text files",
+      "replace `env` values (6+ characters) by `[redacted:NAME]` in stdout, stderr, streamed output and returned text files (`secrets` values always are)",
     ],
   ];
   return [

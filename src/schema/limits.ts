@@ -9,6 +9,12 @@ export const LIMITS = {
   codeBytes: { max: 1024 * 1024 },
   /** maxTotalBytes keeps the whole environment well inside the kernel's exec limits. */
   env: { maxEntries: 64, maxNameBytes: 128, maxValueBytes: 32 * 1024, maxTotalBytes: 256 * 1024 },
+  /**
+   * Brokered secrets (docs/decisions/0015-brokered-secrets.md): values are header-safe ASCII, at
+   * least as long as what output redaction catches (MIN_REDACT_LENGTH), each bound to 1 to
+   * maxHosts allowlist entries.
+   */
+  secrets: { maxEntries: 8, minValueBytes: 6, maxValueBytes: 8 * 1024, maxHosts: 8 },
   files: { maxCount: 64, maxFileBytes: 5 * 1024 * 1024, maxTotalBytes: 8 * 1024 * 1024 },
   /**
    * Returned files travel base64-encoded inside one MCP message, and MCP stdio clients refuse

@@ -31,6 +31,14 @@ export const TEST_ALLOWLIST = "allowed.test, *.wild.test, inward.test, uplink.te
 
 export type WebHost = "allowed" | "refused" | "inward";
 
+export interface WebHostsOptions {
+  /**
+   * Hosts that present a certificate of their own instead of the shared one (same names, another
+   * self-signed key): a proxy told to trust the shared one (`certPath`) does not trust theirs.
+   */
+  untrusted?: WebHost[];
+}
+
 /**
  * A minimal ClientHello naming `name` (its bytes as given: any text, NUL bytes, UTF-8), as hex;
  * with `ech`, carrying an encrypted_client_hello extension too.
@@ -66,12 +74,15 @@ export class WebHosts {
   private readonly children: ChildProcess[] = [];
   private readonly logs = new Map<WebHost, string>();
   private readonly dir = mkdtempSync(join(tmpdir(), "sr-web-"));
+  /** The shared certificate (PEM file): self-signed, for every test name. */
+  readonly certPath = join(this.dir, "cert.pem");
 
-  constructor(private readonly topo: Topology) {}
+  constructor(
+    private readonly topo: Topology,
+    private readonly opts: WebHostsOptions = {},
+  ) {}
 
-  async start(): Promise<this> {
-    const cert = join(this.dir, "cert.pem");
-    const key = join(this.dir, "key.pem");
+  private async makeCert(cert: string, key: string): Promise<void> {
     await mustRun([
       "/usr/bin/openssl",
       "req",
@@ -92,17 +103,27 @@ export class WebHosts {
       "-out",
       cert,
     ]);
-    const base = { cert, key };
-    await this.spawn("allowed", this.topo.hostNs("pub"), { ...base, label: "allowed" });
+  }
+
+  async start(): Promise<this> {
+    const shared = { cert: this.certPath, key: join(this.dir, "key.pem") };
+    await this.makeCert(shared.cert, shared.key);
+    const own = { cert: join(this.dir, "own-cert.pem"), key: join(this.dir, "own-key.pem") };
+    if (this.opts.untrusted?.length) await this.makeCert(own.cert, own.key);
+    const certOf = (h: WebHost) => (this.opts.untrusted?.includes(h) ? own : shared);
+    await this.spawn("allowed", this.topo.hostNs("pub"), {
+      ...certOf("allowed"),
+      label: "allowed",
+    });
     await this.spawn("refused", this.topo.hostNs("pub2"), {
-      ...base,
+      ...certOf("refused"),
       label: "refused",
       dns: {
         address: ROGUE_DNS,
         table: { "refused.test": REFUSED_IP, "allowed.test": REFUSED_IP, "rogue.test": REFUSED_IP },
       },
     });
-    await this.spawn("inward", this.topo.hostNs("p10"), { ...base, label: "inward" });
+    await this.spawn("inward", this.topo.hostNs("p10"), { ...certOf("inward"), label: "inward" });
     return this;
   }
 

@@ -9,34 +9,12 @@
  */
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { egressOf } from "../../src/compose/network.js";
 import { parseAllowlist } from "../../src/net/allowlist.js";
-import { listSandboxNetworkResources } from "../../src/net/resources.js";
-import { createSandboxNetwork, type SandboxNetwork } from "../../src/net/sandbox-net.js";
-import { EgressProxy, PROXY_UID_BASE } from "../../src/net/proxy/supervisor.js";
-import type { NetworkEgress, NetworkReport } from "../../src/backends/types.js";
-import {
-  probe,
-  PUBLIC,
-  RESOLVER,
-  Topology,
-  type Check,
-  type ProbeResult,
-} from "../net/topology.js";
-import {
-  ALLOWED_IP,
-  clientHello,
-  REFUSED_IP,
-  ROGUE_DNS,
-  WebHosts,
-  type WebHost,
-} from "../net/web.js";
-
-type Sandbox = { net: SandboxNetwork; egress: NetworkEgress & { teardown(): Promise<void> } };
+import type { NetworkReport } from "../../src/backends/types.js";
+import { EgressFixture } from "../net/egress-fixture.js";
+import { PUBLIC, RESOLVER, type Check, type ProbeResult } from "../net/topology.js";
+import { ALLOWED_IP, clientHello, REFUSED_IP, ROGUE_DNS, type WebHost } from "../net/web.js";
 
 const ALLOWLIST = "allowed.test, *.wild.test, meta.test, rebind.test";
 /** The proxy's TLS refusal: a fatal access_denied alert. */
@@ -55,36 +33,10 @@ describe(
   "egress allowlist bypasses (real namespaces, proxy and rules)",
   { timeout: 300_000 },
   () => {
-    let topo: Topology;
-    let web: WebHosts;
-    let proxy: EgressProxy;
-    let dir: string;
-    let resolvPath: string;
+    const fx = new EgressFixture({ idPrefix: "b", proxy: { uidOffset: 61 } });
     const allow = parseAllowlist(ALLOWLIST);
-    let seq = 0;
-    const live: Sandbox[] = [];
-
-    async function sandbox(): Promise<Sandbox> {
-      seq += 1;
-      const net = await createSandboxNetwork({
-        id: `b${seq}`,
-        uplink: topo.uplink,
-        proxy: proxy.ports,
-      });
-      const s = { net, egress: await egressOf(net, proxy, allow) };
-      live.push(s);
-      return s;
-    }
-
-    /** Runs `checks` in a fresh allowlisted sandbox; its report once they are done. */
-    async function attempt(checks: Check[]): Promise<{ res: ProbeResult; report: NetworkReport }> {
-      const s = await sandbox();
-      const res = await probe(s.net.netns, checks, { resolvConfPath: resolvPath });
-      const report = await s.egress.report();
-      live.splice(live.indexOf(s), 1);
-      await s.egress.teardown();
-      return { res, report };
-    }
+    const attempt = (checks: Check[]): Promise<{ res: ProbeResult; report: NetworkReport }> =>
+      fx.attempt(allow, checks);
 
     const reasonOf = (report: NetworkReport, host: string | null, port: number) =>
       report.refused?.find((r) => r.host === host && r.port === port)?.reason;
@@ -99,27 +51,11 @@ describe(
     }
 
     function assertNothingArrived(mark: Map<WebHost, number>, ...hosts: WebHost[]): void {
-      for (const h of hosts) assert.equal(web.since(mark, h), "", `${h} must see nothing`);
+      for (const h of hosts) assert.equal(fx.web.since(mark, h), "", `${h} must see nothing`);
     }
 
-    before(async () => {
-      topo = await new Topology().build();
-      web = await new WebHosts(topo).start();
-      proxy = await EgressProxy.start(topo.uplink, PROXY_UID_BASE + 61);
-      dir = mkdtempSync(join(tmpdir(), "sr-bypass-"));
-      resolvPath = join(dir, "resolv.conf");
-      writeFileSync(resolvPath, `nameserver ${RESOLVER}\noptions timeout:1 attempts:1\n`);
-    });
-
-    after(async () => {
-      for (const s of live.splice(0)) await s.egress.teardown();
-      await proxy?.close();
-      await web?.stop();
-      const left = await listSandboxNetworkResources(topo.uplink);
-      await topo.destroy();
-      rmSync(dir, { recursive: true, force: true });
-      assert.deepEqual(left, { netns: [], links: [], tables: [] }, "networks removed");
-    });
+    before(() => fx.start());
+    after(() => fx.stop());
 
     it("BYPASS-ABSOLUTE-CONNECT: absolute-URI, CONNECT and HTTP/2 prior knowledge cannot name a refused host", async () => {
       const raw = (label: string, host: string, hex: string): Check => ({
@@ -130,7 +66,7 @@ describe(
         hex,
         text: true,
       });
-      const mark = web.mark();
+      const mark = fx.web.mark();
       const { res, report } = await attempt([
         raw(
           "absolute refused, Host allowed",
@@ -192,7 +128,7 @@ describe(
         hex: get(name),
         text: true,
       });
-      const mark = web.mark();
+      const mark = fx.web.mark();
       const { res, report } = await attempt([
         sni("sni nul", "allowed.test\0.refused.test"),
         sni("sni nul first", "refused.test\0allowed.test"),
@@ -242,7 +178,7 @@ describe(
       );
       assert.equal(res["dns allowed upper"]?.detail, `rcode=0 ${ALLOWED_IP}`);
       assertNothingArrived(mark, "refused");
-      const seen = web.since(mark, "allowed");
+      const seen = fx.web.since(mark, "allowed");
       assert.match(
         seen,
         /conn 443/,
@@ -286,7 +222,7 @@ describe(
         { label: `dns ${name}`, kind: "dnsq", server: RESOLVER, name },
       ];
       const refused = ["wild.test", "evilwild.test", "a.wild.test.refused.test", "wild.test.evil"];
-      const mark = web.mark();
+      const mark = fx.web.mark();
       const { res, report } = await attempt([
         ...refused.flatMap(both),
         {
@@ -355,7 +291,7 @@ describe(
           hex: clientHello(f.replace(/^\[|\]$/g, "")),
         },
       ]);
-      const mark = web.mark();
+      const mark = fx.web.mark();
       const { res, report } = await attempt(checks);
       assertRefused(res, Object.keys(res));
       assertNothingArrived(mark, "allowed", "refused");
@@ -366,7 +302,7 @@ describe(
     });
 
     it("BYPASS-PIPELINE: a second request on an allowed connection, naming a refused host, reaches only the allowed host", async () => {
-      const mark = web.mark();
+      const mark = fx.web.mark();
       const twice = http(
         "GET /one HTTP/1.1\r\nHost: allowed.test\r\n\r\nGET /two HTTP/1.1\r\nHost: refused.test\r\nConnection: close\r\n\r\n",
       );
@@ -375,7 +311,7 @@ describe(
       ]);
       assert.match(res.pipelined?.detail ?? "", /hello from allowed/);
       assertNothingArrived(mark, "refused");
-      assert.match(web.since(mark, "allowed"), /http host=allowed\.test path=\/one/);
+      assert.match(fx.web.since(mark, "allowed"), /http host=allowed\.test path=\/one/);
     });
 
     it("BYPASS-SPLIT-HELLO: a ClientHello split across TCP segments (mid-name) is read whole", async () => {
@@ -384,7 +320,7 @@ describe(
         const at = hex.indexOf(Buffer.from(name).toString("hex")) + 8; // four bytes into the name
         return [hex.slice(0, 6), hex.slice(6, at), hex.slice(at)];
       };
-      const mark = web.mark();
+      const mark = fx.web.mark();
       const { res, report } = await attempt([
         {
           label: "refused split",
@@ -408,15 +344,15 @@ describe(
       assert.equal(res["refused split"]?.detail, ALERT);
       assert.notEqual(res["allowed split"]?.detail, ALERT, res["allowed split"]?.detail);
       assertNothingArrived(mark, "refused");
-      assert.match(web.since(mark, "allowed"), /conn 443/);
+      assert.match(fx.web.since(mark, "allowed"), /conn 443/);
       assert.equal(reasonOf(report, "refused.test", 443), "not_allowed");
     });
 
     it("BYPASS-DNS-EXFIL: queries for refused names never leave the proxy, to any server, over UDP or TCP", async () => {
       const tag = `x${randomBytes(6).toString("hex")}`;
       const control = `y${randomBytes(6).toString("hex")}.wild.test`;
-      const logMark = topo.mark();
-      const mark = web.mark();
+      const logMark = fx.topo.mark();
+      const mark = fx.web.mark();
       const { res, report } = await attempt([
         { label: "udp resolver", kind: "dnsq", server: RESOLVER, name: `${tag}-1.refused.test` },
         {
@@ -441,17 +377,17 @@ describe(
       assert.equal(
         res.allowed?.detail,
         "rcode=3 ",
-        `the resolver's own NXDOMAIN, passed on: ${JSON.stringify(res)} ${topo.logSince(logMark, "pub")}`,
+        `the resolver's own NXDOMAIN, passed on: ${JSON.stringify(res)} ${fx.topo.logSince(logMark, "pub")}`,
       );
-      await topo.waitForLog("pub", `dns ${control}`);
+      await fx.topo.waitForLog("pub", `dns ${control}`);
       assertRefused(
         res,
         Object.keys(res).filter((l) => l !== "allowed"),
       );
-      const resolverLog = topo.logSince(logMark, "pub");
+      const resolverLog = fx.topo.logSince(logMark, "pub");
       assert.ok(resolverLog.includes(`dns ${control}`), "control: the resolver logs questions");
       assert.doesNotMatch(resolverLog, new RegExp(tag), "no refused name reached the resolver");
-      assert.doesNotMatch(web.since(mark, "refused"), new RegExp(tag), "nor the rogue server");
+      assert.doesNotMatch(fx.web.since(mark, "refused"), new RegExp(tag), "nor the rogue server");
       assert.equal(
         (report.refused ?? []).filter((r) => r.port === 53 && r.host?.startsWith(tag)).length,
         5,
@@ -471,8 +407,8 @@ describe(
     });
 
     it("BYPASS-REBIND: a TTL-0 name that rebinds from a public to a private address is dialled only while it is public", async () => {
-      const mark = web.mark();
-      const logMark = topo.mark();
+      const mark = fx.web.mark();
+      const logMark = fx.topo.mark();
       const round = (): Check[] => [
         { label: "https", kind: "https", host: ALLOWED_IP, sni: "rebind.test" },
         { label: "resolve", kind: "resolve", host: "rebind.test" },
@@ -481,7 +417,7 @@ describe(
       // The proxy keeps an answer at least 5 s (MIN_TTL in resolve.ts): past it, it asks again.
       await new Promise((r) => setTimeout(r, 6000));
       const second = await attempt(round());
-      const asked = topo
+      const asked = fx.topo
         .logSince(logMark, "pub")
         .split("\n")
         .filter((l) => l === "dns rebind.test").length;
@@ -496,7 +432,7 @@ describe(
       );
       assert.equal(reasonOf(second.report, "rebind.test", 443), "blocked_address");
       assertNothingArrived(mark, "inward");
-      assert.match(web.since(mark, "allowed"), /https sni=rebind\.test/);
+      assert.match(fx.web.since(mark, "allowed"), /https sni=rebind\.test/);
     });
   },
 );

@@ -8,31 +8,25 @@
  */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { readFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { after, before, describe, it } from "node:test";
-import { egressOf } from "../../src/compose/network.js";
 import { parseAllowlist } from "../../src/net/allowlist.js";
 import {
   MAX_CONNECTIONS_PER_SANDBOX,
   totalConnectionBound,
 } from "../../src/net/proxy/admission.js";
 import { FIRST_BYTES_TIMEOUT_MS } from "../../src/net/proxy/streams.js";
-import { listSandboxNetworkResources } from "../../src/net/resources.js";
-import { createSandboxNetwork, type SandboxNetwork } from "../../src/net/sandbox-net.js";
-import { EgressProxy, PROXY_UID_BASE } from "../../src/net/proxy/supervisor.js";
-import type { NetworkEgress, NetworkReport } from "../../src/backends/types.js";
-import { probe, REPO, RESOLVER, Topology, type Check, type ProbeResult } from "../net/topology.js";
-import { ALLOWED_IP, TEST_ALLOWLIST, WebHosts } from "../net/web.js";
+import type { NetworkReport } from "../../src/backends/types.js";
+import { EgressFixture, type Sandbox } from "../net/egress-fixture.js";
+import { REPO, RESOLVER, type Check, type ProbeResult } from "../net/topology.js";
+import { ALLOWED_IP, TEST_ALLOWLIST } from "../net/web.js";
 
 const HOLD = `${REPO}test/net/fixtures/hold.py`;
 /** The proxy's file limit in this file: small enough for a flood of a thousand to reach it. */
 const MAX_FILES = 1024;
 const TOTAL = totalConnectionBound(MAX_FILES);
 
-type Sandbox = { net: SandboxNetwork; egress: NetworkEgress & { teardown(): Promise<void> } };
 interface Counts {
   connected: number;
   alive: number;
@@ -89,34 +83,14 @@ function cpuSeconds(pid: number): number {
 }
 
 describe("the egress proxy under a hostile sandbox's load", { timeout: 300_000 }, () => {
-  let topo: Topology;
-  let web: WebHosts;
-  let proxy: EgressProxy;
-  let dir: string;
-  let resolvPath: string;
+  const fx = new EgressFixture({
+    idPrefix: "l",
+    proxy: { uidOffset: 62, options: { maxFiles: MAX_FILES } },
+  });
   const allow = parseAllowlist(TEST_ALLOWLIST);
-  let seq = 0;
-  const live: Sandbox[] = [];
-
-  async function sandbox(): Promise<Sandbox> {
-    seq += 1;
-    const net = await createSandboxNetwork({
-      id: `l${seq}`,
-      uplink: topo.uplink,
-      proxy: proxy.ports,
-    });
-    const s = { net, egress: await egressOf(net, proxy, allow) };
-    live.push(s);
-    return s;
-  }
-
-  async function drop(s: Sandbox): Promise<void> {
-    live.splice(live.indexOf(s), 1);
-    await s.egress.teardown();
-  }
-
-  const run = (s: Sandbox, checks: Check[]): Promise<ProbeResult> =>
-    probe(s.net.netns, checks, { resolvConfPath: resolvPath });
+  const sandbox = (): Promise<Sandbox> => fx.sandbox(allow);
+  const drop = (s: Sandbox): Promise<void> => fx.drop(s);
+  const run = (s: Sandbox, checks: Check[]): Promise<ProbeResult> => fx.run(s, checks);
 
   const refusal = (report: NetworkReport, host: string | null, port: number, reason: string) =>
     report.refused?.find((r) => r.host === host && r.port === port && r.reason === reason);
@@ -132,24 +106,8 @@ describe("the egress proxy under a hostile sandbox's load", { timeout: 300_000 }
     for (const [label, r] of Object.entries(res)) assert.ok(r.ok, `${label}: ${r.detail}`);
   }
 
-  before(async () => {
-    topo = await new Topology().build();
-    web = await new WebHosts(topo).start();
-    proxy = await EgressProxy.start(topo.uplink, PROXY_UID_BASE + 62, { maxFiles: MAX_FILES });
-    dir = mkdtempSync(join(tmpdir(), "sr-load-"));
-    resolvPath = join(dir, "resolv.conf");
-    writeFileSync(resolvPath, `nameserver ${RESOLVER}\noptions timeout:1 attempts:1\n`);
-  });
-
-  after(async () => {
-    for (const s of live.splice(0)) await s.egress.teardown();
-    await proxy?.close();
-    await web?.stop();
-    const left = await listSandboxNetworkResources(topo.uplink);
-    await topo.destroy();
-    rmSync(dir, { recursive: true, force: true });
-    assert.deepEqual(left, { netns: [], links: [], tables: [] }, "networks removed");
-  });
+  before(() => fx.start());
+  after(() => fx.stop());
 
   it("SEC-PROXY-DNS-FLOOD: a thousand DNS-over-TCP connections from one sandbox leave another's egress working; the flood holds its bound and the rest are refused by name", async () => {
     const a = await sandbox();
@@ -176,7 +134,7 @@ describe("the egress proxy under a hostile sandbox's load", { timeout: 300_000 }
 
   it("SEC-PROXY-CONN-BOUND: a sandbox gets its whole bound of spliced connections (both ends are not counted), and the next ones are refused by name", async () => {
     const a = await sandbox();
-    const mark = web.mark();
+    const mark = fx.web.mark();
     // A held connection: a real ClientHello for an allowed name, spliced to the allowed host,
     // whose TLS server answers and then waits for the rest of the handshake.
     const held = { host: ALLOWED_IP, port: 443, tls_name: "allowed.test", settle_s: 2 };
@@ -194,7 +152,7 @@ describe("the egress proxy under a hostile sandbox's load", { timeout: 300_000 }
       MAX_CONNECTIONS_PER_SANDBOX,
       JSON.stringify({ first, second }),
     );
-    const arrived = web
+    const arrived = fx.web
       .since(mark, "allowed")
       .split("\n")
       .filter((l) => l === "conn 443").length;
@@ -237,7 +195,7 @@ describe("the egress proxy under a hostile sandbox's load", { timeout: 300_000 }
 
   it("SEC-PROXY-TRICKLE: one-byte TLS records on many connections: each gets its verdict within the time bound, named, and the proxy's work stays linear in the bytes", async () => {
     const a = await sandbox();
-    const pid = proxy.pid;
+    const pid = fx.proxy.pid;
     assert.ok(pid);
     // A hello that says it is 30000 bytes long, sent one byte per record: never complete in time.
     const hello = Buffer.concat([Buffer.from([1, 0, 0x75, 0x30]), Buffer.alloc(30_000, 7)]);

@@ -496,7 +496,7 @@ export class MicrovmBackend implements Backend {
           input: vm.channel,
           output: vm.channel,
           alreadyReady: true, // activate() read READY
-          useAllowlist: (list) => vm.useAllowlist(list),
+          useAllowlist: (list, broker) => vm.useAllowlist(list, broker),
           // The guest counts its own OOM kills (the agent reports them); QEMU's cgroup only
           // holds the VM as a whole.
           observe: async () => ({ oomKills: 0, network: await vm.networkReport() }),

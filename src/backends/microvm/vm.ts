@@ -22,6 +22,7 @@ import {
 } from "../../jail/cgroup.js";
 import type { UidPool } from "../../jail/uids.js";
 import type { DomainAllowlist } from "../../net/allowlist.js";
+import type { BrokerSpec } from "../../net/proxy/control.js";
 import type { NetworkReport } from "../types.js";
 import type { Accel } from "./accel.js";
 import type { VmArtifacts } from "../../images/vm/build.js";
@@ -481,8 +482,8 @@ export class MicroVm {
   }
 
   /** A proxied network: the allowlist of the call about to run. */
-  async useAllowlist(allow: DomainAllowlist): Promise<void> {
-    await this.net?.useAllowlist(allow);
+  async useAllowlist(allow: DomainAllowlist, broker?: BrokerSpec | null): Promise<void> {
+    await this.net?.useAllowlist(allow, broker);
   }
 
   /** What this VM's network refused during its call; undefined without a live network. */

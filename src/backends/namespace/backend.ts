@@ -232,7 +232,7 @@ export class NamespaceBackend implements Backend {
         input: jail.child.stdout!,
         output: jail.child.stdin!,
         alreadyReady: pooled !== null,
-        useAllowlist: async (list) => jail.net?.useAllowlist(list),
+        useAllowlist: async (list, broker) => jail.net?.useAllowlist(list, broker),
         observe: async () => {
           // After DONE the agent exits by itself and takes the sandbox with it: give it a moment
           // so the kill finds an empty cgroup instead of polling for exiting processes. The

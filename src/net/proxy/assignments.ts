@@ -8,6 +8,7 @@ import { parseStrict } from "../addresses.js";
 import { allowlistOf, type DomainAllowlist } from "../allowlist.js";
 import { formatIpv4, formatIpv6 } from "../parse-address.js";
 import { RefusalLog } from "./decide.js";
+import type { Broker } from "./broker.js";
 import type net from "node:net";
 
 export class Assignment {
@@ -17,6 +18,8 @@ export class Assignment {
   /** Connections accepted from this sandbox and still open (admission.ts counts these). */
   accepted = 0;
   released = false;
+  /** The call's brokered secrets (broker.ts), when it brought any. */
+  broker: Broker | null = null;
   constructor(readonly allow: DomainAllowlist) {}
 }
 
@@ -31,9 +34,17 @@ export function canonicalAddress(addr: string | undefined): string | null {
 export class Assignments {
   private readonly byAddress = new Map<string, Assignment>();
 
-  /** Gives `addrs` (one sandbox's v4 and v6 addresses) a fresh allowlist and empty record. */
-  assign(addrs: readonly string[], entries: readonly string[]): void {
+  /**
+   * Gives `addrs` (one sandbox's v4 and v6 addresses) a fresh allowlist and empty record, and the
+   * broker `makeBroker` makes for it (its call's secrets), if any.
+   */
+  assign(
+    addrs: readonly string[],
+    entries: readonly string[],
+    makeBroker?: (a: Assignment) => Broker,
+  ): void {
     const a = new Assignment(allowlistOf(entries));
+    if (makeBroker) a.broker = makeBroker(a);
     for (const addr of addrs) {
       const key = canonicalAddress(addr);
       if (key === null) throw new TypeError(`not an address: ${addr}`);
@@ -57,6 +68,8 @@ export class Assignments {
       if ([...this.byAddress.values()].includes(a)) continue;
       a.released = true;
       for (const s of a.conns) s.destroy();
+      a.broker?.close();
+      a.broker = null;
     }
   }
 }

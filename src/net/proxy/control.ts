@@ -15,10 +15,32 @@ export interface ProxyChildConfig {
   resolvers: string[];
   /** Ports to listen on: 0 picks free ones (a restarted child asks for the ones it had). */
   ports: ProxyPorts | null;
+  /**
+   * A PEM file of CA certificates trusted besides the host's (/etc/ssl/certs) when the proxy
+   * verifies a bound host's certificate (SCRATCHRUN_EGRESS_UPSTREAM_CA; test topologies).
+   */
+  upstreamCaFile?: string | null;
+}
+
+/** One brokered secret as the proxy holds it: its placeholder, value and bound hosts. */
+export interface BrokeredSecret {
+  name: string;
+  placeholder: string;
+  value: string;
+  /** Normalised allowlist entries (names and `*.` wildcards). */
+  hosts: string[];
+}
+
+/** A call's brokered secrets and its CA (docs/decisions/0015-brokered-secrets.md). */
+export interface BrokerSpec {
+  secrets: BrokeredSecret[];
+  caCertPem: string;
+  /** The CA's private key (PKCS#8 PEM): host and proxy only, forgotten with the assignment. */
+  caKeyPem: string;
 }
 
 export type ProxyRequest =
-  | { seq: number; op: "assign"; addrs: string[]; allow: string[] }
+  | { seq: number; op: "assign"; addrs: string[]; allow: string[]; broker?: BrokerSpec }
   | { seq: number; op: "release"; addrs: string[] }
   | { seq: number; op: "collect"; addrs: string[] }
   | { seq: number; op: "host"; addresses: string[]; networks: Cidr[] };

@@ -8,15 +8,17 @@
  */
 import dgram from "node:dgram";
 import net from "node:net";
+import tls from "node:tls";
 import { createInterface } from "node:readline";
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { Admission, totalConnectionBound } from "./admission.js";
 import { Assignments } from "./assignments.js";
+import { Broker } from "./broker.js";
 import type { ProxyChildConfig, ProxyReply, ProxyRequest } from "./control.js";
 import type { HostBlock } from "./decide.js";
 import { serveUdp, tcpHandler } from "./dns-server.js";
 import { NameResolver } from "./resolve.js";
-import { streamHandler } from "./streams.js";
+import { dialableAddress, streamHandler } from "./streams.js";
 
 const config = JSON.parse(process.argv[2] ?? "{}") as ProxyChildConfig;
 const assignments = new Assignments();
@@ -29,12 +31,25 @@ function fileLimit(): number {
   return Number(line[1]);
 }
 
+/** The host's trust store, and the operator's extra CA file: read before privileges drop. */
+const SYSTEM_BUNDLE = "/etc/ssl/certs/ca-certificates.crt";
+function trustStore(): string[] {
+  const pems = existsSync(SYSTEM_BUNDLE) ? [readFileSync(SYSTEM_BUNDLE, "utf8")] : [];
+  if (config.upstreamCaFile) pems.push(readFileSync(config.upstreamCaFile, "utf8"));
+  return pems;
+}
+
 const ctx = {
+  trust: trustStore(),
   assignmentOf: (addr: string | undefined) => assignments.get(addr),
   admission: new Admission(totalConnectionBound(fileLimit())),
   host: () => hostBlock,
   resolver: new NameResolver(config.resolvers),
 };
+
+/** The context brokers verify bound hosts with: made once (parsing the roots costs ~10 ms). */
+let upstreamContext: tls.SecureContext | null = null;
+const upstream = () => (upstreamContext ??= tls.createSecureContext({ ca: ctx.trust }));
 
 function send(reply: ProxyReply): void {
   process.stdout.write(JSON.stringify(reply) + "\n");
@@ -99,9 +114,21 @@ async function listenDns(wanted: number): Promise<number> {
 
 function handle(req: ProxyRequest): ProxyReply {
   switch (req.op) {
-    case "assign":
-      assignments.assign(req.addrs, req.allow);
+    case "assign": {
+      const spec = req.broker;
+      assignments.assign(
+        req.addrs,
+        req.allow,
+        spec &&
+          ((a) =>
+            new Broker(spec, {
+              upstream,
+              address: (name) => dialableAddress(ctx, name),
+              refuse: (host, port, reason) => a.log.add(host, port, reason),
+            })),
+      );
       return { seq: req.seq, ok: true };
+    }
     case "release":
       assignments.release(req.addrs);
       return { seq: req.seq, ok: true };

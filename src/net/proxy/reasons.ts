@@ -27,6 +27,10 @@ export const REFUSAL_REASONS = [
   "connection_limit",
   /** the proxy holds its bound of connections from all sandboxes together */
   "proxy_busy",
+  /** a request carries a brokered secret's placeholder to a host that secret is not bound to */
+  "secret_placeholder",
+  /** a bound host's certificate is not trusted by the host (or does not name it) */
+  "untrusted_upstream",
 ] as const;
 export type RefusalReason = (typeof REFUSAL_REASONS)[number];
 

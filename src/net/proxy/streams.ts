@@ -105,6 +105,17 @@ function connectOnce(address: string, port: number, timeoutMs: number): Promise<
   });
 }
 
+/** A dialable address of `name` (the first the resolvers give), or why there is none. */
+export async function dialableAddress(
+  ctx: StreamContext,
+  name: string,
+): Promise<{ address: string } | { reason: RefusalReason }> {
+  const r = await ctx.resolver.resolve(name);
+  const address = r.addresses.find((x) => dialable(x, ctx.host()));
+  if (address !== undefined) return { address };
+  return { reason: r.addresses.length > 0 ? "blocked_address" : "unresolved" };
+}
+
 /** Dials `name` on `port` and splices it to `sock`, having sent `head` first; or refuses. */
 async function dial(
   ctx: StreamContext,
@@ -196,6 +207,14 @@ export function streamHandler(
       sock.pause();
       if (!decision.allow) return refuse(decision.host, decision.reason);
       const head = Buffer.concat(chunks);
+      // A call with brokered secrets: HTTPS to a bound name, and all its plain HTTP, go through
+      // its broker (request by request); HTTPS to any other name stays end to end.
+      const broker = a.broker;
+      if (broker && (kind === "http" || broker.binds(decision.name))) {
+        if (kind === "tls") broker.serveTls(sock, head, decision.name);
+        else broker.serveHttp(sock, head, decision.name);
+        return;
+      }
       void dial(ctx, a, sock, kind, decision.name, head, refuse).catch(() =>
         refuse(decision.name, "unreachable"),
       );

@@ -21,7 +21,7 @@ import { renderHostSetUpdate } from "../nftables.js";
 import { renderProxyTable, renderProxyTableTeardown, type ProxyPorts } from "../nftables-proxy.js";
 import type { UplinkConfig } from "../uplink.js";
 import { PROXY_MAX_FILES } from "./admission.js";
-import type { ProxyChildConfig, ProxyReply, ProxyRequest } from "./control.js";
+import type { BrokerSpec, ProxyChildConfig, ProxyReply, ProxyRequest } from "./control.js";
 import type { Refusal } from "./decide.js";
 
 /** Host uids of egress proxies: the last 64 of the block the service's orphan reaping covers. */
@@ -54,6 +54,11 @@ export function proxyTableName(u: UplinkConfig): string {
 export interface ProxyOptions {
   /** The child's own file limit (default PROXY_MAX_FILES); its connection bound follows from it. */
   maxFiles?: number;
+  /**
+   * A PEM file of CA certificates the proxy trusts, besides the host's, for bound hosts of
+   * brokered secrets (SCRATCHRUN_EGRESS_UPSTREAM_CA: a test topology's server).
+   */
+  upstreamCaFile?: string | null;
 }
 
 export interface CollectedRefusals {
@@ -67,7 +72,10 @@ export class EgressProxy {
   private seq = 0;
   private readonly pending = new Map<number, Pending>();
   /** What the child must know, re-sent to a restarted child. */
-  private readonly mirror = new Map<string, { addrs: string[]; allow: string[] }>();
+  private readonly mirror = new Map<
+    string,
+    { addrs: string[]; allow: string[]; broker?: BrokerSpec }
+  >();
   private host: HostBlockSet;
   private closed = false;
   private unsubscribe: () => void = () => undefined;
@@ -83,6 +91,7 @@ export class EgressProxy {
     host: HostBlockSet,
     public ports: ProxyPorts,
     readonly maxFiles: number,
+    readonly upstreamCaFile: string | null = null,
   ) {
     this.host = host;
     this.watch = hostWatch(uplink);
@@ -100,7 +109,14 @@ export class EgressProxy {
     const host = await readHostBlockSet(uplink);
     // Raising a hard limit needs CAP_SYS_RESOURCE, which a server in a container may lack.
     const maxFiles = Math.min(options.maxFiles ?? PROXY_MAX_FILES, hardFileLimit());
-    const p = new EgressProxy(uplink, uid, host, { http: 0, tls: 0, dns: 0 }, maxFiles);
+    const p = new EgressProxy(
+      uplink,
+      uid,
+      host,
+      { http: 0, tls: 0, dns: 0 },
+      maxFiles,
+      options.upstreamCaFile ?? null,
+    );
     p.watch.acquire();
     try {
       p.ports = await p.spawnChild(null);
@@ -144,6 +160,7 @@ export class EgressProxy {
       gid: this.uid,
       resolvers: [...this.uplink.dnsResolvers],
       ports,
+      upstreamCaFile: this.upstreamCaFile,
     };
     // Its own file limit, soft and hard: the server's is not the proxy's to spend, nor the reverse.
     const node = [
@@ -198,7 +215,9 @@ export class EgressProxy {
           p.reject(new Error(`the egress proxy ${this.lastError}`));
         }
         if (!ready) return reject(new Error(`the egress proxy did not start: ${this.lastError}`));
-        if (!this.closed) setTimeout(() => void this.restart(), RESTART_DELAY_MS).unref();
+        if (this.closed) return;
+        process.stderr.write(`scratchrun: the egress proxy ${this.lastError}; restarting it\n`);
+        setTimeout(() => void this.restart(), RESTART_DELAY_MS).unref();
       });
     });
   }
@@ -245,13 +264,21 @@ export class EgressProxy {
   }
 
   /**
-   * Gives a sandbox's addresses an allowlist (and an empty refusal record). Never throws: if the
-   * child is down, the sandbox's connections are refused until the restarted child is told.
+   * Gives a sandbox's addresses an allowlist (and an empty refusal record), and its call's
+   * brokered secrets if it has any. Without secrets it never throws: if the child is down, the
+   * sandbox's connections are refused until the restarted child is told. With secrets it throws
+   * unless the child confirmed: the call must not run on the previous assignment, unbrokered.
    */
-  async assign(addrs: readonly string[], allow: DomainAllowlist): Promise<void> {
-    const m = { addrs: [...addrs], allow: [...allow.entries] };
+  async assign(
+    addrs: readonly string[],
+    allow: DomainAllowlist,
+    broker?: BrokerSpec | null,
+  ): Promise<void> {
+    const m = { addrs: [...addrs], allow: [...allow.entries], ...(broker ? { broker } : {}) };
     this.mirror.set(addrs[0] ?? "", m);
-    await this.request({ op: "assign", ...m }).catch(() => undefined);
+    const told = this.request({ op: "assign", ...m });
+    if (broker) await told;
+    else await told.catch(() => undefined);
   }
 
   /** Forgets a sandbox (before its addresses can go to another). Never throws. */

@@ -113,6 +113,12 @@ export const SETTINGS = {
     readers: ["server"],
     doc: "domain names and `*.` wildcards, comma-separated: network `public` reaches only these names over HTTP(S), through the egress proxy (`--egress-allow`; an API key's own list narrows it further)",
   },
+  SCRATCHRUN_EGRESS_UPSTREAM_CA: {
+    kind: "string",
+    unset: "unset",
+    readers: ["server"],
+    doc: "a PEM file of CA certificates the egress proxy trusts besides the host's (/etc/ssl/certs) when it verifies the certificate of a host a brokered secret is bound to (a private or test upstream)",
+  },
   SCRATCHRUN_ENABLE_FORWARDING: {
     kind: "flag",
     on: "1",

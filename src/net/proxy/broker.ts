@@ -1,0 +1,240 @@
+/**
+ * Brokered secrets in the egress proxy (docs/decisions/0015-brokered-secrets.md): for a sandbox
+ * whose call brought secrets, HTTPS to a bound host is terminated here with a leaf of the call's
+ * CA, and every plain-HTTP connection is read request by request; each request's head has its
+ * bound placeholders replaced (substitute.ts) and goes on to the connection's own name (the SNI or
+ * first Host the allowlist admitted) over a new connection, verified against the host's trust
+ * store for HTTPS. A request whose Host is another name, or that still carries a placeholder, is
+ * refused with a 403 and recorded. HTTPS to any other name is never terminated (streams.ts
+ * splices it). Everything here is dropped when the sandbox's assignment is released.
+ */
+import { X509Certificate, createPrivateKey } from "node:crypto";
+import http from "node:http";
+import https from "node:https";
+import net from "node:net";
+import { Duplex } from "node:stream";
+import tls from "node:tls";
+import { allowlistOf, isAllowed, normaliseHostname } from "../allowlist.js";
+import type { BrokerSpec } from "./control.js";
+import type { RefusalReason } from "./reasons.js";
+import { substituteHead, type HeldSecret } from "./substitute.js";
+import { LeafIssuer, publicKeyId } from "./x509.js";
+
+/** What a broker needs from the proxy: where a name may be dialled, and the refusal record. */
+export interface BrokerDeps {
+  /** A dialable address of `name`, or why there is none. */
+  address(name: string): Promise<{ address: string } | { reason: RefusalReason }>;
+  refuse(host: string | null, port: number, reason: RefusalReason): void;
+  /** The TLS context a bound host's certificate is verified with (the host's trust store). */
+  upstream(): tls.SecureContext;
+}
+
+/** Headers that describe one hop, not the request: never copied from one side to the other. */
+const HOP = new Set([
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "transfer-encoding",
+  "te",
+  "trailer",
+  "upgrade",
+]);
+
+function endToEnd(raw: readonly string[]): string[] {
+  const named = new Set<string>();
+  for (let i = 0; i + 1 < raw.length; i += 2)
+    if ((raw[i] as string).toLowerCase() === "connection")
+      for (const t of (raw[i + 1] as string).split(",")) named.add(t.trim().toLowerCase());
+  const out: string[] = [];
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    const k = (raw[i] as string).toLowerCase();
+    if (!HOP.has(k) && !named.has(k)) out.push(raw[i] as string, raw[i + 1] as string);
+  }
+  return out;
+}
+
+/** Whether an upstream TLS error is its certificate (not trusted, expired, another name). */
+const untrusted = (e: NodeJS.ErrnoException) =>
+  /CERT|SIGNATURE|SELF_SIGNED|ISSUER/.test(e.code ?? "");
+
+/**
+ * `sock` as a stream that first yields `head` (the bytes read to decide on it): TLS and the HTTP
+ * parser then read the connection from its first byte.
+ */
+function replay(sock: net.Socket, head: Buffer): Duplex {
+  const d = new Duplex({
+    read() {
+      sock.resume();
+    },
+    write(chunk: Buffer, _enc, cb) {
+      if (sock.destroyed) return cb();
+      sock.write(chunk, () => cb());
+    },
+    final(cb) {
+      sock.end();
+      cb();
+    },
+    destroy(err, cb) {
+      sock.destroy();
+      cb(err);
+    },
+  });
+  // Whatever fails on either side ends both; nothing here may throw into the proxy.
+  d.on("error", () => sock.destroy());
+  d.push(head);
+  sock.on("data", (c: Buffer) => {
+    if (!d.push(c)) sock.pause();
+  });
+  sock.on("end", () => d.push(null));
+  sock.on("close", () => d.destroy());
+  return d;
+}
+
+interface Route {
+  name: string;
+  port: 80 | 443;
+}
+
+export class Broker {
+  private readonly secrets: HeldSecret[];
+  private readonly issuer: LeafIssuer;
+  private readonly contexts = new Map<string, tls.SecureContext>();
+  private readonly routes = new WeakMap<object, Route>();
+  private readonly server: http.Server;
+  private readonly agents = {
+    80: new http.Agent({ keepAlive: true, maxSockets: 16 }),
+    443: new https.Agent({ keepAlive: true, maxSockets: 16 }),
+  };
+  private readonly open = new Set<Duplex | net.Socket>();
+
+  constructor(
+    spec: BrokerSpec,
+    private readonly deps: BrokerDeps,
+  ) {
+    this.secrets = spec.secrets.map((s) => ({
+      placeholder: s.placeholder,
+      value: s.value,
+      hosts: allowlistOf(s.hosts),
+    }));
+    const caKey = createPrivateKey(spec.caKeyPem);
+    const ca = new X509Certificate(spec.caCertPem);
+    const caName = /^CN=(.*)$/m.exec(ca.subject)?.[1] ?? "";
+    this.issuer = new LeafIssuer(caKey, caName, publicKeyId(ca.publicKey));
+    this.server = http.createServer(
+      { requestTimeout: 0 },
+      (req, res) => void this.forward(req, res),
+    );
+    this.server.on("clientError", (_e, s) => s.destroy());
+  }
+
+  /** Whether a secret is bound to `name` (HTTPS to it is terminated here). */
+  binds(name: string): boolean {
+    return this.secrets.some((s) => isAllowed(s.hosts, name));
+  }
+
+  /** Serves an HTTPS connection to bound host `name`, whose ClientHello is `head`. */
+  serveTls(sock: net.Socket, head: Buffer, name: string): void {
+    const t = new tls.TLSSocket(replay(sock, head), {
+      isServer: true,
+      secureContext: this.contextFor(name),
+      ALPNProtocols: ["http/1.1"],
+    });
+    t.on("error", () => sock.destroy());
+    this.accept(t, { name, port: 443 });
+  }
+
+  /** Serves a plain-HTTP connection whose first request (to allowed `name`) begins `head`. */
+  serveHttp(sock: net.Socket, head: Buffer, name: string): void {
+    this.accept(replay(sock, head), { name, port: 80 });
+  }
+
+  private accept(stream: Duplex, route: Route): void {
+    this.routes.set(stream, route);
+    this.open.add(stream);
+    stream.once("close", () => this.open.delete(stream));
+    this.server.emit("connection", stream);
+  }
+
+  private contextFor(name: string): tls.SecureContext {
+    let c = this.contexts.get(name);
+    if (!c) {
+      const leaf = this.issuer.leaf(name);
+      c = tls.createSecureContext({
+        cert: leaf.certPem,
+        key: this.issuer.leafKeyPem,
+        minVersion: "TLSv1.2",
+      });
+      this.contexts.set(name, c);
+    }
+    return c;
+  }
+
+  private refuse(
+    res: http.ServerResponse,
+    route: Route,
+    host: string | null,
+    reason: RefusalReason,
+  ) {
+    this.deps.refuse(host, route.port, reason);
+    const status = reason === "untrusted_upstream" || reason === "unreachable" ? 502 : 403;
+    const body = `ScratchRun egress: refused ${host ?? "(no host name)"} (${reason})\n`;
+    res.writeHead(status, {
+      "Content-Type": "text/plain; charset=utf-8",
+      "Content-Length": Buffer.byteLength(body),
+      Connection: "close",
+      "X-ScratchRun-Egress": `refused; reason=${reason}`,
+    });
+    res.end(body);
+  }
+
+  private async forward(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const route = this.routes.get(req.socket);
+    if (!route) return void req.socket.destroy();
+    const hostHeader = req.headers.host ?? "";
+    const host = normaliseHostname(/^(.*?)(:[0-9]*)?$/.exec(hostHeader)?.[1] ?? "");
+    if (host !== route.name) return this.refuse(res, route, host ?? hostHeader, "host_mismatch");
+    const head = substituteHead(route.name, req.url ?? "/", req.rawHeaders, this.secrets);
+    if (!head.ok) return this.refuse(res, route, route.name, "secret_placeholder");
+    const to = await this.deps.address(route.name);
+    if ("reason" in to) return this.refuse(res, route, route.name, to.reason);
+    const options: https.RequestOptions = {
+      host: to.address,
+      port: route.port,
+      method: req.method ?? "GET",
+      path: head.target,
+      headers: endToEnd(head.headers) as unknown as http.OutgoingHttpHeaders,
+      agent: this.agents[route.port],
+      ...(route.port === 443
+        ? { servername: route.name, secureContext: this.deps.upstream(), rejectUnauthorized: true }
+        : {}),
+    };
+    const up = (route.port === 443 ? https : http).request(options, (answer) => {
+      res.writeHead(
+        answer.statusCode ?? 502,
+        answer.statusMessage ?? "",
+        endToEnd(answer.rawHeaders) as unknown as http.OutgoingHttpHeaders,
+      );
+      answer.pipe(res);
+      answer.on("error", () => res.destroy());
+    });
+    up.on("error", (e: NodeJS.ErrnoException) => {
+      if (res.headersSent) return void res.destroy();
+      this.refuse(res, route, route.name, untrusted(e) ? "untrusted_upstream" : "unreachable");
+    });
+    res.on("close", () => {
+      if (!res.writableFinished) up.destroy();
+    });
+    req.on("error", () => up.destroy());
+    res.on("error", () => up.destroy());
+    req.pipe(up);
+  }
+
+  /** Forgets the CA key's uses: every connection cut, every upstream connection closed. */
+  close(): void {
+    for (const s of this.open) s.destroy();
+    this.agents[80].destroy();
+    this.agents[443].destroy();
+    this.contexts.clear();
+    this.server.close();
+  }
+}
