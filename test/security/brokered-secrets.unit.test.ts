@@ -12,7 +12,7 @@ import { CA_BUNDLE_ENV, CA_BUNDLE_PATH, PLACEHOLDER_PREFIX } from "../../src/eng
 import { isScratchRunError } from "../../src/errors.js";
 import { allowlistOf, parseAllowlist } from "../../src/net/allowlist.js";
 import { substituteHead, type HeldSecret } from "../../src/net/proxy/substitute.js";
-import { LeafIssuer, newCallCa, publicKeyId } from "../../src/net/proxy/x509.js";
+import { LeafIssuer, newCallCa, publicKeyId, serialNumber } from "../../src/net/proxy/x509.js";
 import { LIMITS } from "../../src/schema/limits.js";
 
 const P1 = `${PLACEHOLDER_PREFIX}${"a".repeat(64)}`;
@@ -99,6 +99,29 @@ describe("the call's CA and its leaves", () => {
     assert.equal(leaf.checkHost("other.test"), undefined);
     // Two calls never share a CA.
     assert.notEqual(newCallCa().certPem, ca.certPem);
+  });
+
+  it("every certificate is valid DER: serials minimal and positive, whatever bytes are drawn", () => {
+    // A serial whose first random byte was 0x00 or 0x80 gave a leading zero byte OpenSSL refuses
+    // ("illegal padding"): 1 certificate in 256, and the proxy died making it.
+    for (const first of [0x00, 0x01, 0x3f, 0x7f, 0x80, 0xff]) {
+      const s = serialNumber(Buffer.from([first, 0x00, 0x12, 0x7f]));
+      assert.ok(s[0]! >= 0x40 && s[0]! < 0x80, `first byte ${first}: ${s[0]}`);
+      assert.deepEqual([...s.subarray(1)], [0x00, 0x12, 0x7f], "the rest kept");
+    }
+    const ca = newCallCa();
+    const caCert = new X509Certificate(ca.certPem);
+    const issuer = new LeafIssuer(
+      createPrivateKey(ca.keyPem),
+      caCert.subject.slice(3),
+      publicKeyId(caCert.publicKey),
+    );
+    for (let i = 0; i < 600; i++) {
+      const cert = new X509Certificate(
+        i % 2 ? newCallCa().certPem : issuer.leaf(`h${i}.test`).certPem,
+      );
+      assert.match(cert.serialNumber, /^[4-7][0-9A-F]{31}$/, cert.serialNumber);
+    }
   });
 
   it("a TLS client trusting the CA accepts the leaf; one trusting another call's CA does not", async () => {

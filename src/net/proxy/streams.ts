@@ -211,8 +211,14 @@ export function streamHandler(
       // its broker (request by request); HTTPS to any other name stays end to end.
       const broker = a.broker;
       if (broker && (kind === "http" || broker.binds(decision.name))) {
-        if (kind === "tls") broker.serveTls(sock, head, decision.name);
-        else broker.serveHttp(sock, head, decision.name);
+        // A broker that cannot serve this connection (e.g. a leaf it cannot make) refuses it; it
+        // never throws into the proxy, whose other sandboxes' connections would die with it.
+        try {
+          if (kind === "tls") broker.serveTls(sock, head, decision.name);
+          else broker.serveHttp(sock, head, decision.name);
+        } catch {
+          refuse(decision.name, "unreachable");
+        }
         return;
       }
       void dial(ctx, a, sock, kind, decision.name, head, refuse).catch(() =>

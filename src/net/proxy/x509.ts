@@ -75,10 +75,20 @@ interface CertSpec {
   dnsName?: string;
 }
 
+/**
+ * A serial number's INTEGER content from random bytes: positive (top bit clear) and minimal (first
+ * byte not zero). DER forbids a leading zero byte before one below 0x80; OpenSSL refuses such a
+ * certificate ("illegal padding"), which 1 in 256 random serials with only the top bit cleared was.
+ */
+export function serialNumber(random: Buffer): Buffer {
+  const serial = Buffer.from(random);
+  serial[0] = 0x40 | ((serial[0] ?? 0) & 0x3f);
+  return serial;
+}
+
 function issue(spec: CertSpec): Issued {
   const spki = spec.publicKey.export({ type: "spki", format: "der" });
-  const serial = randomBytes(16);
-  serial[0] = (serial[0] ?? 0) & 0x7f; // positive
+  const serial = serialNumber(randomBytes(16));
   const exts = spec.ca
     ? [
         extension("2.5.29.19", true, seq(der(0x01, Buffer.from([0xff])))),
