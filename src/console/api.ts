@@ -11,7 +11,8 @@ import type { ConsoleSession } from "../store/users.js";
  * The console's JSON routes behind its pages (openapi.json), after routes.ts has found the
  * session and checked the CSRF token of a write: keys (create, revoke, policy), a key's OAuth
  * grants, run history and usage, the server's health, and a run as one of the user's keys. Each
- * acts only on `visible` keys (an admin: every active key; a member: their own); a key another
+ * acts only on `visible` keys (an admin: every active key; a member: their own active keys; the
+ * history also on `owned`, their revoked ones too); a key another
  * user holds is "not found", never "forbidden", so its id says nothing.
  */
 export interface ConsoleApiDeps {
@@ -99,6 +100,7 @@ export function consoleApi(d: ConsoleApiDeps) {
     method: string,
     s: ConsoleSession,
     visible: () => Promise<KeyInfo[]>,
+    owned: () => Promise<KeyInfo[]>,
   ): Promise<boolean> => {
     const url = new URL(req.url ?? "/", "http://x");
     const keyRoute = /^\/v1\/console\/keys\/([^/]+)(\/policy|\/grants)?$/.exec(path);
@@ -189,7 +191,10 @@ export function consoleApi(d: ConsoleApiDeps) {
           sendError(res, 400, "INVALID_INPUT", v.error);
           return true;
         }
-      const keys = (await visible()).map((k) => k.id);
+      // A revoked key's runs stay in its owner's history.
+      const all = await owned();
+      const keys = all.map((k) => k.id);
+      const names = new Map(all.map((k) => [k.id, k.name]));
       const keyId = url.searchParams.get("key_id");
       if (keyId !== null && !keys.includes(keyId)) {
         noKey();
@@ -207,7 +212,7 @@ export function consoleApi(d: ConsoleApiDeps) {
       });
       const last = runs.at(-1);
       sendJson(res, 200, {
-        runs,
+        runs: runs.map((r) => ({ ...r, key_name: names.get(r.key_id) ?? null })),
         next_before: runs.length === limit && last ? last.received_at : null,
       });
       return true;
@@ -218,13 +223,13 @@ export function consoleApi(d: ConsoleApiDeps) {
         sendError(res, 400, "INVALID_INPUT", days.error);
         return true;
       }
-      const keys = await visible();
+      const keys = await owned();
       const today = Math.floor(Date.now() / 86_400_000);
       const since = (today - (days as number) + 1) * 86_400_000;
       sendJson(res, 200, {
         since: new Date(since).toISOString().slice(0, 10),
         days,
-        keys: keys.map((k) => ({ id: k.id, name: k.name })),
+        keys: keys.map((k) => ({ id: k.id, name: k.name, revoked_at: k.revokedAt })),
         usage: await d.runs.usage(
           keys.map((k) => k.id),
           since,

@@ -198,6 +198,7 @@ const run = {
   properties: {
     id: str,
     key_id: str,
+    key_name: nullable("string"),
     transport: str,
     runtime: str,
     status: str,
@@ -238,7 +239,10 @@ export const CONSOLE_SCHEMAS = {
       days: int,
       keys: {
         type: "array",
-        items: { type: "object", properties: { id: str, name: str } },
+        items: {
+          type: "object",
+          properties: { id: str, name: str, revoked_at: nullable("integer") },
+        },
       },
       usage: {
         type: "array",

@@ -452,7 +452,18 @@ export function consoleRoutes(d: ConsoleDeps) {
       const r = await decide(s, requestId, b?.decision, b?.key_id);
       if (r.ok) sendJson(res, 200, { redirect_to: r.to });
       else sendError(res, r.status, r.status === 403 ? "FORBIDDEN" : "INVALID_INPUT", r.message);
-    } else if (!(d.api && (await d.api(req, res, path, method, s, () => visibleKeys(d.keys, s)))))
+    } else if (!(
+      d.api &&
+      (await d.api(
+        req,
+        res,
+        path,
+        method,
+        s,
+        () => visibleKeys(d.keys, s),
+        () => d.keys.list(s.user.role === "admin" ? undefined : s.user.id),
+      ))
+    ))
       sendError(res, 405, "NOT_FOUND", `${method} is not allowed on ${path}`);
     return label;
   };

@@ -37,7 +37,7 @@ export function serveStatic(res: ServerResponse, path: string): boolean {
     "Content-Security-Policy": APP_CSP,
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
   });
   res.end(body);

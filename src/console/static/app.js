@@ -51,7 +51,6 @@ async function api(method, path, body) {
 }
 
 const when = (ms) => (ms ? new Date(ms).toISOString().replace("T", " ").slice(0, 19) : "–");
-const keyName = (id) => (keys.find((k) => k.id === id) || { name: id }).name;
 
 function table(t, head, rows) {
   t.replaceChildren(
@@ -194,7 +193,7 @@ function runsQuery(before) {
 
 const runRow = (r) => [
   when(r.received_at),
-  keyName(r.key_id),
+  r.key_name || r.key_id,
   r.runtime,
   r.exit_reason || r.error_code || r.status,
   r.duration_ms == null ? "–" : `${r.duration_ms} ms`,
@@ -275,7 +274,7 @@ async function showUsage() {
         height: y(base) - y(base + v),
         class: "c" + (j % 6),
       });
-      r.append(svg("title", {}, `${d} ${keyName(id)}: ${v} calls`));
+      r.append(svg("title", {}, `${d} ${u.keys[j].name}: ${v} calls`));
       chart.append(r);
       base += v;
     });
@@ -288,7 +287,7 @@ async function showUsage() {
         "li",
         {},
         el("span", { class: "c" + (j % 6) }),
-        `${k.name}: ${u.usage.filter((r) => r.key_id === k.id).reduce((a, r) => a + r.runs, 0)} calls`,
+        `${k.name}${k.revoked_at ? " (revoked)" : ""}: ${u.usage.filter((r) => r.key_id === k.id).reduce((a, r) => a + r.runs, 0)} calls`,
       ),
     ),
   );
@@ -451,8 +450,12 @@ async function start() {
   csrf = s.csrf_token;
   $("signout-csrf").value = csrf;
   $("who").textContent = `${s.user.name} (${s.user.role})`;
+  // The runtimes this server's image has (as scratchrun_runtimes reports them).
+  const h = await api("GET", "/v1/console/health").catch(() => ({}));
+  const runtimes = Object.keys((h.runtimes && h.runtimes.runtimes) || {});
   for (const sel of [$("run-runtime"), $("play-runtime")])
-    for (const r of RUNTIMES) sel.append(el("option", { value: r }, r));
+    for (const r of runtimes.length ? runtimes : RUNTIMES)
+      sel.append(el("option", { value: r }, r));
   $("play-code").value = EXAMPLE;
   $("play-return").value = "/tmp/plot.png";
   $("key-create").addEventListener("submit", async (ev) => {
