@@ -150,6 +150,10 @@ export function buildOpenApiDocument() {
       },
       ...AUTH_PATHS,
       ...CONSOLE_PATHS,
+      "/v1/console/keys": {
+        ...AUTH_PATHS["/v1/console/keys"],
+        ...CONSOLE_PATHS["/v1/console/keys"],
+      },
     },
     components: {
       securitySchemes: { bearer: { type: "http", scheme: "bearer" }, ...AUTH_SCHEMES },

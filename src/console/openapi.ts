@@ -1,4 +1,3 @@
-import { AUTH_PATHS } from "../api/openapi-auth.js";
 import { RUNS_PAGE_MAX, USAGE_DAYS_MAX } from "./api.js";
 
 /**
@@ -30,8 +29,8 @@ const policy = {
 };
 
 export const CONSOLE_PATHS = {
+  /** Merged with its GET (api/openapi-auth.ts) by api/openapi.ts. */
   "/v1/console/keys": {
-    ...AUTH_PATHS["/v1/console/keys"],
     post: {
       operationId: "consoleKeyCreate",
       security: write,
