@@ -13,6 +13,7 @@ import { chromium, type Browser, type BrowserContext, type Page } from "playwrig
 import { UserStore } from "../../src/store/users.js";
 import { makeUser } from "../api/oauth-browser.js";
 import { startService, type ServiceHarness } from "../api/harness.js";
+import { TEST_BACKENDS } from "../helpers/backends.js";
 import { REPO_ROOT } from "../helpers/mcp-client.js";
 
 const SHOTS = join(REPO_ROOT, "docs/console");
@@ -308,3 +309,52 @@ describe("console in headless Chromium (namespace backend)", () => {
     assert.deepEqual(elsewhere, []);
   });
 });
+
+describe(
+  "console playground on the microVM backend",
+  { skip: !TEST_BACKENDS.includes("microvm") },
+  () => {
+    let h: ServiceHarness;
+    let browser: Browser;
+
+    before(async () => {
+      h = await startService({}, {}, { SCRATCHRUN_ISOLATION: "microvm" });
+      browser = await chromium.launch({ executablePath: "/usr/bin/chromium", args: launchArgs() });
+    });
+
+    after(async () => {
+      await browser?.close();
+      await h?.close();
+    });
+
+    test("the product page's example runs in a microVM from the playground and its PNG shows", async () => {
+      const users = new UserStore(h.db);
+      const vic = await makeUser(users, "vic");
+      const key = await h.keys.create("vic-vm", null, Date.now(), vic.id);
+      const context = await browser.newContext({ viewport: { width: 1000, height: 700 } });
+      const page = await context.newPage();
+      await page.goto(`${h.api.url}/console/signin`);
+      await page.fill("#name", vic.name);
+      await page.fill("#password", vic.password);
+      await Promise.all([page.waitForURL(/\/console$/), page.click("button[type=submit]")]);
+      await inPage(page, `location.hash = "playground"`);
+      await page.waitForSelector("body[data-view=playground]");
+      await page.selectOption("#play-key", key.id);
+      await page.selectOption("#play-runtime", "python3.12");
+      await page.click("#play-run");
+      await page.waitForSelector("#play-files-out img", { timeout: 300_000 });
+      assert.equal(await page.getAttribute("#play-status", "data-exit"), "ok");
+      assert.match((await page.textContent("#play-status"))!, /isolation microvm-(kvm|tcg)/);
+      const size = await inPage<number[]>(
+        page,
+        `(async () => {
+        const i = document.querySelector("#play-files-out img");
+        await i.decode();
+        return [i.naturalWidth, i.naturalHeight];
+      })()`,
+      );
+      assert.ok(size[0]! > 100 && size[1]! > 100, `the PNG decoded: ${size.join("x")}`);
+      await context.close();
+    });
+  },
+);
