@@ -20,6 +20,29 @@ export default tseslint.config(
     languageOptions: { globals: { process: "readonly", console: "readonly", URL: "readonly" } },
   },
   {
+    // The console's page script (a browser's, served as a file).
+    files: ["src/console/static/*.js"],
+    languageOptions: {
+      sourceType: "script",
+      globals: Object.fromEntries(
+        [
+          "fetch",
+          "location",
+          "confirm",
+          "URLSearchParams",
+          "document",
+          "atob",
+          "URL",
+          "Blob",
+          "clearInterval",
+          "setInterval",
+          "window",
+          "Node",
+        ].map((g) => [g, "readonly"]),
+      ),
+    },
+  },
+  {
     // The pre-started and session node scripts (CommonJS, run by node in the guest).
     files: ["guest/prestart.js", "guest/session.js"],
     languageOptions: {

@@ -4,6 +4,7 @@ import { VERSION } from "../version.js";
 import { sessionInfoSchema, sessionStartSchema } from "../schema/session.js";
 import { limitsWireSchema, wireErrorSchema, wireResultSchema } from "../http/wire.js";
 import { AUTH_PATHS, AUTH_SCHEMAS, AUTH_SCHEMES } from "./openapi-auth.js";
+import { CONSOLE_PATHS, CONSOLE_SCHEMAS } from "../console/openapi.js";
 
 const json = (ref: string) => ({ "application/json": { schema: { $ref: ref } } });
 const error = (description: string, headers?: Record<string, unknown>) => ({
@@ -148,6 +149,11 @@ export function buildOpenApiDocument() {
         },
       },
       ...AUTH_PATHS,
+      ...CONSOLE_PATHS,
+      "/v1/console/keys": {
+        ...AUTH_PATHS["/v1/console/keys"],
+        ...CONSOLE_PATHS["/v1/console/keys"],
+      },
     },
     components: {
       securitySchemes: { bearer: { type: "http", scheme: "bearer" }, ...AUTH_SCHEMES },
@@ -181,6 +187,7 @@ export function buildOpenApiDocument() {
           },
         },
         ...AUTH_SCHEMAS,
+        ...CONSOLE_SCHEMAS,
         Status: {
           type: "object",
           required: ["status"],

@@ -15,6 +15,7 @@ import { bearerChallenge, oauthConfig, type OAuthConfig } from "../oauth/authori
 import { METADATA_FETCH, type MetadataFetchOptions } from "../oauth/client-metadata.js";
 import { oauthRoutes } from "../oauth/routes.js";
 import { consoleRoutes } from "../console/routes.js";
+import { consoleApi } from "../console/api.js";
 import { messagePage, pageHeaders } from "../console/pages.js";
 import { SandboxTracker } from "../http/tracker.js";
 import { VERSION } from "../version.js";
@@ -329,6 +330,67 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
     }
   };
 
+  /** What /readyz answers (and the console's health page shows). */
+  const readiness = () => {
+    let status: string;
+    if (service.isDraining) status = "draining";
+    else if (local) {
+      // Warming: a pool is configured and nothing in it is ready yet (a pool of 0 never warms).
+      const warm = (r: RuntimeName) => local.engine.backend.warm(r);
+      const warming =
+        RUNTIMES.some((r) => warm(r).target > 0) && RUNTIMES.every((r) => warm(r).ready === 0);
+      status = warming ? "warming" : "ready";
+    } else status = replica!.readiness().status;
+    return {
+      status,
+      isolation: engine.backend.isolation,
+      ...(local ? { pools: local.engine.backend.pools() } : {}),
+    };
+  };
+
+  /** The console's run: as /v1/exec, as one of the signed-in user's keys. */
+  const execAs = async (
+    req: IncomingMessage,
+    res: ServerResponse,
+    keyId: string,
+    request: unknown,
+  ) => {
+    if (service.isDraining)
+      return sendError(res, 503, "NOT_READY", "The server is shutting down", {
+        Connection: "close",
+      });
+    const key = await keys.active(keyId);
+    if (!key) return sendError(res, 404, "NOT_FOUND", "None of your active keys has this id");
+    if (!replica?.admissionTouchesKey) keys.touch(key.id).catch(() => {});
+    const policy = service.policyFor(key.policy);
+    const controller = new AbortController();
+    res.once("close", () => {
+      if (!res.writableFinished) controller.abort();
+    });
+    try {
+      const parsed = parseExecRequest(request, policy.call);
+      const outcome = await service.run({ keyId: key.id, transport: "rest", policy }, parsed, {
+        signal: controller.signal,
+      });
+      if (!res.destroyed) sendJson(res, 200, outcomeToWire(outcome));
+    } catch (e) {
+      sendEngineError(res, e);
+    }
+  };
+
+  const health = () => {
+    const workers = replica?.gauges.find((g) => g.name === "scratchrun_workers");
+    return {
+      version: VERSION,
+      ...readiness(),
+      ...(workers
+        ? { workers: Object.fromEntries(workers.read().map((w) => [w.labels.state, w.value])) }
+        : {}),
+      calls_in_flight: service.active,
+      ...(engine.options.runtimes ? { runtimes: engine.options.runtimes } : {}),
+    };
+  };
+
   const route = async (req: IncomingMessage, res: ServerResponse): Promise<string> => {
     const path = (req.url ?? "/").split("?")[0]!;
     const check = checkHostOrigin(
@@ -345,21 +407,8 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
       return path;
     }
     if (path === "/readyz" && method === "GET") {
-      let status: string;
-      if (service.isDraining) status = "draining";
-      else if (local) {
-        // Warming: a pool is configured and nothing in it is ready yet (a pool of 0 never warms).
-        const warm = (r: RuntimeName) => local.engine.backend.warm(r);
-        const warming =
-          RUNTIMES.some((r) => warm(r).target > 0) && RUNTIMES.every((r) => warm(r).ready === 0);
-        status = warming ? "warming" : "ready";
-      } else status = replica!.readiness().status;
-      const ready = status === "ready";
-      sendJson(res, ready ? 200 : 503, {
-        status,
-        isolation: engine.backend.isolation,
-        ...(local ? { pools: local.engine.backend.pools() } : {}),
-      });
+      const r = readiness();
+      sendJson(res, r.status === "ready" ? 200 : 503, r);
       return path;
     }
     if (path === "/metrics" && method === "GET") {
@@ -462,7 +511,14 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
       res.end(messagePage("Authorization refused", message));
     },
   });
-  const consoleRoute = consoleRoutes({ config, users, oauth, keys, signinFailures });
+  const consoleRoute = consoleRoutes({
+    config,
+    users,
+    oauth,
+    keys,
+    signinFailures,
+    api: consoleApi({ keys, runs, oauth, execAs, health, bodyCapBytes: bodyCap }),
+  });
   logger.info({ host: options.host, port, isolation: engine.backend.isolation }, "listening");
 
   let closing: Promise<void> | undefined;

@@ -3,7 +3,7 @@
  * stylesheet served by this server, nothing from anywhere else (no CDN, no fonts). Every page
  * goes out with `pageHeaders`: a Content-Security-Policy that allows only that (and form posts
  * to this server, plus the consent page's one redirect target), frame-ancestors 'none' against
- * clickjacking, and no caching or referrer. Pure.
+ * clickjacking, no caching, and no referrer to any other site. Pure.
  */
 export const STYLE_PATH = "/console/style.css";
 
@@ -39,7 +39,9 @@ export function pageHeaders(formTargets: readonly string[] = []): Record<string,
     "Content-Security-Policy": `default-src 'none'; style-src 'self'; img-src 'self'; form-action ${formAction}; frame-ancestors 'none'; base-uri 'none'`,
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    // Not no-referrer: under it a browser sends `Origin: null` on the page's own form posts,
+    // which the Origin check refuses. same-origin still sends nothing to any other site.
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
   };
 }

@@ -8,6 +8,8 @@ import { isLocalPath, withParams } from "../oauth/uris.js";
 import type { KeyInfo, KeyStore } from "../store/keys.js";
 import type { AuthRequest, OAuthStore } from "../store/oauth.js";
 import { SESSION_MS, type ConsoleSession, type UserStore } from "../store/users.js";
+import { consoleApiLabel, keyJson, type consoleApi } from "./api.js";
+import { APP_PATH, serveStatic } from "./static.js";
 import { parseCookies, sessionCookieName, setCookie, signinCookieName } from "./cookies.js";
 import {
   consentPage,
@@ -34,6 +36,8 @@ export interface ConsoleDeps {
   keys: KeyStore;
   /** Failed sign-ins count here, per address, beside the per-user lockout. */
   signinFailures: FailureLimiter;
+  /** The routes behind the console's pages (api.ts); absent: sign-in and consent only. */
+  api?: ReturnType<typeof consoleApi>;
 }
 
 const FORM_CAP_BYTES = 16 * 1024;
@@ -187,15 +191,6 @@ export function consoleRoutes(d: ConsoleDeps) {
       keys: keys.map((k) => ({ id: k.id, name: k.name })),
     });
 
-  const keyJson = (k: KeyInfo) => ({
-    id: k.id,
-    name: k.name,
-    owner_id: k.ownerId,
-    created_at: k.createdAt,
-    last_used_at: k.lastUsedAt,
-    policy: k.policy,
-  });
-
   return async (
     req: IncomingMessage,
     res: ServerResponse,
@@ -216,17 +211,16 @@ export function consoleRoutes(d: ConsoleDeps) {
     if ((path === "/console" || path === "/console/") && method === "GET") {
       const s = await sessionOf(req);
       if (!s) seeOther(res, "/console/signin");
+      else if (d.api) serveStatic(res, APP_PATH);
       else
         sendPage(
           res,
           200,
-          messagePage(
-            "ScratchRun console",
-            `Signed in as ${s.user.name} (${s.user.role}). The console's other pages are not here yet.`,
-          ),
+          messagePage("ScratchRun console", `Signed in as ${s.user.name} (${s.user.role}).`),
         );
       return "/console";
     }
+    if (method === "GET" && d.api && serveStatic(res, path)) return path;
     if (path === "/console/signin" && method === "GET") {
       const next = url.searchParams.get("next") ?? "/console";
       showSignin(res, isLocalPath(next) ? next : "/console");
@@ -363,10 +357,12 @@ export function consoleRoutes(d: ConsoleDeps) {
     const requestId = path.startsWith("/v1/oauth/requests/")
       ? path.slice("/v1/oauth/requests/".length)
       : null;
+    const apiLabel = d.api ? consoleApiLabel(path) : null;
     const json =
       path === "/v1/console/session" ||
       path === "/v1/console/keys" ||
       path === "/v1/console/grants" ||
+      apiLabel !== null ||
       grantId !== null ||
       requestId !== null;
     if (!json) return null;
@@ -375,7 +371,7 @@ export function consoleRoutes(d: ConsoleDeps) {
         ? "/v1/console/grants/{id}"
         : requestId !== null
           ? "/v1/oauth/requests/{id}"
-          : path;
+          : (apiLabel ?? path);
     const s = await sessionOf(req);
     if (!s) {
       sendError(
@@ -456,7 +452,19 @@ export function consoleRoutes(d: ConsoleDeps) {
       const r = await decide(s, requestId, b?.decision, b?.key_id);
       if (r.ok) sendJson(res, 200, { redirect_to: r.to });
       else sendError(res, r.status, r.status === 403 ? "FORBIDDEN" : "INVALID_INPUT", r.message);
-    } else sendError(res, 405, "NOT_FOUND", `${method} is not allowed on ${path}`);
+    } else if (!(
+      d.api &&
+      (await d.api(
+        req,
+        res,
+        path,
+        method,
+        s,
+        () => visibleKeys(d.keys, s),
+        () => d.keys.list(s.user.role === "admin" ? undefined : s.user.id),
+      ))
+    ))
+      sendError(res, 405, "NOT_FOUND", `${method} is not allowed on ${path}`);
     return label;
   };
 }

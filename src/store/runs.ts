@@ -44,6 +44,39 @@ export interface RunStart {
   worker?: string | undefined;
 }
 
+/** What the console's run history asks for (RunStore.history). */
+export interface RunFilter {
+  keyIds: readonly string[];
+  runtime?: string;
+  exitReason?: string;
+  since?: number;
+  before?: number;
+  limit: number;
+}
+
+export interface RunSummary {
+  id: string;
+  key_id: string;
+  transport: string;
+  runtime: string;
+  status: RunStatus;
+  received_at: number;
+  duration_ms: number | null;
+  isolation: string | null;
+  exit_reason: string | null;
+  exit_code: number | null;
+  error_code: string | null;
+  worker: string | null;
+}
+
+export interface UsageRow {
+  key_id: string;
+  /** UTC, YYYY-MM-DD. */
+  day: string;
+  runs: number;
+  duration_ms: number;
+}
+
 /** How long a record write keeps retrying across a lost database before it gives up. */
 export const RECORD_RETRY_MS = 60_000;
 
@@ -224,5 +257,72 @@ export class RunStore {
 
   all(): Promise<RunRow[]> {
     return this.sql.all<RunRow>("SELECT * FROM runs ORDER BY received_at, id");
+  }
+
+  /**
+   * The console's run history: the runs of `keyIds` (never others), newest first, filtered and
+   * paged (`before`: the received_at of the last row of the previous page). Only the columns a
+   * person browsing runs needs; the digests stay out.
+   */
+  async history(f: RunFilter): Promise<RunSummary[]> {
+    if (f.keyIds.length === 0) return [];
+    const where = [`key_id IN (${f.keyIds.map(() => "?").join(", ")})`];
+    const params: unknown[] = [...f.keyIds];
+    for (const [col, v] of [
+      ["runtime", f.runtime],
+      ["exit_reason", f.exitReason],
+    ] as const)
+      if (v !== undefined) {
+        where.push(`${col} = ?`);
+        params.push(v);
+      }
+    if (f.since !== undefined) {
+      where.push("received_at >= ?");
+      params.push(f.since);
+    }
+    if (f.before !== undefined) {
+      where.push("received_at < ?");
+      params.push(f.before);
+    }
+    params.push(f.limit);
+    const rows = await this.sql.all<Record<string, unknown>>(
+      `SELECT id, key_id, transport, runtime, status, received_at, duration_ms, isolation,
+              exit_reason, exit_code, error_code, worker
+         FROM runs WHERE ${where.join(" AND ")} ORDER BY received_at DESC, id LIMIT ?`,
+      params,
+    );
+    const num = (v: unknown) => (v === null || v === undefined ? null : Number(v));
+    return rows.map((r) => ({
+      id: String(r.id),
+      key_id: String(r.key_id),
+      transport: String(r.transport),
+      runtime: String(r.runtime),
+      status: r.status as RunStatus,
+      received_at: Number(r.received_at),
+      duration_ms: num(r.duration_ms),
+      isolation: (r.isolation as string | null) ?? null,
+      exit_reason: (r.exit_reason as string | null) ?? null,
+      exit_code: num(r.exit_code),
+      error_code: (r.error_code as string | null) ?? null,
+      worker: (r.worker as string | null) ?? null,
+    }));
+  }
+
+  /** Calls per key per UTC day since `since` (ms), for `keyIds` only. */
+  async usage(keyIds: readonly string[], since: number): Promise<UsageRow[]> {
+    if (keyIds.length === 0) return [];
+    const rows = await this.sql.all<{ key_id: string; day: unknown; runs: unknown; ms: unknown }>(
+      `SELECT key_id, received_at / 86400000 AS day, COUNT(*) AS runs,
+              COALESCE(SUM(duration_ms), 0) AS ms
+         FROM runs WHERE key_id IN (${keyIds.map(() => "?").join(", ")}) AND received_at >= ?
+         GROUP BY key_id, received_at / 86400000 ORDER BY day, key_id`,
+      [...keyIds, since],
+    );
+    return rows.map((r) => ({
+      key_id: r.key_id,
+      day: new Date(Math.floor(Number(r.day)) * 86_400_000).toISOString().slice(0, 10),
+      runs: Number(r.runs),
+      duration_ms: Number(r.ms),
+    }));
   }
 }

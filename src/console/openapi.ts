@@ -1,0 +1,269 @@
+import { RUNS_PAGE_MAX, USAGE_DAYS_MAX } from "./api.js";
+
+/**
+ * The OpenAPI paths and schemas of the console's own routes (api.ts): what its pages call, and
+ * what a script signed in to the console may call the same way. Merged by api/openapi.ts.
+ */
+const json = (ref: string) => ({ "application/json": { schema: { $ref: ref } } });
+const err = (description: string) => ({ description, content: json("#/components/schemas/Error") });
+const read = [{ consoleSession: [] }];
+const write = [{ consoleSession: [], csrfToken: [] }];
+const keyId = { name: "key_id", in: "path", required: true, schema: { type: "string" } };
+const query = (name: string, schema: Record<string, unknown>, description: string) => ({
+  name,
+  in: "query",
+  required: false,
+  schema,
+  description,
+});
+const str = { type: "string" };
+const int = { type: "integer" };
+const nullable = (t: string) => ({ type: [t, "null"] });
+const signedOut = err("Not signed in");
+const csrf = err("X-CSRF-Token missing or wrong");
+const notYours = err("None of this user's active keys has this id");
+const policy = {
+  type: "object",
+  description:
+    "A key's policy (as `scratchrun keys create|update` sets it): runtimes, network, egress_allow, max_timeout_ms, max_memory_mb, concurrency, rate_per_minute; each optional",
+};
+
+export const CONSOLE_PATHS = {
+  /** Merged with its GET (api/openapi-auth.ts) by api/openapi.ts. */
+  "/v1/console/keys": {
+    post: {
+      operationId: "consoleKeyCreate",
+      security: write,
+      summary: "Create an API key owned by this user; its secret is in this answer only",
+      requestBody: {
+        required: true,
+        content: {
+          "application/json": {
+            schema: {
+              type: "object",
+              required: ["name"],
+              properties: { name: str, policy: { ...policy, type: ["object", "null"] } },
+            },
+          },
+        },
+      },
+      responses: {
+        "201": { description: "The key", content: json("#/components/schemas/CreatedKey") },
+        "400": err("A bad name or policy field (named)"),
+        "401": signedOut,
+        "403": csrf,
+      },
+    },
+  },
+  "/v1/console/keys/{key_id}": {
+    delete: {
+      operationId: "consoleKeyRevoke",
+      security: write,
+      summary: "Revoke a key at once: its next call (and its OAuth tokens') is refused",
+      parameters: [keyId],
+      responses: {
+        "200": { description: "Revoked" },
+        "401": signedOut,
+        "403": csrf,
+        "404": notYours,
+      },
+    },
+  },
+  "/v1/console/keys/{key_id}/policy": {
+    put: {
+      operationId: "consoleKeyPolicy",
+      security: write,
+      summary: "Change a key's policy: fields set, null ones back to the server's setting",
+      parameters: [keyId],
+      requestBody: { required: true, content: { "application/json": { schema: policy } } },
+      responses: {
+        "200": {
+          description: "The key's policy now",
+          content: {
+            "application/json": {
+              schema: {
+                type: "object",
+                required: ["id", "policy"],
+                properties: { id: str, policy: { ...policy, type: ["object", "null"] } },
+              },
+            },
+          },
+        },
+        "400": err("A bad policy field (named); nothing changed"),
+        "401": signedOut,
+        "403": csrf,
+        "404": notYours,
+      },
+    },
+  },
+  "/v1/console/keys/{key_id}/grants": {
+    get: {
+      operationId: "consoleKeyGrants",
+      security: read,
+      summary: "The OAuth grants of one key (revoke one with DELETE /v1/console/grants/{id})",
+      parameters: [keyId],
+      responses: {
+        "200": { description: "Grants", content: json("#/components/schemas/Grants") },
+        "401": signedOut,
+        "404": notYours,
+      },
+    },
+  },
+  "/v1/console/runs": {
+    get: {
+      operationId: "consoleRuns",
+      security: read,
+      summary: "The run records of this user's keys, newest first, filtered and paged",
+      parameters: [
+        query("key_id", str, "Only this key's runs (one of the user's)"),
+        query("runtime", str, "Only this runtime"),
+        query("exit_reason", str, "Only runs that ended so"),
+        query("since", int, "Only runs received at or after (ms since the epoch)"),
+        query("before", int, "The next page: next_before of the previous answer"),
+        query("limit", { ...int, minimum: 1, maximum: RUNS_PAGE_MAX }, "Rows per page (50)"),
+      ],
+      responses: {
+        "200": { description: "Runs", content: json("#/components/schemas/ConsoleRuns") },
+        "400": err("A bad query parameter"),
+        "401": signedOut,
+        "404": notYours,
+      },
+    },
+  },
+  "/v1/console/usage": {
+    get: {
+      operationId: "consoleUsage",
+      security: read,
+      summary: "Calls per key per UTC day, for this user's keys",
+      parameters: [
+        query("days", { ...int, minimum: 1, maximum: USAGE_DAYS_MAX }, "Days back (30)"),
+      ],
+      responses: {
+        "200": { description: "Usage", content: json("#/components/schemas/ConsoleUsage") },
+        "400": err("A bad query parameter"),
+        "401": signedOut,
+      },
+    },
+  },
+  "/v1/console/health": {
+    get: {
+      operationId: "consoleHealth",
+      security: read,
+      summary: "The server's health: readiness, pools, workers (cluster), image and its packages",
+      responses: {
+        "200": { description: "Health", content: json("#/components/schemas/ConsoleHealth") },
+        "401": signedOut,
+      },
+    },
+  },
+  "/v1/console/exec": {
+    post: {
+      operationId: "consoleExec",
+      security: write,
+      summary:
+        "Run code as one of this user's keys (its policy, quota and records): the body is /v1/exec's with key_id",
+      requestBody: {
+        required: true,
+        content: {
+          "application/json": {
+            schema: {
+              allOf: [
+                { $ref: "#/components/schemas/ExecRequest" },
+                { type: "object", required: ["key_id"], properties: { key_id: str } },
+              ],
+            },
+          },
+        },
+      },
+      responses: {
+        "200": {
+          description: "The run's result, as /v1/exec answers it",
+          content: json("#/components/schemas/ExecResult"),
+        },
+        "400": err("The request failed validation (or the key's policy refuses it); nothing ran"),
+        "401": signedOut,
+        "403": csrf,
+        "404": notYours,
+        "429": err("The key's limit, a full queue or the queue deadline; retry later"),
+        "503": err("The host cannot run sandboxes, or the server is shutting down"),
+      },
+    },
+  },
+};
+
+const run = {
+  type: "object",
+  required: ["id", "key_id", "runtime", "status", "received_at"],
+  properties: {
+    id: str,
+    key_id: str,
+    key_name: nullable("string"),
+    transport: str,
+    runtime: str,
+    status: str,
+    received_at: int,
+    duration_ms: nullable("integer"),
+    isolation: nullable("string"),
+    exit_reason: nullable("string"),
+    exit_code: nullable("integer"),
+    error_code: nullable("string"),
+    worker: nullable("string"),
+  },
+};
+
+export const CONSOLE_SCHEMAS = {
+  CreatedKey: {
+    type: "object",
+    required: ["id", "name", "key"],
+    properties: {
+      id: str,
+      name: str,
+      key: { ...str, description: "The secret: shown in this answer only, never stored" },
+      policy: { ...policy, type: ["object", "null"] },
+    },
+  },
+  ConsoleRuns: {
+    type: "object",
+    required: ["runs", "next_before"],
+    properties: {
+      runs: { type: "array", items: run },
+      next_before: { ...nullable("integer"), description: "Pass as before= for older runs" },
+    },
+  },
+  ConsoleUsage: {
+    type: "object",
+    required: ["since", "days", "keys", "usage"],
+    properties: {
+      since: str,
+      days: int,
+      keys: {
+        type: "array",
+        items: {
+          type: "object",
+          properties: { id: str, name: str, revoked_at: nullable("integer") },
+        },
+      },
+      usage: {
+        type: "array",
+        items: {
+          type: "object",
+          required: ["key_id", "day", "runs", "duration_ms"],
+          properties: { key_id: str, day: str, runs: int, duration_ms: int },
+        },
+      },
+    },
+  },
+  ConsoleHealth: {
+    type: "object",
+    required: ["status", "isolation", "version"],
+    properties: {
+      status: str,
+      isolation: str,
+      version: str,
+      calls_in_flight: int,
+      pools: { type: "object", description: "Each warm pool's state (as /readyz reports it)" },
+      workers: { type: "object", description: "Cluster mode: workers by state (up, draining)" },
+      runtimes: { type: "object", description: "The image manifest (as scratchrun_runtimes)" },
+    },
+  },
+};

@@ -1,0 +1,500 @@
+// The ScratchRun console: one page, five views (#keys, #runs, #usage, #playground, #health),
+// each drawn from the console's JSON API (/v1/console/…, openapi.json) and nothing else. Every
+// value from the server reaches the page as text (textContent), never as HTML.
+"use strict";
+
+const RUNTIMES = ["python3.12", "python3.11", "node20", "bash"];
+const EXAMPLE =
+  "import matplotlib.pyplot as plt\nimport numpy as np\nx = np.linspace(0, 10, 100)\nplt.plot(x, np.sin(x))\nplt.savefig('/tmp/plot.png')";
+const VIEWS = ["keys", "runs", "usage", "playground", "health"];
+let csrf = "";
+let keys = [];
+let runsTimer = null;
+let runsBefore = null;
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "on") for (const [ev, fn] of Object.entries(v)) e.addEventListener(ev, fn);
+    else if (v !== undefined && v !== null) e.setAttribute(k, v);
+  }
+  for (const c of children.flat())
+    e.append(c instanceof Node ? c : document.createTextNode(c == null ? "" : String(c)));
+  return e;
+}
+
+function flash(message) {
+  const f = $("flash");
+  f.textContent = message || "";
+  f.hidden = !message;
+}
+
+async function api(method, path, body) {
+  const headers = {};
+  if (method !== "GET") headers["X-CSRF-Token"] = csrf;
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const res = await fetch(path, {
+    method,
+    headers,
+    credentials: "same-origin",
+    ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+  });
+  if (res.status === 401) {
+    location.assign("/console/signin?next=" + encodeURIComponent("/console" + location.hash));
+    throw new Error("signed out");
+  }
+  const data = await res.json().catch(() => ({}));
+  if (!res.ok) throw new Error((data.error && data.error.message) || "HTTP " + res.status);
+  return data;
+}
+
+const when = (ms) => (ms ? new Date(ms).toISOString().replace("T", " ").slice(0, 19) : "–");
+
+function table(t, head, rows) {
+  t.replaceChildren(
+    el(
+      "thead",
+      {},
+      el(
+        "tr",
+        {},
+        head.map((h) => el("th", {}, h)),
+      ),
+    ),
+    el(
+      "tbody",
+      {},
+      rows.map((r) =>
+        el(
+          "tr",
+          {},
+          r.map((c) => el("td", {}, c)),
+        ),
+      ),
+    ),
+  );
+}
+
+function fillKeySelect(select, withAll) {
+  const keep = select.value;
+  select.replaceChildren(
+    ...(withAll ? [el("option", { value: "" }, "All keys")] : []),
+    ...keys.map((k) => el("option", { value: k.id }, `${k.name} (${k.id})`)),
+  );
+  if ([...select.options].some((o) => o.value === keep)) select.value = keep;
+}
+
+async function loadKeys() {
+  keys = (await api("GET", "/v1/console/keys")).keys;
+  fillKeySelect($("run-key"), true);
+  fillKeySelect($("play-key"), false);
+}
+
+// Keys ---------------------------------------------------------------------------------------
+
+async function showKeys() {
+  await loadKeys();
+  table(
+    $("key-table"),
+    ["Name", "ID", "Created", "Last used", "Policy", ""],
+    keys.map((k) => [
+      k.name,
+      el("code", {}, k.id),
+      when(k.created_at),
+      when(k.last_used_at),
+      k.policy ? JSON.stringify(k.policy) : "server defaults",
+      el(
+        "span",
+        {},
+        el(
+          "button",
+          { type: "button", class: "secondary", "data-key": k.id, on: { click: () => showKey(k) } },
+          "Policy & grants",
+        ),
+        el(
+          "button",
+          {
+            type: "button",
+            class: "danger",
+            "data-revoke": k.id,
+            on: { click: () => revokeKey(k) },
+          },
+          "Revoke",
+        ),
+      ),
+    ]),
+  );
+}
+
+async function revokeKey(k) {
+  if (!confirm(`Revoke ${k.name}? Its next call is refused.`)) return;
+  await api("DELETE", `/v1/console/keys/${encodeURIComponent(k.id)}`);
+  $("key-detail").hidden = true;
+  await showKeys();
+}
+
+async function showKey(k) {
+  $("key-detail").hidden = false;
+  $("key-detail").dataset.key = k.id;
+  $("key-detail-title").textContent = `${k.name} (${k.id})`;
+  $("key-policy-edit").value = JSON.stringify(k.policy || {}, null, 1);
+  const { grants } = await api("GET", `/v1/console/keys/${encodeURIComponent(k.id)}/grants`);
+  table(
+    $("grant-table"),
+    ["Client", "Created", "State", ""],
+    grants.map((g) => [
+      g.client_name,
+      when(g.created_at),
+      g.revoked_at ? `revoked ${when(g.revoked_at)}` : "active",
+      g.revoked_at
+        ? ""
+        : el(
+            "button",
+            {
+              type: "button",
+              class: "danger",
+              on: {
+                click: async () => {
+                  await api("DELETE", `/v1/console/grants/${encodeURIComponent(g.id)}`);
+                  await showKey(k);
+                },
+              },
+            },
+            "Revoke",
+          ),
+    ]),
+  );
+  if (grants.length === 0)
+    $("grant-table").replaceChildren(el("caption", {}, "No client was approved for this key."));
+}
+
+function parsePolicy(text) {
+  if (!text.trim()) return null;
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw new Error("The policy is not JSON");
+  }
+}
+
+// Runs ---------------------------------------------------------------------------------------
+
+function runsQuery(before) {
+  const q = new URLSearchParams({ limit: "50" });
+  if ($("run-key").value) q.set("key_id", $("run-key").value);
+  if ($("run-runtime").value) q.set("runtime", $("run-runtime").value);
+  if ($("run-exit").value) q.set("exit_reason", $("run-exit").value);
+  if ($("run-since").value) q.set("since", String(Date.parse($("run-since").value + "T00:00:00Z")));
+  if (before) q.set("before", String(before));
+  return "/v1/console/runs?" + q;
+}
+
+const runRow = (r) => [
+  when(r.received_at),
+  r.key_name || r.key_id,
+  r.runtime,
+  r.exit_reason || r.error_code || r.status,
+  r.duration_ms == null ? "–" : `${r.duration_ms} ms`,
+  r.isolation || "–",
+  r.worker || "–",
+];
+const RUN_HEAD = ["Time (UTC)", "Key", "Runtime", "Exit", "Duration", "Isolation", "Worker"];
+
+async function showRuns() {
+  if (keys.length === 0) await loadKeys();
+  const { runs, next_before } = await api("GET", runsQuery());
+  table($("run-table"), RUN_HEAD, runs.map(runRow));
+  runsBefore = next_before;
+  $("run-more").hidden = next_before === null;
+}
+
+async function moreRuns() {
+  const { runs, next_before } = await api("GET", runsQuery(runsBefore));
+  const body = $("run-table").tBodies[0];
+  for (const r of runs)
+    body.append(
+      el(
+        "tr",
+        {},
+        runRow(r).map((c) => el("td", {}, c)),
+      ),
+    );
+  runsBefore = next_before;
+  $("run-more").hidden = next_before === null;
+}
+
+// Usage: a stacked bar per day, one colour per key, drawn as SVG here ------------------------
+
+const SVG = "http://www.w3.org/2000/svg";
+function svg(tag, attrs, text) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, String(v));
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+async function showUsage() {
+  const u = await api("GET", "/v1/console/usage?days=14");
+  const start = Date.parse(u.since + "T00:00:00Z");
+  const days = Array.from({ length: u.days }, (_, i) =>
+    new Date(start + i * 86400000).toISOString().slice(0, 10),
+  );
+  const ids = u.keys.map((k) => k.id);
+  const per = new Map(days.map((d) => [d, new Map()]));
+  for (const r of u.usage) per.get(r.day)?.set(r.key_id, r.runs);
+  const totals = days.map((d) => [...per.get(d).values()].reduce((a, b) => a + b, 0));
+  const max = Math.max(1, ...totals);
+  const W = 640,
+    H = 220,
+    left = 30,
+    bottom = 20,
+    top = 10;
+  const bw = (W - left) / days.length;
+  const chart = svg("svg", {
+    viewBox: `0 0 ${W} ${H}`,
+    width: "100%",
+    role: "img",
+    "aria-label": "Calls per key per day",
+  });
+  const y = (v) => H - bottom - (v / max) * (H - bottom - top);
+  chart.append(svg("line", { x1: left, x2: W, y1: H - bottom, y2: H - bottom, stroke: "#aab3bd" }));
+  chart.append(svg("text", { x: 0, y: top + 8 }, String(max)));
+  chart.append(svg("text", { x: 0, y: H - bottom }, "0"));
+  days.forEach((d, i) => {
+    let base = 0;
+    ids.forEach((id, j) => {
+      const v = per.get(d).get(id) || 0;
+      if (!v) return;
+      const r = svg("rect", {
+        x: left + i * bw + 2,
+        width: Math.max(1, bw - 4),
+        y: y(base + v),
+        height: y(base) - y(base + v),
+        class: "c" + (j % 6),
+      });
+      r.append(svg("title", {}, `${d} ${u.keys[j].name}: ${v} calls`));
+      chart.append(r);
+      base += v;
+    });
+    if (i % 2 === 0) chart.append(svg("text", { x: left + i * bw + 2, y: H - 5 }, d.slice(5)));
+  });
+  $("usage-chart").replaceChildren(chart);
+  $("usage-legend").replaceChildren(
+    ...u.keys.map((k, j) =>
+      el(
+        "li",
+        {},
+        el("span", { class: "c" + (j % 6) }),
+        `${k.name}${k.revoked_at ? " (revoked)" : ""}: ${u.usage.filter((r) => r.key_id === k.id).reduce((a, r) => a + r.runs, 0)} calls`,
+      ),
+    ),
+  );
+}
+
+// Playground: the request a model would send, the result as the API returns it ---------------
+
+function addFileRow(path, content) {
+  const row = el(
+    "div",
+    { class: "file-in" },
+    el("label", {}, "File path"),
+    el("input", { class: "file-path", value: path || "/tmp/input.txt" }),
+    el("label", {}, "Content"),
+    el("textarea", { class: "file-content", rows: "3" }),
+    el(
+      "button",
+      { type: "button", class: "secondary", on: { click: () => row.remove() } },
+      "Remove file",
+    ),
+  );
+  row.querySelector("textarea").value = content || "";
+  $("play-files").append(row);
+}
+
+async function runPlayground(ev) {
+  ev.preventDefault();
+  flash("");
+  const files = {};
+  for (const row of $("play-files").children)
+    files[row.querySelector(".file-path").value] = row.querySelector(".file-content").value;
+  const ret = $("play-return")
+    .value.split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
+  const body = {
+    key_id: $("play-key").value,
+    runtime: $("play-runtime").value,
+    code: $("play-code").value,
+  };
+  if (Object.keys(files).length) body.files = files;
+  if (ret.length) body.return_files = ret;
+  $("play-run").disabled = true;
+  $("play-status").textContent = "Running…";
+  $("play-out").hidden = false;
+  try {
+    const r = await api("POST", "/v1/console/exec", body);
+    $("play-status").textContent =
+      `exit_reason ${r.exit_reason}, exit_code ${r.exit_code}, ${r.duration_ms} ms, isolation ${r.isolation}`;
+    $("play-status").dataset.exit = r.exit_reason;
+    $("play-stdout").textContent = r.stdout;
+    $("play-stderr").textContent = r.stderr;
+    $("play-files-out").replaceChildren(
+      ...r.files.map((f) => {
+        const box = el(
+          "div",
+          { class: "file" },
+          el("h3", {}, `${f.path} (${f.status}${f.mime_type ? ", " + f.mime_type : ""})`),
+        );
+        if (f.content_base64 && /^image\/(png|jpeg|gif|webp)$/.test(f.mime_type || "")) {
+          const bytes = Uint8Array.from(atob(f.content_base64), (c) => c.charCodeAt(0));
+          box.append(
+            el("img", {
+              src: URL.createObjectURL(new Blob([bytes], { type: f.mime_type })),
+              alt: f.path,
+            }),
+          );
+        } else if (f.content_base64)
+          box.append(el("pre", {}, atob(f.content_base64).slice(0, 4000)));
+        return box;
+      }),
+    );
+  } catch (e) {
+    $("play-status").textContent = "";
+    flash(e.message);
+  } finally {
+    $("play-run").disabled = false;
+  }
+}
+
+// Health -------------------------------------------------------------------------------------
+
+async function showHealth() {
+  const h = await api("GET", "/v1/console/health");
+  const facts = [
+    ["Status", h.status],
+    ["Version", h.version],
+    ["Isolation", h.isolation],
+    ["Calls in flight", h.calls_in_flight],
+  ];
+  if (h.workers)
+    facts.push([
+      "Workers",
+      Object.entries(h.workers)
+        .map(([s, n]) => `${n} ${s}`)
+        .join(", "),
+    ]);
+  $("health-facts").replaceChildren(
+    ...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]),
+  );
+  const pools = (h.pools && h.pools.kinds) || [];
+  table(
+    $("health-pools"),
+    ["Pool", "Runtime", "State", "Ready", "Since"],
+    pools.map((p) => [p.kind, p.runtime, p.state, `${p.ready} / ${p.size}`, p.since]),
+  );
+  if (pools.length === 0)
+    $("health-pools").replaceChildren(
+      el(
+        "caption",
+        {},
+        h.workers
+          ? "Pools live on the workers (scratchrun_pool_ready in their /metrics)."
+          : "No warm pool is configured.",
+      ),
+    );
+  const rt = (h.runtimes && h.runtimes.runtimes) || {};
+  $("health-runtimes").replaceChildren(
+    ...Object.entries(rt).map(([name, r]) => {
+      const pk = Object.entries(r.packages || {});
+      return el(
+        "details",
+        {},
+        el("summary", {}, `${name} ${r.version} (${pk.length} packages)`),
+        el("p", { class: "muted" }, pk.map(([n, v]) => `${n} ${v}`).join(", ") || "none"),
+      );
+    }),
+  );
+}
+
+// Router ---------------------------------------------------------------------------------------
+
+async function show() {
+  const view = VIEWS.includes(location.hash.slice(1)) ? location.hash.slice(1) : "keys";
+  for (const v of VIEWS) $(v).hidden = v !== view;
+  for (const a of document.querySelectorAll("header nav a"))
+    a.classList.toggle("active", a.getAttribute("href") === "#" + view);
+  clearInterval(runsTimer);
+  flash("");
+  try {
+    if (view === "keys") await showKeys();
+    if (view === "runs") {
+      await showRuns();
+      runsTimer = setInterval(() => showRuns().catch((e) => flash(e.message)), 5000);
+    }
+    if (view === "usage") {
+      if (keys.length === 0) await loadKeys();
+      await showUsage();
+    }
+    if (view === "playground") await loadKeys();
+    if (view === "health") await showHealth();
+    document.body.dataset.view = view;
+  } catch (e) {
+    flash(e.message);
+  }
+}
+
+async function start() {
+  const s = await api("GET", "/v1/console/session");
+  csrf = s.csrf_token;
+  $("signout-csrf").value = csrf;
+  $("who").textContent = `${s.user.name} (${s.user.role})`;
+  // The runtimes this server's image has (as scratchrun_runtimes reports them).
+  const h = await api("GET", "/v1/console/health").catch(() => ({}));
+  const runtimes = Object.keys((h.runtimes && h.runtimes.runtimes) || {});
+  for (const sel of [$("run-runtime"), $("play-runtime")])
+    for (const r of runtimes.length ? runtimes : RUNTIMES)
+      sel.append(el("option", { value: r }, r));
+  $("play-code").value = EXAMPLE;
+  $("play-return").value = "/tmp/plot.png";
+  $("key-create").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    flash("");
+    try {
+      const r = await api("POST", "/v1/console/keys", {
+        name: $("key-name").value,
+        policy: parsePolicy($("key-policy").value),
+      });
+      $("key-secret-value").textContent = r.key;
+      $("key-secret").hidden = false;
+      $("key-name").value = "";
+      await showKeys();
+    } catch (e) {
+      flash(e.message);
+    }
+  });
+  $("key-policy-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    flash("");
+    try {
+      const id = $("key-detail").dataset.key;
+      await api(
+        "PUT",
+        `/v1/console/keys/${encodeURIComponent(id)}/policy`,
+        parsePolicy($("key-policy-edit").value) || {},
+      );
+      await showKeys();
+    } catch (e) {
+      flash(e.message);
+    }
+  });
+  $("run-filter").addEventListener("change", () => showRuns().catch((e) => flash(e.message)));
+  $("run-more").addEventListener("click", () => moreRuns().catch((e) => flash(e.message)));
+  $("play").addEventListener("submit", runPlayground);
+  $("play-add-file").addEventListener("click", () => addFileRow());
+  window.addEventListener("hashchange", show);
+  await show();
+}
+
+start().catch((e) => flash(e.message));
