@@ -2,11 +2,13 @@
  * The web console in a real headless Chromium (Debian's, driven by playwright-core): sign in,
  * create a key, run the product page's example in the playground and see its PNG, revoke a key
  * and see its next call refused, a member who cannot see another member's keys or runs, and the
- * pages' strict CSP with every request the browser made going to this server. Screenshots of
- * each page land in docs/console/ (the README shows them).
+ * pages' strict CSP with every request the browser made going to this server. Every page is
+ * screenshotted; with SCRATCHRUN_SCREENSHOTS=1 the shots replace docs/console/*.png (the README
+ * shows them), else they go to a temporary directory, so a test run leaves the checkout as it was.
  */
 import assert from "node:assert/strict";
-import { mkdirSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
@@ -16,7 +18,10 @@ import { startService, type ServiceHarness } from "../api/harness.js";
 import { TEST_BACKENDS } from "../helpers/backends.js";
 import { REPO_ROOT } from "../helpers/mcp-client.js";
 
-const SHOTS = join(REPO_ROOT, "docs/console");
+const SHOTS =
+  process.env.SCRATCHRUN_SCREENSHOTS === "1"
+    ? join(REPO_ROOT, "docs/console")
+    : mkdtempSync(join(tmpdir(), "console-shots-"));
 const EXAMPLE_PNG_CODE =
   "import matplotlib.pyplot as plt\nimport numpy as np\nx = np.linspace(0, 10, 100)\nplt.plot(x, np.sin(x))\nplt.savefig('/tmp/plot.png')";
 
@@ -95,6 +100,7 @@ describe("console in headless Chromium (namespace backend)", () => {
   after(async () => {
     await browser?.close();
     await h?.close();
+    if (process.env.SCRATCHRUN_SCREENSHOTS !== "1") rmSync(SHOTS, { recursive: true, force: true });
   });
 
   async function signedIn(user: { name: string; password: string }): Promise<{

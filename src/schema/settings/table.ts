@@ -377,6 +377,13 @@ export const SETTINGS = {
     readers: ["tests"],
     doc: "the images directory of the image config tests' one image with every kind of extra",
   },
+  SCRATCHRUN_SCREENSHOTS: {
+    kind: "enum",
+    values: ["1"],
+    unset: "unset",
+    readers: ["tests"],
+    doc: "`1`: the console's browser test replaces the README's screenshots in `docs/console/` (else it takes them into a temporary directory)",
+  },
   SCRATCHRUN_TEST_SECRET: {
     kind: "string",
     unset: "unset",
