@@ -338,8 +338,7 @@ async function main(): Promise<void> {
           log,
         );
       });
-    // Brokered secrets' cost is small and quick to measure: in quick runs too, unless --only.
-    if (only ? only.has("secrets") : true)
+    if (phase("secrets"))
       await attempt("secrets", async () => {
         results.secrets = await benchSecrets(["namespace", "microvm"], plan.secrets, log);
       });
