@@ -3,7 +3,7 @@ import { readJsonBody } from "../http/body.js";
 import { sendError, sendJson } from "../http/json-server.js";
 import type { PolicyPatch } from "../policy/key-policy.js";
 import type { KeyInfo, KeyStore } from "../store/keys.js";
-import type { OAuthStore } from "../store/oauth.js";
+import type { Grant, OAuthStore } from "../store/oauth.js";
 import type { RunStore } from "../store/runs.js";
 import type { ConsoleSession } from "../store/users.js";
 
@@ -54,6 +54,21 @@ export function keyJson(k: KeyInfo) {
     created_at: k.createdAt,
     last_used_at: k.lastUsedAt,
     policy: k.policy,
+  };
+}
+
+/** A grant as the console's routes answer it (the key's page and the grants list). */
+export function grantJson(g: Grant) {
+  return {
+    id: g.id,
+    key_id: g.keyId,
+    client_id: g.clientId,
+    client_name: g.clientName,
+    resource: g.resource,
+    scope: g.scope,
+    created_at: g.createdAt,
+    revoked_at: g.revokedAt,
+    revoked_reason: g.revokedReason,
   };
 }
 
@@ -166,20 +181,7 @@ export function consoleApi(d: ConsoleApiDeps) {
     if (keyRoute && keyRoute[2] === "/grants" && method === "GET") {
       const k = await mine(keyRoute[1]!);
       if (!k) noKey();
-      else
-        sendJson(res, 200, {
-          grants: (await d.oauth.grantsFor([k.id])).map((g) => ({
-            id: g.id,
-            key_id: g.keyId,
-            client_id: g.clientId,
-            client_name: g.clientName,
-            resource: g.resource,
-            scope: g.scope,
-            created_at: g.createdAt,
-            revoked_at: g.revokedAt,
-            revoked_reason: g.revokedReason,
-          })),
-        });
+      else sendJson(res, 200, { grants: (await d.oauth.grantsFor([k.id])).map(grantJson) });
       return true;
     }
     if (path === "/v1/console/runs" && method === "GET") {

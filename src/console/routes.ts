@@ -8,7 +8,7 @@ import { isLocalPath, withParams } from "../oauth/uris.js";
 import type { KeyInfo, KeyStore } from "../store/keys.js";
 import type { AuthRequest, OAuthStore } from "../store/oauth.js";
 import { SESSION_MS, type ConsoleSession, type UserStore } from "../store/users.js";
-import { consoleApiLabel, keyJson, type consoleApi } from "./api.js";
+import { consoleApiLabel, grantJson, keyJson, type consoleApi } from "./api.js";
 import { APP_PATH, serveStatic } from "./static.js";
 import { parseCookies, sessionCookieName, setCookie, signinCookieName } from "./cookies.js";
 import {
@@ -404,19 +404,7 @@ export function consoleRoutes(d: ConsoleDeps) {
     } else if (path === "/v1/console/grants" && method === "GET") {
       const keys = await visibleKeys(d.keys, s);
       const grants = await d.oauth.grantsFor(keys.map((k) => k.id));
-      sendJson(res, 200, {
-        grants: grants.map((g) => ({
-          id: g.id,
-          key_id: g.keyId,
-          client_id: g.clientId,
-          client_name: g.clientName,
-          resource: g.resource,
-          scope: g.scope,
-          created_at: g.createdAt,
-          revoked_at: g.revokedAt,
-          revoked_reason: g.revokedReason,
-        })),
-      });
+      sendJson(res, 200, { grants: grants.map(grantJson) });
     } else if (grantId !== null && method === "DELETE") {
       const g = await d.oauth.grant(grantId);
       const keys = await visibleKeys(d.keys, s);

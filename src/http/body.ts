@@ -11,17 +11,10 @@ export async function readJsonBody(req: IncomingMessage, capBytes: number): Prom
   const type = (req.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
   if (type !== "application/json")
     return { ok: false, status: 415, message: "Content-Type must be application/json" };
-  const declared = req.headers["content-length"];
-  if (declared !== undefined && Number(declared) > capBytes) return tooLarge(capBytes);
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > capBytes) return tooLarge(capBytes);
-    chunks.push(chunk);
-  }
+  const body = await readCapped(req, capBytes);
+  if (!body.ok) return body;
   try {
-    return { ok: true, value: JSON.parse(Buffer.concat(chunks).toString("utf8")) };
+    return { ok: true, value: JSON.parse(body.text) };
   } catch {
     return { ok: false, status: 400, message: "Body is not valid JSON" };
   }
@@ -45,6 +38,25 @@ export async function readFormBody(
       status: 415,
       message: "Content-Type must be application/x-www-form-urlencoded",
     };
+  const body = await readCapped(req, capBytes);
+  if (!body.ok) return body;
+  const value: Record<string, string> = {};
+  for (const [k, v] of new URLSearchParams(body.text)) {
+    if (Object.hasOwn(value, k))
+      return { ok: false, status: 400, message: `parameter ${k} is given more than once` };
+    value[k] = v;
+  }
+  return { ok: true, value };
+}
+
+/**
+ * A body of at most `capBytes` as UTF-8 text. Content-Length over the cap is refused before
+ * reading; a chunked body is counted as it arrives and dropped at the cap.
+ */
+async function readCapped(
+  req: IncomingMessage,
+  capBytes: number,
+): Promise<{ ok: true; text: string } | { ok: false; status: 413; message: string }> {
   const declared = req.headers["content-length"];
   if (declared !== undefined && Number(declared) > capBytes) return tooLarge(capBytes);
   const chunks: Buffer[] = [];
@@ -54,13 +66,7 @@ export async function readFormBody(
     if (size > capBytes) return tooLarge(capBytes);
     chunks.push(chunk);
   }
-  const value: Record<string, string> = {};
-  for (const [k, v] of new URLSearchParams(Buffer.concat(chunks).toString("utf8"))) {
-    if (Object.hasOwn(value, k))
-      return { ok: false, status: 400, message: `parameter ${k} is given more than once` };
-    value[k] = v;
-  }
-  return { ok: true, value };
+  return { ok: true, text: Buffer.concat(chunks).toString("utf8") };
 }
 
 const tooLarge = (cap: number): { ok: false; status: 413; message: string } => ({
