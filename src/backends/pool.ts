@@ -20,6 +20,8 @@ export interface PooledVm {
    * before handing it to its call).
    */
   promote?(): Promise<void>;
+  /** Lowers it back to the background CPU weight (a claimed start that no call took). */
+  demote?(): Promise<void>;
 }
 
 /**
@@ -441,6 +443,10 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
         list.push(vm);
         this.ready.set(runtime, list);
         this.wanted.delete(runtime);
+        // A start a call waited for was raised to a call's weight; if no call waits for this key
+        // any more (it took another sandbox), it parks at the background weight like any other.
+        if (start.claimed && (this.claimed.get(runtime) ?? 0) === 0)
+          void vm.demote?.().catch(() => {});
         for (const listener of this.readyListeners) listener();
         // A pooled VM that dies (QEMU crash, OOM) is dropped and replaced.
         void vm.exited.then(() => {

@@ -471,6 +471,11 @@ export class MicroVm {
     return this.cgroup.setCpuWeight(CPU_WEIGHT.call);
   }
 
+  /** Back to the background weight: a start a call waited for that the call did not take. */
+  demote(): Promise<void> {
+    return this.cgroup.setCpuWeight(CPU_WEIGHT.background);
+  }
+
   /** True when the VM has a sandbox network (pooled VMs on a server with egress). */
   get hasNetwork(): boolean {
     return this.net !== null;

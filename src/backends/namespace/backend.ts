@@ -438,6 +438,7 @@ export class NamespaceBackend implements Backend {
         },
         kill,
         promote: () => cgroup.setCpuWeight(CPU_WEIGHT.call),
+        demote: () => cgroup.setCpuWeight(CPU_WEIGHT.background),
         destroy: () => undo.unwind(),
         usage: async () => ({
           pids: await cgroup.pids(),
