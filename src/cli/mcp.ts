@@ -91,15 +91,28 @@ export async function runMcpStdio(argv: string[] = []): Promise<void> {
     ? await startRemote(remote)
     : await startLocal(values.isolation, values["image-config"], limits, values["egress-allow"]);
   let closing = false;
-  const shutdown = async () => {
+  const shutdown = async (code = 0) => {
     if (closing) return;
     closing = true;
-    await engine.close();
-    process.exit(0);
+    try {
+      await engine.close();
+    } catch (err) {
+      process.stderr.write(`scratchrun-mcp: closing failed: ${errorText(err)}\n`);
+      code = 1;
+    }
+    process.exit(code);
   };
   process.on("SIGINT", () => void shutdown());
   process.on("SIGTERM", () => void shutdown());
   process.stdin.on("end", () => void shutdown());
+  // A bug nothing caught ends the process as Node would, but only after every sandbox is
+  // destroyed: its QEMU or jails die with the process, their cgroups and directories would not.
+  const fatal = (err: unknown) => {
+    process.stderr.write(`scratchrun-mcp: internal error, closing: ${errorText(err)}\n`);
+    void shutdown(1);
+  };
+  process.on("uncaughtException", fatal);
+  process.on("unhandledRejection", fatal);
   serveMcpStdio(engine, () => void shutdown());
   process.stderr.write(
     `scratchrun-mcp: ready (${remote ? `remote ${new URL(remote.url).origin}, ` : ""}isolation ${engine.backend.isolation}; network: ${networkLine})\n`,
@@ -173,4 +186,8 @@ class ClosingStdioTransport extends StdioServerTransport {
     await super.close();
     this.onClosed();
   }
+}
+
+function errorText(err: unknown): string {
+  return err instanceof Error ? (err.stack ?? err.message) : String(err);
 }

@@ -63,7 +63,10 @@ function int(v: string | undefined, name: string, fallback: number, min = 1): nu
   return n;
 }
 
-/** Resolves with the exit code on the first SIGTERM/SIGINT, after `stop` finished. */
+/**
+ * Resolves with the exit code on the first SIGTERM/SIGINT (0), or an error nothing caught (1),
+ * after `stop` finished.
+ */
 function untilSignal(logger: Logger, stop: () => Promise<void>, inFlight: () => number) {
   return new Promise<number>((resolve) => {
     let stopping = false;
@@ -75,6 +78,18 @@ function untilSignal(logger: Logger, stop: () => Promise<void>, inFlight: () => 
     };
     process.on("SIGTERM", () => onSignal("SIGTERM"));
     process.on("SIGINT", () => onSignal("SIGINT"));
+    // A bug nothing caught ends the process as Node would, but after the drain: sandboxes are
+    // destroyed, never left to the next start's reaper.
+    const fatal = (err: unknown) => {
+      logger.error({ err }, "internal error: closing");
+      if (stopping) return;
+      stopping = true;
+      void stop()
+        .catch(() => {})
+        .then(() => resolve(1));
+    };
+    process.on("uncaughtException", fatal);
+    process.on("unhandledRejection", fatal);
   });
 }
 

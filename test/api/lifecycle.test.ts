@@ -3,6 +3,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 import { after, before, describe, test } from "node:test";
 import { openDatabase, type Db } from "../../src/store/db.js";
 import { KeyStore } from "../../src/store/keys.js";
@@ -32,12 +33,16 @@ function cgroupNames(): string[] {
 }
 
 /** Starts `scratchrun serve` as an operator would, on a free loopback port. */
-async function serve(home: string, extra: string[] = []): Promise<Served> {
+async function serve(
+  home: string,
+  extra: string[] = [],
+  env: Record<string, string> = {},
+): Promise<Served> {
   const child = spawn(
     process.execPath,
     [CLI, "serve", "--host", "127.0.0.1", "--port", "0", ...extra],
     {
-      env: { ...process.env, SCRATCHRUN_HOME: home, SCRATCHRUN_ISOLATION: "namespace" },
+      env: { ...process.env, SCRATCHRUN_HOME: home, SCRATCHRUN_ISOLATION: "namespace", ...env },
       stdio: ["ignore", "ignore", "pipe"],
     },
   );
@@ -69,6 +74,23 @@ describe("lifecycle: crash recovery, graceful shutdown, remote mode", () => {
     db.close();
     rmSync(home, { recursive: true, force: true });
     await assertNoLeaks(base);
+  });
+
+  test("an error nothing caught: serve logs it, destroys every sandbox, exits 1", async () => {
+    const inject = join(REPO_ROOT, "dist/test/helpers/inject-fault.js");
+    const before = snapshot();
+    const s = await serve(home, [], { NODE_OPTIONS: `--import=${pathToFileURL(inject).href}` });
+    await waitFor(
+      "the warm pool's first jail",
+      () => snapshot().cgroups.some((c) => !before.cgroups.includes(c)) || undefined,
+      60_000,
+    );
+    s.child.kill("SIGUSR2");
+    const code = await s.exited;
+    await assertNoLeaks(before);
+    assert.equal(code, 1);
+    assert.match(s.stderr(), /internal error: closing/);
+    assert.match(s.stderr(), /injected fault/);
   });
 
   test("kill -9 mid-run, then restart: the sandbox is reaped and the run marked failed", async () => {

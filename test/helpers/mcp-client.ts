@@ -53,6 +53,12 @@ export interface McpHarness {
   /** The server's own pid (to signal it as an operator would). */
   serverPid(): number;
   close(): Promise<void>;
+  /**
+   * After close(): ms from the client's close to the server's exit. The client's transport sends
+   * SIGTERM after 2 s and SIGKILL after 4, and a server killed so leaves its sandboxes to the next
+   * start's reaper: a leak check names this when it fails.
+   */
+  closedAfterMs(): number | null;
 }
 
 /** How the suites spawn the built stdio server: on this test's own Node unless one is named. */
@@ -79,6 +85,7 @@ export async function startServer(
   env: Record<string, string> = {},
   node?: string,
 ): Promise<McpHarness> {
+  let closedAfterMs: number | null = null;
   const { client, pid, stderr } =
     TEST_ERA === "2026-07-28" ? await connectModern(env, node) : await connectLegacy(env, node);
   const call = async (
@@ -101,8 +108,26 @@ export async function startServer(
     serverFds: () => readdirSync(`/proc/${pid}/fd`).length,
     serverChildren: () => childrenOf(pid).length,
     serverPid: () => pid,
-    close: () => client.close(),
+    async close() {
+      const t0 = Date.now();
+      const gone = exitOf(pid);
+      await client.close();
+      closedAfterMs = (await gone) - t0;
+    },
+    closedAfterMs: () => closedAfterMs,
   };
+}
+
+/** Resolves with the time (Date.now()) the process is gone (polled: it is not our own child). */
+async function exitOf(pid: number): Promise<number> {
+  for (;;) {
+    try {
+      process.kill(pid, 0);
+    } catch {
+      return Date.now();
+    }
+    await new Promise((r) => setTimeout(r, 10));
+  }
 }
 
 interface Connected {
