@@ -94,6 +94,10 @@ export async function runMcpStdio(argv: string[] = []): Promise<void> {
   const shutdown = async (code = 0) => {
     if (closing) return;
     closing = true;
+    // Stdin has ended: once the sandboxes' own processes are gone, nothing else may hold Node's
+    // event loop, and a close step still awaiting a promise would let the process end there,
+    // silently, with cgroups and directories left. Held until process.exit below.
+    setInterval(() => {}, 60_000);
     try {
       await engine.close();
     } catch (err) {
