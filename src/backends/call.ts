@@ -7,7 +7,6 @@
 import type { Readable, Writable } from "node:stream";
 import type { DomainAllowlist } from "../net/allowlist.js";
 import { runAgentSession } from "../protocol/session.js";
-import type { AgentRequest } from "../protocol/types.js";
 import type { BackendOutcome, Isolation, NetworkReport, RunOptions, SandboxJob } from "./types.js";
 import type { BrokerSpec } from "../net/proxy/control.js";
 import { egressAllowlist, egressBroker } from "./egress.js";
@@ -66,7 +65,7 @@ export async function runCall(
   sandbox: CallSandbox,
   job: SandboxJob,
   options: RunOptions,
-  ctx: { isolation: Isolation; startedAt: number; teardowns: Teardowns; request?: AgentRequest },
+  ctx: { isolation: Isolation; startedAt: number; teardowns: Teardowns },
 ): Promise<BackendOutcome> {
   try {
     const allow = egressAllowlist(job.egress);
@@ -74,7 +73,7 @@ export async function runCall(
     const sandboxReadyMs = Date.now() - ctx.startedAt;
     const agent = await runAgentSession(
       { input: sandbox.input, output: sandbox.output },
-      ctx.request ?? job.request,
+      job.request,
       {
         signal: options.signal,
         hardDeadlineMs: job.request.timeoutMs + HOST_GRACE_MS,

@@ -19,8 +19,6 @@ export interface SessionParts {
   output: Writable;
   /** The kernel script's path inside the sandbox (the runtime's), or null (bash). */
   kernel: string | null;
-  /** The code's uid/gid where the request leaves them to the backend (microVM), else null. */
-  codeIds: number | null;
   /**
    * The interpreter the sandbox pre-started (a clone of a microVM template has one; guest/
    * prestart.py), or null. The session's first kernel may be it (the agent adopts it when a fresh
@@ -84,8 +82,6 @@ export function sessionSandbox(
           { input: parts.input, output: parts.output },
           {
             ...request,
-            uid: request.uid ?? parts.codeIds,
-            gid: request.gid ?? parts.codeIds,
             ...(parts.ownClock ? { clockMs: Date.now() } : {}),
             session: {
               kernel: parts.kernel,

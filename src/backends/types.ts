@@ -93,6 +93,12 @@ export interface Backend {
   readonly name: "microvm" | "namespace";
   readonly isolation: Isolation;
   /**
+   * The uid and gid the call's code runs as, decided here once for every call and session of this
+   * backend: a number inside the sandbox's own kernel (microVM: the guest's unprivileged user), or
+   * null for the agent's own ids (namespace: the jail's sandbox uid, already unprivileged).
+   */
+  readonly codeIds: number | null;
+  /**
    * Runs one job in a fresh sandbox, used for this job only, whose every process has exited
    * before the promise settles; removing what is left of it on the host (cgroup directories,
    * network, uid) may follow in the background, and close() waits for that.

@@ -236,7 +236,11 @@ export class Engine {
     if (options.signal?.aborted) controller.abort();
     const started = Date.now();
     try {
-      const agentRequest = toAgentRequest(req, null, this.options.seedFiles?.[req.runtime]);
+      const agentRequest = toAgentRequest(
+        req,
+        this.backend.codeIds,
+        this.options.seedFiles?.[req.runtime],
+      );
       options.onProgress?.({ stage: "starting" });
       const outcome = await this.backend.run(
         {

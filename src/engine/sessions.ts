@@ -277,7 +277,7 @@ export class Sessions {
       try {
         const request = toAgentRequest(
           effective,
-          null,
+          this.backend.codeIds,
           s.calls === 0 ? this.seeds[s.runtime] : undefined,
         );
         const outcome = await s.sandbox.run(

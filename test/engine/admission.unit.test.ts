@@ -141,6 +141,7 @@ describe("Admission: bounded concurrency, bounded queue, deadlines, aborts", () 
 class HeldBackend implements Backend {
   readonly name = "namespace" as const;
   readonly isolation = "namespace" as const;
+  readonly codeIds = null;
   runs = 0;
   run(_job: SandboxJob, options: RunOptions): Promise<BackendOutcome> {
     this.runs++;

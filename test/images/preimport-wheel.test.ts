@@ -119,7 +119,7 @@ describe("python3.12 pre-imports what a wheel put in its image", () => {
         runtime: "python3.12",
         memoryMb: req.memory_mb,
         egress: { kind: "none" },
-        request: toAgentRequest(req, null),
+        request: toAgentRequest(req, backend.codeIds),
         flavour: flavourFor(req, pre ?? undefined),
       },
       { signal: new AbortController().signal },

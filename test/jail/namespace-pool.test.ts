@@ -36,7 +36,7 @@ function job(
     runtime,
     memoryMb,
     egress: { kind: "none" },
-    request: toAgentRequest(req, null),
+    request: toAgentRequest(req, null) /* NamespaceBackend.codeIds */,
     flavour: flavourFor(req, preimport[runtime]),
   };
 }

@@ -21,6 +21,7 @@ import { copyFileSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { SandboxJob } from "../../src/backends/types.js";
+import { CODE_UID } from "../../src/protocol/guest-header.js";
 import { detectCgroups, listScratchrunCgroups } from "../../src/jail/cgroup.js";
 import { allProcStats } from "../../src/jail/procfs.js";
 
@@ -83,8 +84,9 @@ export function shJob(code: string, overrides: Partial<SandboxJob["request"]> = 
       maxStderrBytes: 1 << 20,
       maxFileBytes: 1 << 20,
       maxTotalFileBytes: 2 << 20,
-      uid: null,
-      gid: null,
+      // What the engine sends this backend (MicrovmBackend.codeIds): the guest's code user.
+      uid: CODE_UID,
+      gid: CODE_UID,
       cwd: "/home/user",
       argv: ["/bin/sh", "-c", code],
       env: { PATH: "/bin" },

@@ -90,7 +90,7 @@ describe(
           runtime,
           memoryMb: req.memory_mb,
           egress: { kind: "none" },
-          request: toAgentRequest(req, null),
+          request: toAgentRequest(req, backend.codeIds),
         },
         { signal: new AbortController().signal },
       );

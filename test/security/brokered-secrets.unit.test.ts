@@ -163,6 +163,7 @@ describe("the call's CA and its leaves", () => {
 class RecordingBackend implements Backend {
   readonly name = "namespace" as const;
   readonly isolation = "namespace" as const;
+  readonly codeIds = null;
   readonly jobs: SandboxJob[] = [];
   async run(job: SandboxJob): Promise<BackendOutcome> {
     this.jobs.push(job);

@@ -156,6 +156,8 @@ function kvmGroupId(): number | null {
 export class MicrovmBackend implements Backend {
   readonly name = "microvm" as const;
   readonly isolation: Isolation;
+  /** The guest's unprivileged user (the agent in the guest runs as root). */
+  readonly codeIds = GUEST_UID;
   readonly pool: WarmPool<MicroVm, VmKind>;
   readonly mode: "restore" | "boot";
   private readonly live = new Set<MicroVm>();
@@ -509,11 +511,6 @@ export class MicrovmBackend implements Backend {
           isolation: this.isolation,
           startedAt: started,
           teardowns: this.teardowns,
-          request: {
-            ...job.request,
-            uid: job.request.uid ?? GUEST_UID,
-            gid: job.request.gid ?? GUEST_UID,
-          },
         },
       );
     } finally {
@@ -561,7 +558,6 @@ export class MicrovmBackend implements Backend {
         input: vm.channel,
         output: vm.channel,
         kernel: sessionScript && `/run/scratchrun-${sessionScript}`,
-        codeIds: GUEST_UID,
         prestarted,
         ownClock: true,
         // The guest counts its own OOM kills (the agent reports them per call).

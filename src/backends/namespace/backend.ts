@@ -111,6 +111,8 @@ interface Jail extends PooledVm {
 export class NamespaceBackend implements Backend {
   readonly name = "namespace" as const;
   readonly isolation = "namespace" as const;
+  /** The agent's own: the jail's sandbox uid. */
+  readonly codeIds = null;
   private readonly uids = new UidPool();
   private readonly cgroups: CgroupHost;
   private readonly seccomp = renderSeccompFilter();
@@ -285,7 +287,6 @@ export class NamespaceBackend implements Backend {
         input: jail.child.stdout!,
         output: jail.child.stdin!,
         kernel: sessionScript && `${AGENT_MOUNT}/${sessionScript}`,
-        codeIds: null,
         prestarted: null,
         ownClock: false,
         counters: async () => ({
