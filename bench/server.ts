@@ -40,7 +40,7 @@ async function main(): Promise<void> {
   const timer = setInterval(() => {
     const ready = Object.fromEntries(
       RUNTIMES.map((r) => {
-        const w = backend.warm(r);
+        const w = backend.pooled(r);
         return [r, [w.ready, w.target]];
       }),
     );

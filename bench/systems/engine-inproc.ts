@@ -48,9 +48,9 @@ export function engineInProcess(
       const deadline = Date.now() + timeoutMs;
       const full = () =>
         engine !== null &&
-        engine.backend.warm("python3.11") !== undefined &&
+        engine.backend.pooled("python3.11") !== undefined &&
         RUNTIMES.every((r) => {
-          const w = engine!.backend.warm(r);
+          const w = engine!.backend.pooled(r);
           return w.ready >= w.target;
         }) &&
         (engine.backend as { pool?: { starting: number } }).pool?.starting === 0;

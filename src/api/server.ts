@@ -157,7 +157,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
   // Client registrations are open to anyone: 20 at once per address, then one per 30 s.
   const registrations = new FailureLimiter(20, 30_000);
   if (local) {
-    const warm = (r: RuntimeName) => local.engine.backend.warm(r);
+    const pooled = (r: RuntimeName) => local.engine.backend.pooled(r);
     metrics.addGauge({
       name: "scratchrun_sandboxes_active",
       help: "Calls holding a sandbox slot.",
@@ -172,7 +172,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
       name: "scratchrun_pool_ready",
       help: "Warm sandboxes ready per runtime (the namespace backend's jails serve every runtime).",
       labelNames: ["runtime"],
-      read: () => RUNTIMES.map((r) => ({ labels: { runtime: r }, value: warm(r).ready })),
+      read: () => RUNTIMES.map((r) => ({ labels: { runtime: r }, value: pooled(r).ready })),
     });
   }
   for (const g of replica?.gauges ?? []) metrics.addGauge(g);
@@ -336,9 +336,9 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
     if (service.isDraining) status = "draining";
     else if (local) {
       // Warming: a pool is configured and nothing in it is ready yet (a pool of 0 never warms).
-      const warm = (r: RuntimeName) => local.engine.backend.warm(r);
+      const pooled = (r: RuntimeName) => local.engine.backend.pooled(r);
       const warming =
-        RUNTIMES.some((r) => warm(r).target > 0) && RUNTIMES.every((r) => warm(r).ready === 0);
+        RUNTIMES.some((r) => pooled(r).target > 0) && RUNTIMES.every((r) => pooled(r).ready === 0);
       status = warming ? "warming" : "ready";
     } else status = replica!.readiness().status;
     return {

@@ -114,8 +114,8 @@ export interface Backend {
    * populated), so the service can record it for crash recovery; returns the unsubscribe.
    */
   onSandboxReady(listener: () => void): () => void;
-  /** Warm sandboxes that could serve a call of this runtime now, and how many the pool keeps. */
-  warm(runtime: RuntimeName): { ready: number; target: number };
+  /** Pooled sandboxes that could serve a call of this runtime now, and how many the pool keeps. */
+  pooled(runtime: RuntimeName): { ready: number; target: number };
   /**
    * Each pool's state (/readyz): its kind, full / building / empty / off and since when, and
    * `fullAfterMs`, how long after start every pool was first full (null: not yet).

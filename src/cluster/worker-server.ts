@@ -80,7 +80,7 @@ export async function startWorkerServer(options: WorkerServerOptions): Promise<W
       max_queued: engine.admission.maxQueued,
     },
     warm: Object.fromEntries(
-      RUNTIMES.map((r) => [r, engine.backend.warm(r)]),
+      RUNTIMES.map((r) => [r, engine.backend.pooled(r)]),
     ) as WorkerStatus["warm"],
     sessions: sessions.status(),
   });
@@ -100,7 +100,7 @@ export async function startWorkerServer(options: WorkerServerOptions): Promise<W
     help: "Warm sandboxes ready per runtime.",
     labelNames: ["runtime"],
     read: () =>
-      RUNTIMES.map((r) => ({ labels: { runtime: r }, value: engine.backend.warm(r).ready })),
+      RUNTIMES.map((r) => ({ labels: { runtime: r }, value: engine.backend.pooled(r).ready })),
   });
 
   const untrack = tracker
@@ -192,8 +192,8 @@ export async function startWorkerServer(options: WorkerServerOptions): Promise<W
     }
     if (path === "/readyz" && method === "GET") {
       const warming =
-        RUNTIMES.some((r) => engine.backend.warm(r).target > 0) &&
-        RUNTIMES.every((r) => engine.backend.warm(r).ready === 0);
+        RUNTIMES.some((r) => engine.backend.pooled(r).target > 0) &&
+        RUNTIMES.every((r) => engine.backend.pooled(r).ready === 0);
       const state = draining ? "draining" : warming ? "warming" : "ready";
       sendJson(res, state === "ready" ? 200 : 503, {
         status: state,

@@ -85,7 +85,7 @@ for (const backend of TEST_BACKENDS) {
       await make("plain", null);
       await make("allowlisted", { network: "public", egress_allow: ["pypi.org"] });
       await make("offline", { network: "none" });
-      await waitFor("a warm sandbox", () => h.engine.backend.warm("bash").ready > 0, 120_000);
+      await waitFor("a warm sandbox", () => h.engine.backend.pooled("bash").ready > 0, 120_000);
     });
 
     after(async () => {
@@ -346,7 +346,7 @@ for (const backend of TEST_BACKENDS) {
     });
 
     test("a large-memory call gets its memory in a sandbox of its own; the default pool is left for default calls", async () => {
-      const warmBefore = h.engine.backend.warm("bash").ready;
+      const warmBefore = h.engine.backend.pooled("bash").ready;
       const before = counters();
       // 700 MiB touched page by page: more than the product's 512 MB maximum allows.
       const big = await rest("wide", {
@@ -359,7 +359,7 @@ for (const backend of TEST_BACKENDS) {
       assert.deepEqual([big.body.exit_reason, big.body.stdout], ["ok", `${(700 << 20) / 4096}\n`]);
       const after = counters();
       assert.equal(
-        h.engine.backend.warm("bash").ready,
+        h.engine.backend.pooled("bash").ready,
         warmBefore,
         "the warm sandbox was not taken",
       );

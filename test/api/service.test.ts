@@ -72,7 +72,7 @@ describe("HTTP service on one engine", () => {
   test("/readyz and scratchrun_pool_ready count the namespace pool's jails for every runtime", async () => {
     // Jails are pooled per runtime (and, for Python with a pre-import, per flavour): wait for all.
     const full = () =>
-      RUNTIMES.every((r) => h.engine.backend.warm(r).ready === h.engine.backend.warm(r).target);
+      RUNTIMES.every((r) => h.engine.backend.pooled(r).ready === h.engine.backend.pooled(r).target);
     await waitFor("every runtime's warm jails", full, 60_000);
     const res = await fetch(`${h.api.url}/readyz`);
     const body = (await res.json()) as {
@@ -106,7 +106,7 @@ describe("HTTP service on one engine", () => {
     );
     const metrics = await h.api.metrics.render();
     for (const r of RUNTIMES) {
-      const { ready, target } = h.engine.backend.warm(r);
+      const { ready, target } = h.engine.backend.pooled(r);
       // A once-called runtime nobody has called yet keeps no jail (and /readyz does not wait).
       if (ONCE_CALLED.includes(r)) assert.deepEqual({ ready, target }, { ready: 0, target: 0 }, r);
       else assert.ok(ready >= 1, `${r}: ${ready} warm`);
@@ -117,14 +117,14 @@ describe("HTTP service on one engine", () => {
   test("a once-called runtime's first call starts its pool, which then fills", async () => {
     const runtime = "python3.13";
     assert.ok(ONCE_CALLED.includes(runtime));
-    assert.equal(h.engine.backend.warm(runtime).target, 0, `${runtime} was not called yet`);
+    assert.equal(h.engine.backend.pooled(runtime).target, 0, `${runtime} was not called yet`);
     const first = await h.post("/v1/exec", { runtime, code: "print(6 * 7)" }, keys.a);
     assert.equal(first.status, 200);
     assert.equal(((await first.json()) as { stdout: string }).stdout, "42\n");
-    assert.ok(h.engine.backend.warm(runtime).target >= 1, "called once: pooled from now on");
+    assert.ok(h.engine.backend.pooled(runtime).target >= 1, "called once: pooled from now on");
     await waitFor(
       `${runtime}'s warm jails`,
-      () => h.engine.backend.warm(runtime).ready >= 1,
+      () => h.engine.backend.pooled(runtime).ready >= 1,
       60_000,
     );
     const metrics = await h.api.metrics.render();

@@ -179,7 +179,7 @@ class HeldBackend implements Backend {
   onSandboxReady(): () => void {
     return () => {};
   }
-  warm() {
+  pooled() {
     return { ready: 0, target: 0 };
   }
   pools() {

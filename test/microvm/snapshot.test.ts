@@ -176,7 +176,7 @@ describe("microvm: a once-called runtime", { skip: skip ?? false, timeout: 300_0
     const backend = started();
     await backend.pool.whenFull(); // full at once: nothing is kept for bash yet
     await new Promise((r) => setTimeout(r, 500));
-    assert.deepEqual(backend.warm("bash"), { ready: 0, target: 0 });
+    assert.deepEqual(backend.pooled("bash"), { ready: 0, target: 0 });
     assert.equal(backend.counters.templates, 0, "no template before a call");
     assert.equal(backend.pool.starting, 0, "no clone being made");
     assert.deepEqual(
@@ -194,9 +194,9 @@ describe("microvm: a once-called runtime", { skip: skip ?? false, timeout: 300_0
     const first = await backend.run(shJob("echo first"), { signal: signal() });
     assert.equal(text(first.agent.stdout), "first\n");
     assert.equal(backend.counters.bootedCalls, 1, "the first call boots its own VM");
-    assert.equal(backend.warm("bash").target, 1, "called once: pooled from now on");
+    assert.equal(backend.pooled("bash").target, 1, "called once: pooled from now on");
     await backend.pool.whenFull();
-    assert.deepEqual(backend.warm("bash"), { ready: 1, target: 1 });
+    assert.deepEqual(backend.pooled("bash"), { ready: 1, target: 1 });
     assert.equal(backend.counters.templates, 1);
 
     const second = await backend.run(shJob("echo second"), { signal: signal() });

@@ -197,7 +197,7 @@ class RecordingBackend implements Backend {
   onSandboxReady(): () => void {
     return () => {};
   }
-  warm() {
+  pooled() {
     return { ready: 0, target: 0 };
   }
   pools() {

@@ -469,7 +469,7 @@ export class MicrovmBackend implements Backend {
   }
 
   /** Pooled clones that would serve this runtime, of both flavours. */
-  warm(runtime: RuntimeName): { ready: number; target: number } {
+  pooled(runtime: RuntimeName): { ready: number; target: number } {
     const kinds = [vmKind(runtime, "plain"), vmKind(runtime, "preimport")];
     return {
       ready: kinds.reduce((n, k) => n + this.pool.readyCount(k), 0),

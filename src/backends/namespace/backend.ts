@@ -175,7 +175,7 @@ export class NamespaceBackend implements Backend {
   }
 
   /** Pooled jails that would serve this runtime, of every network mode and flavour. */
-  warm(runtime: RuntimeName): { ready: number; target: number } {
+  pooled(runtime: RuntimeName): { ready: number; target: number } {
     let ready = 0;
     let target = 0;
     for (const kind of Object.keys(this.pool.config.sizes) as JailKind[]) {
