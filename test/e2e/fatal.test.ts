@@ -4,24 +4,9 @@ import { pathToFileURL } from "node:url";
 import { describe, test } from "node:test";
 import { TEST_BACKENDS } from "../helpers/backends.js";
 import { assertNoLeaks, snapshot } from "../helpers/leaks.js";
-import { startServer } from "../helpers/mcp-client.js";
+import { exitOf, startServer } from "../helpers/mcp-client.js";
 
 const INJECT = join(import.meta.dirname, "../helpers/inject-fault.js");
-
-/** Resolves once the process is gone (it is the client transport's child, not ours). */
-async function exitOf(pid: number, withinMs: number): Promise<void> {
-  const deadline = Date.now() + withinMs;
-  for (;;) {
-    try {
-      process.kill(pid, 0);
-    } catch {
-      return;
-    }
-    if (Date.now() > deadline)
-      assert.fail(`the server (pid ${pid}) still runs after ${withinMs} ms`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 /**
  * A bug that throws where nothing catches ends the process, as Node's default would, but only

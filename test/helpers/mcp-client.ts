@@ -118,14 +118,19 @@ export async function startServer(
   };
 }
 
-/** Resolves with the time (Date.now()) the process is gone (polled: it is not our own child). */
-async function exitOf(pid: number): Promise<number> {
+/**
+ * Resolves with the time (Date.now()) the process is gone, polled (a server is the client
+ * transport's child, not the test's); fails once `withinMs` passed with it still running.
+ */
+export async function exitOf(pid: number, withinMs = Infinity): Promise<number> {
+  const deadline = Date.now() + withinMs;
   for (;;) {
     try {
       process.kill(pid, 0);
     } catch {
       return Date.now();
     }
+    if (Date.now() > deadline) throw new Error(`pid ${pid} still runs after ${withinMs} ms`);
     await new Promise((r) => setTimeout(r, 10));
   }
 }
