@@ -7,7 +7,6 @@ import type { Ceiling } from "../policy/host.js";
 import type { KeyPolicy } from "../policy/key-policy.js";
 import { resolveCallerPolicy, type CallerPolicy } from "../policy/resolve.js";
 import type { ExecRequest } from "../schema/exec.js";
-import { policyViolations } from "../schema/policy.js";
 import type { RunStart, RunStore } from "../store/runs.js";
 import type { SessionRow, SessionStore } from "../store/sessions.js";
 import type { SessionInfo } from "../schema/session.js";
@@ -257,13 +256,9 @@ export class ExecService {
       throw new ScratchRunError("NOT_READY", "The server is shutting down", {
         fix: "Retry against another instance or after it restarts",
       });
-    // The key's policy holds whatever parsed the request: refused before admission, so nothing is
-    // recorded and no sandbox starts.
-    const beyond = policyViolations(req, caller.policy.call);
-    if (beyond.length) {
-      this.metrics.refused.inc({ reason: "policy" });
-      throw new ScratchRunError("INVALID_INPUT", `Invalid request: ${beyond.join("; ")}`);
-    }
+    // The caller's policy was checked once, by the parse every front end runs with it (REST's
+    // parseExecRequest(body, caller.policy.call), the MCP tool's with forCaller's policy): a call
+    // outside it never got here. The engine checks the host's ceiling; a worker its own.
     // Counted from before the (asynchronous) admission, so a drain never misses a call.
     this.inFlight++;
     const token = {};
