@@ -81,20 +81,51 @@ describe("microvm backend", { skip: skip ?? false, timeout: 300_000 }, () => {
       const r = await running;
       assert.equal(text(r.agent.stdout), "done\n");
       assert.equal(backend.counters.clonedCalls, 1, "the call took the pooled clone");
-      // A cold boot for a call (another memory size) starts at a call's weight; the template
-      // for that size is built in the background meanwhile.
-      const cold = backend.run(
-        { ...shJob("sleep 1; echo cold"), memoryMb: 192 },
+      // A call of another memory size finds no template: it waits for that size's template, whose
+      // build a call waits for and so runs at a call's weight, then runs in a clone of it (at a
+      // call's weight) rather than cold-booting beside the build.
+      const known = new Set(sandboxCgroupWeights().keys());
+      const templatesBefore = backend.counters.templates;
+      const other = backend.run(
+        { ...shJob("sleep 1; echo other"), memoryMb: 192 },
         { signal: signal() },
       );
-      let coldPids: number[] = [];
-      for (let i = 0; i < 400 && coldPids.length === 0; i++) {
-        await new Promise((r) => setTimeout(r, 25));
-        coldPids = await backend.livePids(true);
+      // Each new cgroup's weight as last seen (a fresh cgroup shows the kernel's default, a call's
+      // weight, for a moment before its own is written: only the last reading says what it ran at).
+      const lastWeight = new Map<string, number>();
+      for (let i = 0; i < 12_000 && backend.counters.templates === templatesBefore; i++) {
+        await new Promise((r) => setTimeout(r, 5));
+        for (const [name, weight] of sandboxCgroupWeights())
+          if (!known.has(name)) lastWeight.set(name, weight);
       }
-      assert.ok(coldPids.length > 0, "a VM is serving the cold call");
-      for (const pid of coldPids) assert.equal(cpuWeightOfPid(pid), CPU_WEIGHT.call, "cold VM");
-      assert.equal(text((await cold).agent.stdout), "cold\n");
+      assert.equal(
+        backend.counters.templates,
+        templatesBefore + 1,
+        "the 192 MB template was built",
+      );
+      // The template's VM is destroyed once its state is saved: the new cgroup that came and went.
+      const now = sandboxCgroupWeights();
+      const build = [...lastWeight].filter(([name]) => !now.has(name));
+      assert.equal(build.length, 1, `one template VM came and went: ${JSON.stringify(build)}`);
+      assert.equal(
+        build[0]![1],
+        CPU_WEIGHT.call,
+        "the build a call waited for ran at a call's weight",
+      );
+      let otherPids: number[] = [];
+      for (let i = 0; i < 400 && otherPids.length === 0; i++) {
+        await new Promise((r) => setTimeout(r, 25));
+        otherPids = await backend.livePids(true);
+      }
+      assert.ok(otherPids.length > 0, "a VM is serving the call");
+      for (const pid of otherPids) assert.equal(cpuWeightOfPid(pid), CPU_WEIGHT.call, "its clone");
+      assert.equal(text((await other).agent.stdout), "other\n");
+      assert.equal(
+        backend.counters.clonedCalls,
+        2,
+        "it ran in a clone of the template it waited for",
+      );
+      assert.equal(backend.counters.bootedCalls, 0, "no call cold-booted");
     } finally {
       await backend.close();
     }

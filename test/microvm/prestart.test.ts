@@ -27,8 +27,8 @@ describe("microvm: pre-started interpreters", () => {
 
   for (const runtime of ["python3.12", "python3.11"]) {
     test(`${runtime}: a call with the base environment runs in the pre-started interpreter`, async () => {
-      // Until the runtime's template exists a call cold-boots (fresh interpreter); the server
-      // builds it in the background after its first call.
+      // A first call waits for the runtime's template and runs in a clone; a call cold-boots
+      // (fresh interpreter) only if the build failed, so the loop allows for that.
       let first = "";
       for (let i = 0; i < 60 && first !== PRESTARTED; i++) {
         const { s } = await h.exec({ runtime, code: whoRuns });

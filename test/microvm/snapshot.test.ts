@@ -193,14 +193,16 @@ describe("microvm: a once-called runtime", { skip: skip ?? false, timeout: 300_0
 
     const first = await backend.run(shJob("echo first"), { signal: signal() });
     assert.equal(text(first.agent.stdout), "first\n");
-    assert.equal(backend.counters.bootedCalls, 1, "the first call boots its own VM");
+    assert.equal(backend.counters.templates, 1, "the first call waited for its template");
+    assert.equal(backend.counters.clonedCalls, 1, "and ran in a clone of it");
+    assert.equal(backend.counters.bootedCalls, 0, "nothing cold-booted beside the build");
     assert.equal(backend.pooled("bash").target, 1, "called once: pooled from now on");
     await backend.pool.whenFull();
     assert.deepEqual(backend.pooled("bash"), { ready: 1, target: 1 });
-    assert.equal(backend.counters.templates, 1);
 
     const second = await backend.run(shJob("echo second"), { signal: signal() });
     assert.equal(text(second.agent.stdout), "second\n");
-    assert.equal(backend.counters.clonedCalls, 1, "the next call runs in a pooled clone");
+    assert.equal(backend.counters.clonedCalls, 2, "the next call runs in a pooled clone");
+    assert.equal(backend.counters.templates, 1, "one template for both");
   });
 });

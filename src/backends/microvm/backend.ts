@@ -188,6 +188,14 @@ export class MicrovmBackend implements Backend {
   };
   private readonly templates = new Map<string, Promise<Template>>();
   private readonly built = new Map<string, Template>();
+  /**
+   * Templates being built that a call waits for, and the cgroup of each build's VM once it has
+   * one: a waited-for build runs at a call's CPU weight (calls first), not the background's.
+   */
+  private readonly templateWaits = new Set<string>();
+  private readonly templateCgroups = new Map<string, Cgroup>();
+  /** Templates whose last build failed: calls cold-boot meanwhile instead of waiting again. */
+  private readonly templateFailed = new Set<string>();
   private closed = false;
   /**
    * Aborted by close(): VMs still booting for the pool or for a template are destroyed at once
@@ -272,16 +280,29 @@ export class MicrovmBackend implements Backend {
           ? Math.max(this.bootTimeoutMs, PREIMPORT_BOOT_TIMEOUT_MS)
           : this.bootTimeoutMs,
         signal: this.closing.signal,
+        onCgroup: (cgroup) => {
+          this.templateCgroups.set(key, cgroup);
+          if (this.templateWaits.has(key))
+            void cgroup.setCpuWeight(CPU_WEIGHT.call).catch(() => {});
+        },
         // A pre-started interpreter warms the page cache itself.
         ...(prestart ? { prestart } : warm ? { warm } : {}),
         ...(pre ? { preimport: preimportSpec(pre) } : {}),
       });
       this.templates.set(key, t);
+      void t
+        .catch(() => {})
+        .finally(() => {
+          this.templateCgroups.delete(key);
+          this.templateWaits.delete(key);
+        });
       t.then((v) => {
+        this.templateFailed.delete(key);
         this.counters.templates++;
         this.built.set(key, v);
       }).catch((err: unknown) => {
         this.templateError = err;
+        this.templateFailed.add(key);
         if (this.templates.get(key) === t) this.templates.delete(key);
       });
     }
@@ -392,22 +413,58 @@ export class MicrovmBackend implements Backend {
       vm = null;
     }
     if (!vm && this.mode === "restore") {
-      const t = this.built.get(`${job.runtime}/${job.memoryMb}/${flavour}`);
+      let t = this.built.get(`${job.runtime}/${job.memoryMb}/${flavour}`) ?? null;
+      // A pre-imported template imports for seconds: the call goes on to the plain kind, and the
+      // build goes on for the calls after it.
+      if (!t && flavour === "plain")
+        t = await this.waitForTemplate(job.runtime, job.memoryMb, signal);
+      else if (!t) void this.template(job.runtime, job.memoryMb, flavour).catch(() => {});
       if (t)
         vm = await this.clone(t, job.memoryMb, signal, job.egress, "none", "call").catch(
           () => null,
         );
-      else void this.template(job.runtime, job.memoryMb, flavour).catch(() => {});
     }
     return vm;
   }
 
   /**
-   * A VM for a call: a pooled clone of its kind, else a clone restored for it once the template is
-   * built, else a cold boot (and, in restore mode, the template gets built in the background for
-   * the next calls). A call the engine routed to a pre-imported interpreter whose template is not
-   * built yet takes the plain kind. Then resumed to READY. A clone that fails to come up is
-   * replaced by a cold boot.
+   * The plain template of (runtime, memoryMb), built now if need be, for a call that found none:
+   * its build runs at a call's CPU weight from then on. A plain template is a cold boot that
+   * stops at the agent's seed step, so the call waits about as long as its own cold boot would
+   * take, plus a clone's restore, and the calls after it find the template built instead of
+   * cold-booting beside it (two VMs booting on the same CPUs, each slower). Null when the build
+   * fails, the last one failed (it is retried in the background, not waited for), or the call is
+   * aborted meanwhile: the call cold-boots.
+   */
+  private async waitForTemplate(
+    runtime: RuntimeName,
+    memoryMb: number,
+    signal: AbortSignal,
+  ): Promise<Template | null> {
+    const key = `${runtime}/${memoryMb}/plain`;
+    const build = this.template(runtime, memoryMb, "plain");
+    if (this.templateFailed.has(key)) {
+      void build.catch(() => {});
+      return null;
+    }
+    this.templateWaits.add(key);
+    void this.templateCgroups
+      .get(key)
+      ?.setCpuWeight(CPU_WEIGHT.call)
+      .catch(() => {});
+    const aborted = new Promise<null>((resolve) => {
+      if (signal.aborted) resolve(null);
+      signal.addEventListener("abort", () => resolve(null), { once: true });
+    });
+    return Promise.race([build.catch(() => null), aborted]);
+  }
+
+  /**
+   * A VM for a call: a pooled clone of its kind, else a clone of its template restored for it (the
+   * plain template waited for if it is not built yet: waitForTemplate), else, in boot mode or when
+   * the build failed, a cold boot. A call the engine routed to a pre-imported interpreter whose
+   * template is not built yet takes the plain kind. Then resumed to READY. A clone that fails to
+   * come up is replaced by a cold boot.
    */
   private async acquire(job: SandboxJob, signal: AbortSignal): Promise<MicroVm> {
     const preimported =

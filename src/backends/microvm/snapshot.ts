@@ -5,6 +5,7 @@
  * (tens of KB) is kept in host memory. Clones restore from both and are reseeded on activate().
  */
 import { closeSync } from "node:fs";
+import type { Cgroup } from "../../jail/cgroup.js";
 import { SealedRam } from "./sealed-ram.js";
 import { GUEST_KERNEL_MB, MicroVm, type HostContext, type TemplateImage } from "./vm.js";
 
@@ -31,6 +32,8 @@ export interface TemplateOptions {
   timeoutMs: number;
   /** Aborts the build (the backend closing): the template VM is destroyed at once. */
   signal?: AbortSignal;
+  /** Called with the template VM's cgroup once it exists (a call waiting for it raises its weight). */
+  onCgroup?: (cgroup: Cgroup) => void;
 }
 
 export async function createTemplate(ctx: HostContext, opts: TemplateOptions): Promise<Template> {
@@ -48,9 +51,10 @@ export async function createTemplate(ctx: HostContext, opts: TemplateOptions): P
         {
           memoryMb: opts.memoryMb,
           readyTimeoutMs: opts.timeoutMs,
-          // No call waits for a template (calls cold-boot meanwhile): calls come first.
+          // Background work until a call waits for it (onCgroup: the backend raises it then).
           priority: "background",
           ...(opts.signal ? { signal: opts.signal } : {}),
+          ...(opts.onCgroup ? { onCgroup: opts.onCgroup } : {}),
         },
         {
           kind: "template",
