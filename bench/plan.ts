@@ -3,6 +3,7 @@ import { SESSIONS_ROWS, type SessionsPlan } from "./sessions.js";
 import type { SecretsPlan } from "./secrets.js";
 import type { TtiPlan } from "./tti.js";
 import type { FirstMinutesPlan } from "./first-minutes.js";
+import type { FirstCallsPlan } from "./first-calls.js";
 import type { PlotPlan } from "./plot-steps.js";
 import type { WorkloadId } from "./workloads.js";
 
@@ -31,6 +32,8 @@ export interface Plan {
   sessions: SessionsPlan;
   /** The first two minutes after a server starts, calls 2 s apart per runtime (issue 30). */
   firstMinutes: FirstMinutesPlan;
+  /** A runtime's first calls back to back on a fresh microVM server (issue 30). */
+  firstCalls: FirstCallsPlan;
   /** The product page's plot, step by step, microVM beside the host (issue 30: n ≥ 10, 3 s apart). */
   plot: PlotPlan;
   /** Brokered against direct HTTPS requests, per side (issue 28). */
@@ -74,6 +77,7 @@ export const FULL: Plan = {
   tti: { sequentialN: 100, burstN: 100 },
   sessions: { rows: SESSIONS_ROWS, printN: 20 },
   firstMinutes: { runtimes: ALL, everyMs: 2000, windowMs: 120_000, settledMs: 40_000 },
+  firstCalls: { runtimes: ALL, calls: 3, rounds: 3 },
   plot: { n: 10, gapMs: 3000 },
   secrets: { requests: 100 },
 };
@@ -121,6 +125,7 @@ export const QUICK: Plan = {
   tti: { sequentialN: 10, burstN: 20 },
   sessions: { rows: SESSIONS_ROWS / 10, printN: 5 },
   firstMinutes: { runtimes: ALL, everyMs: 2000, windowMs: 120_000, settledMs: 20_000 },
+  firstCalls: { runtimes: ALL, calls: 3, rounds: 2 },
   plot: { n: 10, gapMs: 3000 },
   secrets: { requests: 30 },
 };

@@ -91,6 +91,23 @@ export function firstMinutesTable(r: BenchResults): string[] {
   ];
 }
 
+/** A runtime's first calls back to back: per system, each call's p50 and the calls together. */
+export function firstCallsTable(r: BenchResults): string[] {
+  const f = r.firstCalls;
+  if (!f) return [];
+  const calls = Array.from({ length: f.plan.calls }, (_, i) => i);
+  return [
+    `| server | ${calls.map((i) => `call ${i + 1} p50 ms (n)`).join(" | ")} | all ${f.plan.calls} p50 ms |`,
+    `| --- | ${calls.map(() => "---:").join(" | ")} | ---: |`,
+    ...f.systems.map((s) => {
+      if (s.unsupported)
+        return `| ${systemLabel(s.system)} | ${calls.map(() => "").join(" | ")} | ${s.unsupported} |`;
+      const errs = s.errors ? ` ⚠ ${s.errors} errors` : "";
+      return `| ${systemLabel(s.system)} | ${s.byCall.map((c) => `${ms(c, "p50")} (${c?.n ?? 0})`).join(" | ")} | ${ms(s.together, "p50")}${errs} |`;
+    }),
+  ];
+}
+
 const n1 = (x: number | null | undefined) =>
   x === null || x === undefined ? "–" : String(Math.round(x));
 
@@ -150,6 +167,17 @@ export function phaseSections(r: BenchResults): string[] {
       `Each server started fresh (stdio, the MCP SDK's client, the product's default pooling and pre-imports); each runtime's \`print(1)\` called once every ${f.everyMs / 1000} s (the runtimes' calls spread over that) from the client's connection until ${f.windowMs / 1000} s after the server was spawned, then, once every pool was full, for ${f.settledMs / 1000} s more ("settled"). Ratio: the first two minutes' p50 ÷ the settled p50 (target ≤ 1.5×).`,
       "",
       ...firstMinutesTable(r),
+      "",
+    );
+  }
+  if (r.firstCalls) {
+    const f = r.firstCalls;
+    out.push(
+      "## A runtime's first calls, back to back (issue 30)",
+      "",
+      `Each server started fresh ${f.plan.rounds} times (the product's default pooling and pre-imports); in each, every runtime (${f.plan.runtimes.join(", ")}) got ${f.plan.calls} \`print(1)\` calls in a row, each made when the last answered. p50 per call over the runtimes and rounds.`,
+      "",
+      ...firstCallsTable(r),
       "",
     );
   }

@@ -1,5 +1,6 @@
 import type { PlotResults } from "./plot-steps.js";
 import type { FirstMinutesResults } from "./first-minutes.js";
+import type { FirstCallsResults } from "./first-calls.js";
 import type { LatencyResult, ThroughputResult } from "./measure.js";
 import type { IdleCost, PoolKindCost } from "./proc.js";
 import type { Summary } from "./stats.js";
@@ -63,6 +64,8 @@ export interface BenchResults {
   sessions?: SessionsResults;
   /** The first two minutes after start against settled (issue 30): absent when not run. */
   firstMinutes?: FirstMinutesResults;
+  /** A runtime's first calls back to back on a fresh server (issue 30): absent when not run. */
+  firstCalls?: FirstCallsResults;
   /** The product page's plot step by step on the microVM beside the host (issue 30). */
   plot?: PlotResults;
   /** A brokered HTTPS request against a direct one (issue 28): absent when the phase did not run. */

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// `npm run bench [-- --quick] [--out DIR] [--only id,id] [--with tti,sessions,first-minutes,plot] [--tti-n N]
+// `npm run bench [-- --quick] [--out DIR] [--only id,id] [--with tti,sessions,first-minutes,first-calls,plot] [--tti-n N]
 // [--tti-burst N] [--sessions-mb N] [--tti-systems id,id] [--baseline OTHER/dist/bench/server.js]`:
 // measures ScratchRun end to end through the MCP stdio client,
 // side by side with the floor and the peers, in one run on one machine.
@@ -28,6 +28,7 @@ import { renderSvg } from "./report-svg.js";
 import { benchSessions, SESSIONS_ROWS } from "./sessions.js";
 import { benchTti } from "./tti.js";
 import { benchFirstMinutes } from "./first-minutes.js";
+import { benchFirstCalls } from "./first-calls.js";
 import { benchPlot } from "./plot-steps.js";
 import { summarize } from "./stats.js";
 import type { BenchResults, HostInfo, IdleServer } from "./results.js";
@@ -313,6 +314,17 @@ async function main(): Promise<void> {
             ...(baseline ? [firstMinutesServer(b, baseline)] : []),
           ]),
           plan.firstMinutes,
+          log,
+        );
+      });
+    if (phase("first-calls"))
+      await attempt("first-calls", async () => {
+        results.firstCalls = await benchFirstCalls(
+          [
+            firstMinutesServer("microvm"),
+            ...(baseline ? [firstMinutesServer("microvm", baseline)] : []),
+          ],
+          plan.firstCalls,
           log,
         );
       });
