@@ -55,7 +55,10 @@ function sentences(r: BenchResults): string[] {
   const empty = range(runtimes.map((rt) => warmP50(r, "microvm-empty", rt)));
   if (empty) out.push(`microVM with its pool empty (a clone restored per call): ${empty}.`);
   const cold = range(runtimes.map((rt) => warmP50(r, "microvm-nopool", rt)));
-  if (cold) out.push(`microVM cold boot (a runtime's first call after start): ${cold}.`);
+  if (cold)
+    out.push(
+      `microVM cold boot (what a runtime's first call after start waits for: its template is one, then the call runs in a clone): ${cold}.`,
+    );
   const idle = r.cost.idleVms;
   if (idle)
     out.push(
