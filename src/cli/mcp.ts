@@ -58,6 +58,9 @@ async function startRemote(options: NonNullable<ReturnType<typeof remoteOptionsF
   return { engine, networkLine: engine.networkNote };
 }
 
+/** How long closing may take before the process exits anyway (a client waits about 4 s). */
+const CLOSE_BOUND_MS = 30_000;
+
 /**
  * The stdio MCP server: what `npx -y @scratchrun/mcp-server` runs. Logs go to stderr only;
  * stdout carries JSON-RPC. With SCRATCHRUN_URL set it forwards every call to that ScratchRun
@@ -96,8 +99,14 @@ export async function runMcpStdio(argv: string[] = []): Promise<void> {
     closing = true;
     // Stdin has ended: once the sandboxes' own processes are gone, nothing else may hold Node's
     // event loop, and a close step still awaiting a promise would let the process end there,
-    // silently, with cgroups and directories left. Held until process.exit below.
-    setInterval(() => {}, 60_000);
+    // silently, with cgroups and directories left. This timer holds the loop, and bounds a close
+    // that hangs: a server nobody can use must not linger (the next start reaps what is left).
+    setTimeout(() => {
+      process.stderr.write(
+        `scratchrun-mcp: closing took over ${CLOSE_BOUND_MS / 1000} s; exiting, the next start reaps what is left\n`,
+      );
+      process.exit(1);
+    }, CLOSE_BOUND_MS);
     try {
       await engine.close();
     } catch (err) {
