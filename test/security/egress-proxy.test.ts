@@ -122,10 +122,14 @@ describe("the egress proxy under a hostile sandbox's load", { timeout: 300_000 }
     assert.ok(held.connected >= 1000, JSON.stringify(held));
     assert.equal(held.alive, MAX_CONNECTIONS_PER_SANDBOX, JSON.stringify(held));
     assert.equal(last.alive, MAX_CONNECTIONS_PER_SANDBOX, `still held: ${JSON.stringify(last)}`);
-    assert.equal(
-      refusal(report, null, 53, "connection_limit")?.count,
-      held.connected - MAX_CONNECTIONS_PER_SANDBOX,
-      JSON.stringify(report.refused),
+    // Every connection past the bound is refused by name. The proxy may count a few more than the
+    // flood saw connect: a handshake the kernel completed after the flood's 3 s gave up on it is
+    // still accepted, and refused, by the proxy (a fresh-clone CI run: 844 against 818, of 1100).
+    const refused = refusal(report, null, 53, "connection_limit")?.count ?? 0;
+    assert.ok(
+      refused >= held.connected - MAX_CONNECTIONS_PER_SANDBOX &&
+        refused <= 1100 - MAX_CONNECTIONS_PER_SANDBOX,
+      `${refused} refused of ${held.connected} connected: ${JSON.stringify(report.refused)}`,
     );
     assert.deepEqual((await b.egress.report()).refused, [], "the bystander was refused nothing");
     await drop(a);
