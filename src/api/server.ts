@@ -12,6 +12,8 @@ import { SessionStore } from "../store/sessions.js";
 import { OAuthStore } from "../store/oauth.js";
 import { UserStore } from "../store/users.js";
 import { bearerChallenge, oauthConfig, type OAuthConfig } from "../oauth/authorization.js";
+import { looksLikeJwt } from "../oauth/jwt.js";
+import type { TrustedIssuer } from "../oauth/oidc.js";
 import { METADATA_FETCH, type MetadataFetchOptions } from "../oauth/client-metadata.js";
 import { oauthRoutes } from "../oauth/routes.js";
 import { consoleRoutes } from "../console/routes.js";
@@ -78,6 +80,11 @@ export interface ApiServerCommon {
   publicUrl?: string;
   /** The bounds of client ID metadata document fetches (tests: `allowLoopback` and a CA). */
   metadataFetch?: Partial<MetadataFetchOptions>;
+  /**
+   * A trusted external OIDC issuer (SCRATCHRUN_OIDC_ISSUER): its JWT access tokens for /mcp act
+   * as the key bound to their subject, clients are sent to it, and the console signs in with it.
+   */
+  oidc?: TrustedIssuer;
 }
 
 export interface ApiServer {
@@ -240,6 +247,12 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
    * token here). Either way the caller is exactly one key, with its policy, quota and records.
    */
   const verifyBearer = async (token: string): Promise<VerifiedKey | null> => {
+    // A trusted issuer's token: the one active key bound to its subject (keys create
+    // --oidc-subject); a subject no key is bound to is no caller.
+    if (options.oidc && looksLikeJwt(token)) {
+      const r = await options.oidc.verifyAccess(token, config.resource);
+      return r.ok ? keys.bySubject(r.subject) : null;
+    }
     if (!token.startsWith("sra_")) return keys.verify(token);
     const granted = await oauth.verifyAccess(token);
     if (!granted || granted.resource !== config.resource) return null;
@@ -496,10 +509,11 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
   const listening = await listen(server, options.host, options.port);
   port = listening.port;
   // Known once the port is (the issuer defaults to the listening URL); requests come after.
-  const config: OAuthConfig = oauthConfig(options.publicUrl ?? listening.url, {
-    ...METADATA_FETCH,
-    ...options.metadataFetch,
-  });
+  const config: OAuthConfig = oauthConfig(
+    options.publicUrl ?? listening.url,
+    { ...METADATA_FETCH, ...options.metadataFetch },
+    options.oidc?.issuer,
+  );
   const oauthRoute = oauthRoutes({
     config,
     oauth,
@@ -517,6 +531,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
     oauth,
     keys,
     signinFailures,
+    ...(options.oidc ? { oidc: options.oidc } : {}),
     api: consoleApi({ keys, runs, oauth, execAs, health, bodyCapBytes: bodyCap }),
   });
   logger.info({ host: options.host, port, isolation: engine.backend.isolation }, "listening");

@@ -10,9 +10,10 @@ import { RAISE_CEILINGS } from "../schema/limits.js";
 import { RUNTIMES } from "../runtimes/names.js";
 import { openStore } from "../store/open.js";
 
-export const KEYS_USAGE = `scratchrun keys create --name N [--owner USER] [policy]
+export const KEYS_USAGE = `scratchrun keys create --name N [--owner USER] [--oidc-subject SUB] [policy]
                                            create a key (--owner: the console user it belongs
-                                           to); it is printed once, on stdout
+                                           to; --oidc-subject: the trusted OIDC issuer's tokens
+                                           for that subject act as it); printed once, on stdout
 scratchrun keys update <id|name> [policy]  change a key's policy (its next request is held to it)
 scratchrun keys list [--json]              list keys and their policies (never the keys themselves)
 scratchrun keys revoke <id|name>           revoke a key at once
@@ -62,6 +63,7 @@ export async function runKeys(
       options: {
         name: { type: "string" },
         owner: { type: "string" },
+        "oidc-subject": { type: "string" },
         json: { type: "boolean" },
         ...policyOptions,
       },
@@ -98,7 +100,14 @@ export async function runKeys(
         }
         let created;
         try {
-          created = await keys.create(name, hasPolicy ? patch : null, Date.now(), ownerId);
+          const subject = values["oidc-subject"];
+          created = await keys.create(
+            name,
+            hasPolicy ? patch : null,
+            Date.now(),
+            ownerId,
+            typeof subject === "string" ? subject : null,
+          );
         } catch (e) {
           if (!(e instanceof TypeError)) throw e;
           process.stderr.write(`scratchrun keys create: ${e.message}\n`);

@@ -1,4 +1,5 @@
 import { logWhenPoolsFull } from "./pools-full.js";
+import { checkIssuerUrl, TrustedIssuer } from "../oauth/oidc.js";
 import { taskAfterMsFromEnv } from "../mcp/tasks.js";
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
@@ -161,6 +162,7 @@ export async function runServe(
   };
   const bodyCapBytes = int(values["body-cap-bytes"], "body-cap-bytes", 16 * 1024 * 1024);
   const publicUrl = publicUrlFromEnv(env);
+  const oidc = trustedIssuerFromEnv(env);
   // The engine's environment (the worker's and --role all's) names the image config, if any.
   const engineEnv = withImageConfig(egressEnv, values["image-config"]);
 
@@ -206,6 +208,7 @@ export async function runServe(
       policy: serverPolicy(serverLimits),
       bodyCapBytes,
       ...(publicUrl ? { publicUrl } : {}),
+      ...(oidc ? { oidc } : {}),
       taskAfterMs: taskAfterMsFromEnv(env),
       sessions: sessionLimitsFromEnv(env),
       ...(leaseTtl ? { leaseTtlMs: int(leaseTtl, "lease-ttl-ms", 15_000, 100) } : {}),
@@ -253,6 +256,7 @@ export async function runServe(
     keyLimits,
     bodyCapBytes,
     ...(publicUrl ? { publicUrl } : {}),
+    ...(oidc ? { oidc } : {}),
     sessions: { taskAfterMs: taskAfterMsFromEnv(env) },
   });
   process.stderr.write(
@@ -286,4 +290,33 @@ export function publicUrlFromEnv(env: NodeJS.ProcessEnv): string | undefined {
       `SCRATCHRUN_PUBLIC_URL must be an origin like https://scratchrun.example.com, not ${JSON.stringify(v)}`,
     );
   return u.origin;
+}
+
+/**
+ * The OIDC settings (SCRATCHRUN_OIDC_ISSUER and the three beside it, decision 0016): the external issuer trusted beside the built-in one, its
+ * tokens' audience, and the console's client at it. A bad URL or a secret without a client ID is
+ * refused at start, naming the setting.
+ */
+export function trustedIssuerFromEnv(env: NodeJS.ProcessEnv): TrustedIssuer | undefined {
+  const issuer = setting("SCRATCHRUN_OIDC_ISSUER", env);
+  const audience = setting("SCRATCHRUN_OIDC_AUDIENCE", env);
+  const clientId = setting("SCRATCHRUN_OIDC_CLIENT_ID", env);
+  const clientSecret = setting("SCRATCHRUN_OIDC_CLIENT_SECRET", env);
+  if (!issuer) {
+    if (audience || clientId || clientSecret)
+      throw new Error(
+        "SCRATCHRUN_OIDC_AUDIENCE, SCRATCHRUN_OIDC_CLIENT_ID and SCRATCHRUN_OIDC_CLIENT_SECRET need SCRATCHRUN_OIDC_ISSUER",
+      );
+    return undefined;
+  }
+  const bad = checkIssuerUrl(issuer, "SCRATCHRUN_OIDC_ISSUER");
+  if (bad) throw new Error(bad);
+  if (clientSecret && !clientId)
+    throw new Error("SCRATCHRUN_OIDC_CLIENT_SECRET needs SCRATCHRUN_OIDC_CLIENT_ID");
+  return new TrustedIssuer({
+    issuer,
+    ...(audience ? { audience } : {}),
+    ...(clientId ? { clientId } : {}),
+    ...(clientSecret ? { clientSecret } : {}),
+  });
 }

@@ -2,8 +2,10 @@ import { parseArgs } from "node:util";
 import { openStore } from "../store/open.js";
 import { PASSWORD_MIN } from "../store/users.js";
 
-export const USERS_USAGE = `scratchrun users create --name N [--role admin|member]   a console user; the password
-                                           is read from stdin (one line, ${PASSWORD_MIN}+ characters)
+export const USERS_USAGE = `scratchrun users create --name N [--role admin|member] [--oidc-subject SUB]
+                                           a console user; the password is read from stdin (one
+                                           line, ${PASSWORD_MIN}+ characters; may be empty with
+                                           --oidc-subject: they sign in through the OIDC issuer)
 scratchrun users list                      the console's users and roles
 
 An admin sees and approves for every API key; a member only the keys made with --owner NAME.
@@ -26,11 +28,19 @@ export async function runUsers(
   readPassword: () => Promise<string> = readStdin,
 ): Promise<number> {
   const [sub, ...rest] = argv;
-  let values: { name?: string | undefined; role?: string | undefined };
+  let values: {
+    name?: string | undefined;
+    role?: string | undefined;
+    "oidc-subject"?: string | undefined;
+  };
   try {
     ({ values } = parseArgs({
       args: rest,
-      options: { name: { type: "string" }, role: { type: "string" } },
+      options: {
+        name: { type: "string" },
+        role: { type: "string" },
+        "oidc-subject": { type: "string" },
+      },
       strict: true,
     }));
   } catch (e) {
@@ -42,7 +52,13 @@ export async function runUsers(
     const password = (await readPassword()).replace(/\r?\n$/, "");
     const store = await openStore(env);
     try {
-      const user = await store.users.create(values.name, role as "admin" | "member", password);
+      const user = await store.users.create(
+        values.name,
+        role as "admin" | "member",
+        password,
+        Date.now(),
+        values["oidc-subject"] ?? null,
+      );
       process.stderr.write(`created ${user.role} ${user.name} (${user.id})\n`);
       return 0;
     } catch (e) {

@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto";
+import type { TrustedIssuer } from "../oauth/oidc.js";
 import { hostname } from "node:os";
 import type { Logger } from "../http/log.js";
 import type { KeyLimits } from "../policy/quota.js";
@@ -29,6 +30,8 @@ export interface ApiReplicaOptions {
   bodyCapBytes?: number;
   /** The origin clients reach the service at (the OAuth issuer; src/api/server.ts). */
   publicUrl?: string;
+  /** A trusted external OIDC issuer (src/oauth/oidc.ts). */
+  oidc?: TrustedIssuer;
   /** How long a 2026 call with the tasks extension runs before it becomes a task. */
   taskAfterMs?: number;
   /** A replica that has not renewed its lease for this long is dead; its runs are interrupted. */
@@ -177,6 +180,7 @@ export async function startApiReplica(o: ApiReplicaOptions): Promise<ApiReplica>
     keyLimits: limits,
     ...(o.bodyCapBytes ? { bodyCapBytes: o.bodyCapBytes } : {}),
     ...(o.publicUrl ? { publicUrl: o.publicUrl } : {}),
+    ...(o.oidc ? { oidc: o.oidc } : {}),
     ...(o.taskAfterMs !== undefined ? { sessions: { taskAfterMs: o.taskAfterMs } } : {}),
     ...(o.drainTimeoutMs ? { drainTimeoutMs: o.drainTimeoutMs } : {}),
   });

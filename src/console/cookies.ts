@@ -23,6 +23,11 @@ export function signinCookieName(secure: boolean): string {
   return secure ? "__Host-scratchrun_signin" : "scratchrun_signin";
 }
 
+/** A sign-in through the trusted OIDC issuer in progress: its state, nonce and PKCE verifier. */
+export function oidcCookieName(secure: boolean): string {
+  return secure ? "__Host-scratchrun_oidc" : "scratchrun_oidc";
+}
+
 export function setCookie(
   name: string,
   value: string,

@@ -63,11 +63,20 @@ function page(title: string, body: string): string {
 const hidden = (name: string, value: string) =>
   `<input type="hidden" name="${name}" value="${escapeHtml(value)}">`;
 
-export function signinPage(o: { csrf: string; next: string; error?: string }): string {
+export function signinPage(o: {
+  csrf: string;
+  next: string;
+  error?: string;
+  /** The trusted OIDC issuer the console also signs in with, if any. */
+  issuer?: string;
+}): string {
+  const sso = o.issuer
+    ? `<p><a class="button" id="sso" href="/console/signin/oidc?next=${encodeURIComponent(o.next)}">Sign in with ${escapeHtml(new URL(o.issuer).host)}</a></p>`
+    : "";
   return page(
     "Sign in",
     `<h1>Sign in to ScratchRun</h1>
-${o.error ? `<p class="error" role="alert">${escapeHtml(o.error)}</p>` : ""}
+${o.error ? `<p class="error" role="alert">${escapeHtml(o.error)}</p>` : ""}${sso}
 <form method="post" action="/console/signin">${hidden("csrf", o.csrf)}${hidden("next", o.next)}
 <label for="name">User</label><input id="name" name="name" autocomplete="username" required autofocus>
 <label for="password">Password</label><input id="password" name="password" type="password" autocomplete="current-password" required>

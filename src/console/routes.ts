@@ -10,7 +10,14 @@ import type { AuthRequest, OAuthStore } from "../store/oauth.js";
 import { SESSION_MS, type ConsoleSession, type UserStore } from "../store/users.js";
 import { consoleApiLabel, grantJson, keyJson, type consoleApi } from "./api.js";
 import { APP_PATH, serveStatic } from "./static.js";
-import { parseCookies, sessionCookieName, setCookie, signinCookieName } from "./cookies.js";
+import type { TrustedIssuer } from "../oauth/oidc.js";
+import {
+  oidcCookieName,
+  parseCookies,
+  sessionCookieName,
+  setCookie,
+  signinCookieName,
+} from "./cookies.js";
 import {
   consentPage,
   formTargetOf,
@@ -38,6 +45,8 @@ export interface ConsoleDeps {
   signinFailures: FailureLimiter;
   /** The routes behind the console's pages (api.ts); absent: sign-in and consent only. */
   api?: ReturnType<typeof consoleApi>;
+  /** A trusted OIDC issuer: with a client ID, people may sign in through it too. */
+  oidc?: TrustedIssuer;
 }
 
 const FORM_CAP_BYTES = 16 * 1024;
@@ -89,7 +98,96 @@ export function consoleRoutes(d: ConsoleDeps) {
       "Set-Cookie",
       setCookie(signinName, csrf, { secure, maxAgeS: 600, sameSite: "Strict" }),
     );
-    sendPage(res, status, signinPage({ csrf, next, ...(error ? { error } : {}) }));
+    const issuer = d.oidc?.signsIn ? d.oidc.issuer : undefined;
+    sendPage(
+      res,
+      status,
+      signinPage({ csrf, next, ...(error ? { error } : {}), ...(issuer ? { issuer } : {}) }),
+    );
+  };
+
+  /** The session cookie of a signed-in user, and where they go. */
+  const sessionCookie = (session: string) =>
+    setCookie(cookieName, session, { secure, maxAgeS: SESSION_MS / 1000, sameSite: "Lax" });
+
+  // Sign-in through the trusted issuer: the browser's state, nonce and PKCE verifier ride in a
+  // short-lived HttpOnly cookie (SameSite=Lax: it must come back on the issuer's top-level
+  // redirect), so whichever replica the callback reaches can check it.
+  const oidcName = oidcCookieName(secure);
+  const callbackUri = `${d.config.issuer}/console/oidc/callback`;
+  const oidcStart = async (res: ServerResponse, next: string) => {
+    let t: Awaited<ReturnType<TrustedIssuer["startSignIn"]>>;
+    try {
+      t = await d.oidc!.startSignIn(callbackUri);
+    } catch (e) {
+      showSignin(res, next, 503, e instanceof Error ? e.message : String(e));
+      return;
+    }
+    const pending = Buffer.from(
+      JSON.stringify({ s: t.state, n: t.nonce, v: t.verifier, next }),
+    ).toString("base64url");
+    seeOther(res, t.to, {
+      "Set-Cookie": setCookie(oidcName, pending, { secure, maxAgeS: 600, sameSite: "Lax" }),
+    });
+  };
+  const oidcFinish = async (
+    req: IncomingMessage,
+    res: ServerResponse,
+    addr: string,
+    query: URLSearchParams,
+  ) => {
+    const clear = setCookie(oidcName, "", { secure, maxAgeS: 0, sameSite: "Lax" });
+    const refuse = (status: number, message: string) => {
+      d.signinFailures.recordFailure(addr);
+      res.setHeader("Set-Cookie", clear);
+      showSignin(res, "/console", status, message);
+    };
+    const wait = d.signinFailures.retryAfterS(addr);
+    if (wait > 0) {
+      res.setHeader("Retry-After", String(wait));
+      showSignin(res, "/console", 429, `Too many failed sign-ins from here; wait ${wait} s`);
+      return;
+    }
+    let pending: { s?: unknown; n?: unknown; v?: unknown; next?: unknown } = {};
+    try {
+      pending = JSON.parse(
+        Buffer.from(parseCookies(req.headers.cookie).get(oidcName) ?? "", "base64url").toString(),
+      ) as typeof pending;
+    } catch {
+      /* no cookie: refused below */
+    }
+    const { s, n, v, next } = pending;
+    if (typeof s !== "string" || typeof n !== "string" || typeof v !== "string")
+      return refuse(
+        400,
+        "This sign-in was not started in this browser (or it expired); start again",
+      );
+    if (!sameSecret(query.get("state") ?? undefined, s))
+      return refuse(400, "The sign-in's state does not match this browser's; start again");
+    if (query.has("error"))
+      return refuse(
+        401,
+        `The identity provider refused: ${query.get("error_description") ?? query.get("error")}`,
+      );
+    const code = query.get("code");
+    if (!code) return refuse(400, "The identity provider returned no code");
+    let r: Awaited<ReturnType<TrustedIssuer["finishSignIn"]>>;
+    try {
+      r = await d.oidc!.finishSignIn(code, callbackUri, v, n);
+    } catch (e) {
+      return refuse(503, e instanceof Error ? e.message : String(e));
+    }
+    if (!r.ok) return refuse(401, `Sign-in refused: ${r.reason}`);
+    const signed = await d.users.signInSubject(r.subject);
+    if (!signed.ok)
+      return refuse(
+        signed.reason === "locked" ? 429 : 403,
+        signed.reason === "locked"
+          ? "This account is locked; try again later"
+          : `No console user is linked to this identity (subject ${r.subject}). An admin links one: scratchrun users create --name NAME --oidc-subject '${r.subject}'`,
+      );
+    const to = typeof next === "string" && isLocalPath(next) ? next : "/console";
+    seeOther(res, to, { "Set-Cookie": [sessionCookie(signed.session), clear] });
   };
 
   /** Checks a sign-in and, when it holds, the Set-Cookie of its session. */
@@ -123,11 +221,7 @@ export function consoleRoutes(d: ConsoleDeps) {
     }
     return {
       ok: true,
-      cookie: setCookie(cookieName, r.session, {
-        secure,
-        maxAgeS: SESSION_MS / 1000,
-        sameSite: "Lax",
-      }),
+      cookie: sessionCookie(r.session),
       session: { user: r.user, csrf: r.csrf, expiresAt: Date.now() + SESSION_MS },
     };
   };
@@ -224,6 +318,15 @@ export function consoleRoutes(d: ConsoleDeps) {
     if (path === "/console/signin" && method === "GET") {
       const next = url.searchParams.get("next") ?? "/console";
       showSignin(res, isLocalPath(next) ? next : "/console");
+      return path;
+    }
+    if (path === "/console/signin/oidc" && method === "GET" && d.oidc?.signsIn) {
+      const next = url.searchParams.get("next") ?? "/console";
+      await oidcStart(res, isLocalPath(next) ? next : "/console");
+      return path;
+    }
+    if (path === "/console/oidc/callback" && method === "GET" && d.oidc?.signsIn) {
+      await oidcFinish(req, res, addr, url.searchParams);
       return path;
     }
     if (path === "/console/signin" && method === "POST") {

@@ -6,7 +6,8 @@
 /** The token of `Authorization: Bearer <token>`, or null. Case-insensitive scheme, one space. */
 export function parseBearer(header: string | string[] | undefined): string | null {
   if (typeof header !== "string") return null;
-  const m = /^Bearer ([\x21-\x7e]{1,256})$/i.exec(header);
+  // 8 KiB: room for an external issuer's JWT (RS256 with its claims is 1-2 KiB); keys are 64.
+  const m = /^Bearer ([\x21-\x7e]{1,8192})$/i.exec(header);
   return m?.[1] ?? null;
 }
 

@@ -16,14 +16,25 @@ export interface OAuthConfig {
   /** The one resource tokens are for: `${issuer}/mcp`. */
   resource: string;
   metadataFetch: MetadataFetchOptions;
+  /** A trusted external issuer (SCRATCHRUN_OIDC_ISSUER): named to clients instead of this one. */
+  externalIssuer?: string;
 }
 
 /** The one scope: run code with the approved key's policy, quota and records. */
 export const SCOPE = "scratchrun:exec";
 
-export function oauthConfig(publicUrl: string, metadataFetch: MetadataFetchOptions): OAuthConfig {
+export function oauthConfig(
+  publicUrl: string,
+  metadataFetch: MetadataFetchOptions,
+  externalIssuer?: string,
+): OAuthConfig {
   const issuer = publicUrl.replace(/\/+$/, "");
-  return { issuer, resource: `${issuer}/mcp`, metadataFetch };
+  return {
+    issuer,
+    resource: `${issuer}/mcp`,
+    metadataFetch,
+    ...(externalIssuer ? { externalIssuer } : {}),
+  };
 }
 
 /** Where a client learns who guards /mcp (RFC 9728), also served path-suffixed for /mcp. */
@@ -33,7 +44,7 @@ export const ASM_PATH = "/.well-known/oauth-authorization-server";
 export function protectedResourceMetadata(c: OAuthConfig) {
   return {
     resource: c.resource,
-    authorization_servers: [c.issuer],
+    authorization_servers: [c.externalIssuer ?? c.issuer],
     bearer_methods_supported: ["header"],
     scopes_supported: [SCOPE],
     resource_name: "ScratchRun",

@@ -34,3 +34,8 @@ export function verifierMatches(verifier: string | undefined, challenge: string)
   const want = Buffer.from(challenge);
   return got.length === want.length && timingSafeEqual(got, want);
 }
+
+/** The S256 challenge of a verifier (what this service sends as a client of an issuer). */
+export function challengeOf(verifier: string): string {
+  return createHash("sha256").update(verifier, "ascii").digest("base64url");
+}

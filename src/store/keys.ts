@@ -72,17 +72,25 @@ export class KeyStore {
     policy: PolicyPatch | null = null,
     now = Date.now(),
     ownerId: string | null = null,
+    oidcSubject: string | null = null,
   ): Promise<{ id: string; key: string; policy: KeyPolicy | null }> {
     if (!NAME.test(name))
       throw new TypeError(
         `key name ${JSON.stringify(name)} must be 1-64 letters, digits, space, . _ @ or -`,
       );
     const checked = policy ? applyPatch(null, policy) : null;
+    if (oidcSubject !== null) {
+      checkSubject(oidcSubject);
+      if (await this.bySubject(oidcSubject))
+        throw new TypeError(
+          `an active key is bound to OIDC subject ${JSON.stringify(oidcSubject)} already (revoke it first)`,
+        );
+    }
     const id = randomBytes(6).toString("hex");
     const key = `srk_${id}_${randomBytes(32).toString("base64url")}`;
     await this.sql.run(
-      "INSERT INTO keys (id, name, hash, created_at, policy, owner_id) VALUES (?, ?, ?, ?, ?, ?)",
-      [id, name, hashKey(key), now, policyToColumn(checked), ownerId],
+      "INSERT INTO keys (id, name, hash, created_at, policy, owner_id, oidc_subject) VALUES (?, ?, ?, ?, ?, ?, ?)",
+      [id, name, hashKey(key), now, policyToColumn(checked), ownerId, oidcSubject],
     );
     return { id, key, policy: checked };
   }
@@ -164,6 +172,18 @@ export class KeyStore {
     return row ? { id: row.id, name: row.name, policy: this.readPolicy(row.id, row.policy) } : null;
   }
 
+  /**
+   * The active key bound to a trusted OIDC issuer's subject (`keys create --oidc-subject`): what
+   * that issuer's access token for /mcp acts as. Null when none is.
+   */
+  async bySubject(subject: string): Promise<VerifiedKey | null> {
+    const row = await this.sql.get<{ id: string; name: string; policy: string | null }>(
+      "SELECT id, name, policy FROM keys WHERE oidc_subject = ? AND revoked_at IS NULL",
+      [subject],
+    );
+    return row ? { id: row.id, name: row.name, policy: this.readPolicy(row.id, row.policy) } : null;
+  }
+
   /** Revokes by id or by name; returns the ids revoked (none if nothing matched). */
   async revoke(idOrName: string, now = Date.now()): Promise<string[]> {
     const rows = await this.sql.all<{ id: string }>(
@@ -210,4 +230,12 @@ export class KeyStore {
   async touch(id: string, now = Date.now()): Promise<void> {
     await this.sql.run("UPDATE keys SET last_used_at = ? WHERE id = ?", [now, id]);
   }
+}
+
+/** An OIDC subject as an operator names it: 1-255 printable ASCII characters (OIDC Core §2). */
+export function checkSubject(subject: string): void {
+  if (!/^[\x21-\x7e]{1,255}$/.test(subject))
+    throw new TypeError(
+      `an OIDC subject is 1-255 printable ASCII characters without spaces, not ${JSON.stringify(subject)}`,
+    );
 }

@@ -248,6 +248,13 @@ export const MIGRATIONS: readonly Migration[] = [
      used_at BIGINT
    );
    CREATE INDEX oauth_tokens_grant ON oauth_tokens(grant_id);`),
+  // A trusted external OIDC issuer (SCRATCHRUN_OIDC_ISSUER, decision 0016): its subject `sub`
+  // signs in as the console user linked to it, and its access tokens for /mcp act as the one
+  // active key bound to it. One user per subject, one active key per subject.
+  both(`ALTER TABLE users ADD COLUMN oidc_subject TEXT;
+   CREATE UNIQUE INDEX users_oidc_subject ON users(oidc_subject);
+   ALTER TABLE keys ADD COLUMN oidc_subject TEXT;
+   CREATE UNIQUE INDEX keys_oidc_subject ON keys(oidc_subject) WHERE revoked_at IS NULL;`),
 ];
 
 export function migrationText(m: Migration, dialect: Dialect): string {

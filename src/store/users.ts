@@ -1,5 +1,6 @@
 import { createHash, randomBytes, scrypt, timingSafeEqual } from "node:crypto";
 import type { Db } from "./db.js";
+import { checkSubject } from "./keys.js";
 import { asDriver, type SqlDriver } from "./sql.js";
 
 /**
@@ -84,22 +85,41 @@ export class UserStore {
     this.sql = asDriver(db);
   }
 
-  /** Creates a user; a TypeError names a bad name, role or short password. */
-  async create(name: string, role: Role, password: string, now = Date.now()): Promise<User> {
+  /**
+   * Creates a user; a TypeError names a bad name, role or short password. With `oidcSubject` the
+   * user signs in through the trusted OIDC issuer as that subject, and a password is optional
+   * (empty: none, so the password form never signs them in).
+   */
+  async create(
+    name: string,
+    role: Role,
+    password: string,
+    now = Date.now(),
+    oidcSubject: string | null = null,
+  ): Promise<User> {
     if (!USER_NAME.test(name))
       throw new TypeError(
         `user name ${JSON.stringify(name)} must be 1-64 lowercase letters, digits, . _ @ or -`,
       );
     if (role !== "admin" && role !== "member")
       throw new TypeError(`role must be admin or member, not ${JSON.stringify(role)}`);
-    if (password.length < PASSWORD_MIN || password.length > 1024)
+    const noPassword = oidcSubject !== null && password === "";
+    if (!noPassword && (password.length < PASSWORD_MIN || password.length > 1024))
       throw new TypeError(`a password is ${PASSWORD_MIN} to 1024 characters`);
+    if (oidcSubject !== null) {
+      checkSubject(oidcSubject);
+      if (await this.sql.get("SELECT id FROM users WHERE oidc_subject = ?", [oidcSubject]))
+        throw new TypeError(
+          `a user is linked to OIDC subject ${JSON.stringify(oidcSubject)} already`,
+        );
+    }
     const existing = await this.sql.get("SELECT id FROM users WHERE name = ?", [name]);
     if (existing) throw new TypeError(`a user named ${name} exists already`);
     const id = `u_${randomBytes(6).toString("hex")}`;
     await this.sql.run(
-      "INSERT INTO users (id, name, role, password_hash, created_at) VALUES (?, ?, ?, ?, ?)",
-      [id, name, role, await hashPassword(password), now],
+      "INSERT INTO users (id, name, role, password_hash, created_at, oidc_subject) VALUES (?, ?, ?, ?, ?, ?)",
+      // "!" is no scrypt hash: checkPassword is false for every password.
+      [id, name, role, noPassword ? "!" : await hashPassword(password), now, oidcSubject],
     );
     return { id, name, role };
   }
@@ -146,14 +166,42 @@ export class UserStore {
     await this.sql.run("UPDATE users SET failed_count = 0, locked_until = NULL WHERE id = ?", [
       row.id,
     ]);
+    return this.openSession({ id: row.id, name: row.name, role: row.role }, now);
+  }
+
+  /** The user linked to a trusted OIDC issuer's subject (`users create --oidc-subject`). */
+  async bySubject(subject: string): Promise<User | undefined> {
+    return this.sql.get<User>("SELECT id, name, role FROM users WHERE oidc_subject = ?", [subject]);
+  }
+
+  /**
+   * Signs in the user linked to `subject`, whose identity the trusted issuer has just vouched
+   * for (a checked ID token); a locked account stays locked.
+   */
+  async signInSubject(subject: string, now = Date.now()): Promise<SignIn> {
+    const row = await this.sql.get<UserRow>(
+      "SELECT id, name, role, password_hash, failed_count, locked_until FROM users WHERE oidc_subject = ?",
+      [subject],
+    );
+    if (!row) return { ok: false, reason: "wrong" };
+    if (row.locked_until !== null && Number(row.locked_until) > now)
+      return {
+        ok: false,
+        reason: "locked",
+        retryAfterS: Math.ceil((Number(row.locked_until) - now) / 1000),
+      };
+    return this.openSession({ id: row.id, name: row.name, role: row.role }, now);
+  }
+
+  private async openSession(user: User, now: number): Promise<SignIn> {
     await this.sql.run("DELETE FROM console_sessions WHERE expires_at < ?", [now]);
     const session = randomBytes(32).toString("base64url");
     const csrf = randomBytes(32).toString("base64url");
     await this.sql.run(
       "INSERT INTO console_sessions (id_sha256, user_id, csrf, created_at, expires_at) VALUES (?, ?, ?, ?, ?)",
-      [sha256(session), row.id, csrf, now, now + SESSION_MS],
+      [sha256(session), user.id, csrf, now, now + SESSION_MS],
     );
-    return { ok: true, user: { id: row.id, name: row.name, role: row.role }, session, csrf };
+    return { ok: true, user, session, csrf };
   }
 
   /** The session a cookie names, if it is live. */

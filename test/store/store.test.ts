@@ -146,6 +146,7 @@ for (const [kind, open] of Object.entries(KINDS)) {
             "id",
             "last_used_at",
             "name",
+            "oidc_subject",
             "owner_id",
             "policy",
             "revoked_at",
@@ -156,6 +157,7 @@ for (const [kind, open] of Object.entries(KINDS)) {
             "id",
             "locked_until",
             "name",
+            "oidc_subject",
             "password_hash",
             "role",
           ],
@@ -397,6 +399,39 @@ for (const [kind, open] of Object.entries(KINDS)) {
         assert.equal(await store.users.session(later.session, now + SESSION_MS), null, "expired");
         await store.users.signOut(later.session);
         assert.equal(await store.users.session(later.session, now), null, "signed out");
+      });
+
+      test("STORE-OIDC: one user and one active key per subject; a subject's sign-in opens a session, a password-less user's form never does", async () => {
+        const u = await store.users.create("oidc-erin", "member", "", Date.now(), "idp|erin");
+        await assert.rejects(
+          store.users.create("oidc-erin2", "member", "", Date.now(), "idp|erin"),
+          /linked to OIDC subject/,
+        );
+        await assert.rejects(store.users.create("nosub", "member", ""), /password is/);
+        await assert.rejects(
+          store.users.create("badsub", "member", "", Date.now(), "has space"),
+          /printable ASCII/,
+        );
+        assert.deepEqual(await store.users.bySubject("idp|erin"), {
+          id: u.id,
+          name: "oidc-erin",
+          role: "member",
+        });
+        assert.deepEqual((await store.users.signIn("oidc-erin", "")).ok, false);
+        const signed = await store.users.signInSubject("idp|erin");
+        assert.ok(signed.ok && (await store.users.session(signed.session))?.user.id === u.id);
+        assert.equal((await store.users.signInSubject("idp|nobody")).ok, false);
+        const k = await store.keys.create("oidc-key", null, Date.now(), u.id, "idp|erin");
+        assert.equal((await store.keys.bySubject("idp|erin"))?.id, k.id);
+        await assert.rejects(
+          store.keys.create("oidc-key2", null, Date.now(), u.id, "idp|erin"),
+          /bound to OIDC subject/,
+        );
+        await store.keys.revoke(k.id);
+        assert.equal(await store.keys.bySubject("idp|erin"), null, "a revoked key is no one's");
+        // The partial unique index lets a new key take the subject of a revoked one.
+        const k2 = await store.keys.create("oidc-key3", null, Date.now(), u.id, "idp|erin");
+        assert.equal((await store.keys.bySubject("idp|erin"))?.id, k2.id);
       });
 
       test("STORE-OAUTH: codes and refresh tokens are spent once (reuse revokes the grant); tokens only as digests; access dies with its grant", async () => {

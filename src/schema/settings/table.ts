@@ -220,6 +220,30 @@ export const SETTINGS = {
     readers: ["server"],
     doc: "`serve`: the origin clients reach the service at (`https://…` behind TLS): the OAuth issuer, `/mcp` under it the resource tokens are for, and Secure session cookies when https",
   },
+  SCRATCHRUN_OIDC_ISSUER: {
+    kind: "string",
+    unset: "only the built-in authorization server",
+    readers: ["server"],
+    doc: "`serve`: an external OIDC issuer to trust (https, or http on loopback): its JWT access tokens for `/mcp` act as the key bound to their subject (`keys create --oidc-subject`), clients are sent to it, and the console offers sign-in through it",
+  },
+  SCRATCHRUN_OIDC_AUDIENCE: {
+    kind: "string",
+    unset: "the resource, `SCRATCHRUN_PUBLIC_URL` + `/mcp`",
+    readers: ["server"],
+    doc: "`serve`: the `aud` the trusted issuer's access tokens must carry",
+  },
+  SCRATCHRUN_OIDC_CLIENT_ID: {
+    kind: "string",
+    unset: "no console sign-in through the issuer",
+    readers: ["server"],
+    doc: "`serve`: the console's client ID at the trusted issuer (redirect URI `SCRATCHRUN_PUBLIC_URL` + `/console/oidc/callback`); people sign in as the console user linked to their subject (`users create --oidc-subject`)",
+  },
+  SCRATCHRUN_OIDC_CLIENT_SECRET: {
+    kind: "string",
+    unset: "a public client (PKCE only)",
+    readers: ["server"],
+    doc: "`serve`: the console client's secret at the issuer, sent as HTTP Basic when redeeming a code",
+  },
   SCRATCHRUN_TASK_AFTER_MS: {
     kind: "number",
     unit: "ms",
