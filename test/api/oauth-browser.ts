@@ -8,6 +8,12 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer, type Server } from "node:https";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import type { OAuthClientProvider } from "@modelcontextprotocol/sdk/client/auth.js";
+import type {
+  OAuthClientInformationMixed,
+  OAuthClientMetadata,
+  OAuthTokens,
+} from "@modelcontextprotocol/sdk/shared/auth.js";
 import type { UserStore } from "../../src/store/users.js";
 
 export class Browser {
@@ -186,4 +192,53 @@ export async function startDocumentHost(
     server,
     close: () => new Promise<void>((r) => server.close(() => r())),
   };
+}
+
+/** The SDK's provider interface, kept in memory as a client would keep it on disk. */
+export class MemoryProvider implements OAuthClientProvider {
+  info: OAuthClientInformationMixed | undefined;
+  saved: OAuthTokens | undefined;
+  verifier = "";
+  authUrl: URL | undefined;
+  clientMetadataUrl: string | undefined;
+  constructor(
+    readonly name: string,
+    readonly redirect: string,
+  ) {}
+  get redirectUrl() {
+    return this.redirect;
+  }
+  get clientMetadata(): OAuthClientMetadata {
+    return {
+      client_name: this.name,
+      redirect_uris: [this.redirect],
+      grant_types: ["authorization_code", "refresh_token"],
+      response_types: ["code"],
+      token_endpoint_auth_method: "none",
+    };
+  }
+  state() {
+    return "state-123";
+  }
+  clientInformation() {
+    return this.info;
+  }
+  saveClientInformation(i: OAuthClientInformationMixed) {
+    this.info = i;
+  }
+  tokens() {
+    return this.saved;
+  }
+  saveTokens(t: OAuthTokens) {
+    this.saved = t;
+  }
+  redirectToAuthorization(url: URL) {
+    this.authUrl = url;
+  }
+  saveCodeVerifier(v: string) {
+    this.verifier = v;
+  }
+  codeVerifier() {
+    return this.verifier;
+  }
 }

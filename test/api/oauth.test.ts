@@ -7,16 +7,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import {
-  auth,
-  UnauthorizedError,
-  type OAuthClientProvider,
-} from "@modelcontextprotocol/sdk/client/auth.js";
-import type {
-  OAuthClientInformationMixed,
-  OAuthClientMetadata,
-  OAuthTokens,
-} from "@modelcontextprotocol/sdk/shared/auth.js";
+import { auth, UnauthorizedError } from "@modelcontextprotocol/sdk/client/auth.js";
 import { CallToolResultSchema, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import {
   Client as ModernClient,
@@ -24,56 +15,10 @@ import {
   UnauthorizedError as ModernUnauthorizedError,
 } from "@modelcontextprotocol/client";
 import { UserStore } from "../../src/store/users.js";
-import { Browser, consent, makeUser, startDocumentHost } from "./oauth-browser.js";
+import { Browser, consent, makeUser, MemoryProvider, startDocumentHost } from "./oauth-browser.js";
 import { startService, type ServiceHarness } from "./harness.js";
 
 const REDIRECT = "http://127.0.0.1:9/callback";
-
-/** The SDK's provider interface, kept in memory as a client would keep it on disk. */
-class MemoryProvider implements OAuthClientProvider {
-  info: OAuthClientInformationMixed | undefined;
-  saved: OAuthTokens | undefined;
-  verifier = "";
-  authUrl: URL | undefined;
-  clientMetadataUrl: string | undefined;
-  constructor(readonly name: string) {}
-  get redirectUrl() {
-    return REDIRECT;
-  }
-  get clientMetadata(): OAuthClientMetadata {
-    return {
-      client_name: this.name,
-      redirect_uris: [REDIRECT],
-      grant_types: ["authorization_code", "refresh_token"],
-      response_types: ["code"],
-      token_endpoint_auth_method: "none",
-    };
-  }
-  state() {
-    return "state-123";
-  }
-  clientInformation() {
-    return this.info;
-  }
-  saveClientInformation(i: OAuthClientInformationMixed) {
-    this.info = i;
-  }
-  tokens() {
-    return this.saved;
-  }
-  saveTokens(t: OAuthTokens) {
-    this.saved = t;
-  }
-  redirectToAuthorization(url: URL) {
-    this.authUrl = url;
-  }
-  saveCodeVerifier(v: string) {
-    this.verifier = v;
-  }
-  codeVerifier() {
-    return this.verifier;
-  }
-}
 
 const exec = async (client: { callTool: Client["callTool"] }, code: string) =>
   (await client.callTool(
@@ -132,7 +77,7 @@ describe("OAuth for /mcp with the MCP SDK's own OAuth client (SVC-OAUTH-FLOW)", 
   });
 
   test("2025-11-25: v1 SDK, dynamic registration, consent, exec as the approved key; refresh rotates", async () => {
-    const provider = new MemoryProvider("Legacy Registered Client");
+    const provider = new MemoryProvider("Legacy Registered Client", REDIRECT);
     const url = new URL(`${h.api.url}/mcp`);
     const first = new StreamableHTTPClientTransport(url, { authProvider: provider });
     await assert.rejects(
@@ -178,7 +123,7 @@ describe("OAuth for /mcp with the MCP SDK's own OAuth client (SVC-OAUTH-FLOW)", 
   });
 
   test("2026-07-28: v2 SDK, client ID metadata document, consent, exec as the approved key", async () => {
-    const provider = new MemoryProvider("ignored: the document names the client");
+    const provider = new MemoryProvider("ignored: the document names the client", REDIRECT);
     provider.clientMetadataUrl = `${docs.origin}${clientUrlPath}`;
     const url = new URL(`${h.api.url}/mcp`);
     const pinned = () =>

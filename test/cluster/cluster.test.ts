@@ -1,5 +1,7 @@
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { readdirSync, readFileSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
 import pg from "pg";
@@ -7,12 +9,23 @@ import { waitFor } from "../api/harness.js";
 import { skipOutsideCi } from "../helpers/ci.js";
 import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
 import { postgresMissing, promote, startStandby, type PgServer } from "../helpers/postgres.js";
-import { API_ADDRESS, Cluster, type CallResult, type WorkerNode } from "./harness.js";
+import {
+  API_ADDRESS,
+  Cluster,
+  type ApiReplica,
+  type CallResult,
+  type WorkerNode,
+} from "./harness.js";
 import { REPO_ROOT } from "../helpers/mcp-client.js";
+import { MemoryProvider } from "../api/oauth-browser.js";
+import { launchChromium, until } from "../console/chromium.js";
 import { join } from "node:path";
 import { createHash } from "node:crypto";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { auth, UnauthorizedError } from "@modelcontextprotocol/sdk/client/auth.js";
+import type { FetchLike } from "@modelcontextprotocol/sdk/shared/transport.js";
+import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import {
   Client as ModernClient,
   StreamableHTTPClientTransport as ModernHttpTransport,
@@ -193,6 +206,229 @@ describe(
       } finally {
         c.front.sticky = false;
         await pinned.close();
+      }
+    });
+
+    test("OAuth across API replicas sharing Postgres, in headless Chromium: signed in on one replica, the console and the consent on the other; the SDK's code redeemed on one, its token, refresh and the key's revocation honoured on the other", async () => {
+      const [one, two] = c.replicas as [ApiReplica, ApiReplica];
+      const at = (r: ApiReplica) => `http://${API_ADDRESS}:${r.port}`;
+      // The SDK knows only the public URL (the front door, every replica's issuer); its fetch
+      // sends each request to the replica a step names, and says which one it reached.
+      const reached: string[] = [];
+      const via =
+        (r: ApiReplica): FetchLike =>
+        (url, init) => {
+          const u = new URL(url);
+          assert.equal(u.origin, c.url, "the SDK asks the public URL only");
+          reached.push(`${r.index} ${init?.method ?? "GET"} ${u.pathname}`);
+          return fetch(`${at(r)}${u.pathname}${u.search}`, init);
+        };
+      const mcpUrl = new URL(`${c.url}/mcp`);
+      const seen = await ids();
+      /** A bare /mcp request with `token` on replica `r` (for the refusals: 401 comes first). */
+      const ping = (r: ApiReplica, token: string) =>
+        fetch(`${at(r)}/mcp`, {
+          method: "POST",
+          headers: {
+            Authorization: `Bearer ${token}`,
+            "Content-Type": "application/json",
+            Accept: "application/json, text/event-stream",
+          },
+          body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ping" }),
+        });
+      /** The CLI on the shared database, without stalling this process (the front door's). */
+      const cli = (args: string[], stdin = "") =>
+        new Promise<string>((resolve, reject) => {
+          const p = spawn(process.execPath, [CLI, ...args], {
+            env: { ...process.env, SCRATCHRUN_DATABASE_URL: c.pgServer.url("scratchrun") },
+          });
+          let out = "";
+          let err = "";
+          p.stdout.on("data", (d: Buffer) => (out += d.toString()));
+          p.stderr.on("data", (d: Buffer) => (err += d.toString()));
+          p.once("error", reject);
+          p.once("close", (code) =>
+            code === 0 ? resolve(out) : reject(new Error(`scratchrun ${args[0]}: ${code} ${err}`)),
+          );
+          p.stdin.end(stdin);
+        });
+
+      // 1. A member and two keys of theirs, made with the CLIs on the shared database.
+      const password = "mia-correct-horse-battery";
+      await cli(["users", "create", "--name", "mia", "--role", "member"], `${password}\n`);
+      await cli(["keys", "create", "--name", "mia-laptop", "--owner", "mia"]);
+      const agentKey = (
+        await cli(["keys", "create", "--name", "mia-agent", "--owner", "mia"])
+      ).trim();
+      assert.match(agentKey, /^srk_[0-9a-f]{12}_/);
+      const agentId = agentKey.slice(4, 16);
+
+      // The client's redirect target: a loopback server of its own, where the browser lands.
+      const landed: URL[] = [];
+      const landing = createServer((req, res) => {
+        const u = new URL(req.url ?? "/", "http://127.0.0.1");
+        if (u.pathname !== "/callback") return void res.writeHead(404).end(); // the favicon
+        landed.push(u);
+        res.writeHead(200, { "Content-Type": "text/plain" }).end("back in the client");
+      });
+      await new Promise<void>((r) => landing.listen(0, "127.0.0.1", () => r()));
+      const redirect = `http://127.0.0.1:${(landing.address() as AddressInfo).port}/callback`;
+
+      const browser = await launchChromium();
+      try {
+        const context = await browser.newContext();
+        const visited: string[] = [];
+        context.on("request", (r) => visited.push(r.url()));
+        const page = await context.newPage();
+
+        // 2. Sign in through replica 1's form; replica 2 knows the session (it is in Postgres).
+        await page.goto(`${at(one)}/console`);
+        assert.equal(page.url(), `${at(one)}/console/signin`);
+        await page.fill("#name", "mia");
+        await page.fill("#password", password);
+        await Promise.all([
+          page.waitForURL((u) => u.href === `${at(one)}/console`),
+          page.click("button[type=submit]"),
+        ]);
+        await page.waitForSelector("body[data-view=keys]");
+        await page.goto(`${at(two)}/console`);
+        assert.equal(page.url(), `${at(two)}/console`, "replica 2 did not send to sign-in");
+        await page.waitForSelector("body[data-view=keys]");
+        await until(page, `document.querySelector("#who").textContent === "mia (member)"`);
+        await until(page, `document.querySelector("#key-table").textContent.includes("mia-agent")`);
+
+        /** The consent for `authUrl` in the browser on replica `r`: approve as `keyId`. */
+        const approve = async (authUrl: URL, r: ApiReplica, keyId: string): Promise<URL> => {
+          assert.equal(authUrl.origin, c.url, "the authorization endpoint is the issuer's");
+          landed.length = 0;
+          await page.goto(`${at(r)}${authUrl.pathname}${authUrl.search}`);
+          assert.match(page.url(), new RegExp(`^${at(r)}/oauth/consent\\?request=`));
+          const text = (await page.textContent("main"))!;
+          assert.match(text, /Let Replica Test Client use ScratchRun\?/);
+          assert.ok(text.includes(redirect), `the consent page names ${redirect}`);
+          assert.match(text, /Signed in as mia\./);
+          await page.selectOption("#key", keyId);
+          await Promise.all([
+            page.waitForURL((u) => u.href.startsWith(redirect)),
+            page.click("button[value=approve]"),
+          ]);
+          assert.equal(landed.length, 1, "the browser landed on the client's redirect once");
+          const back = landed[0]!;
+          assert.equal(back.searchParams.get("iss"), c.url, "the issuer is the public URL");
+          assert.equal(back.searchParams.get("state"), "state-123");
+          assert.ok(back.searchParams.get("code"), `a code in ${back.href}`);
+          return back;
+        };
+
+        // 3. The SDK meets replica 1's 401 on /mcp, finds OAuth there and registers; the person
+        // approves on replica 2, picking the second of their keys.
+        const provider = new MemoryProvider("Replica Test Client", redirect);
+        /** scratchrun_exec through replica `r`'s /mcp with the provider's token: its stdout. */
+        const execOn = async (r: ApiReplica, word: string) => {
+          const client = new Client({ name: "replicas-oauth", version: "1" });
+          await client.connect(
+            new StreamableHTTPClientTransport(mcpUrl, { authProvider: provider, fetch: via(r) }),
+          );
+          try {
+            const out = (await client.callTool({
+              name: "scratchrun_exec",
+              arguments: { runtime: "bash", code: `echo ${word}` },
+            })) as CallToolResult;
+            return (out.structuredContent as { stdout: string }).stdout;
+          } finally {
+            await client.close();
+          }
+        };
+        const first = new StreamableHTTPClientTransport(mcpUrl, {
+          authProvider: provider,
+          fetch: via(one),
+        });
+        await assert.rejects(
+          new Client({ name: "replicas-oauth", version: "1" }).connect(first),
+          UnauthorizedError,
+        );
+        assert.ok(reached.includes("1 POST /oauth/register"), reached.join(", "));
+        assert.ok(provider.info?.client_id.startsWith("src_"), "registered dynamically");
+        const back = await approve(provider.authUrl!, two, agentId);
+
+        // 4. The code (made on replica 2) is redeemed on replica 1; the token calls on replica 2.
+        reached.length = 0;
+        await first.finishAuth(back.searchParams.get("code")!);
+        assert.deepEqual(
+          reached.filter((s) => s.endsWith("/oauth/token")),
+          ["1 POST /oauth/token"],
+        );
+        const issued = provider.saved!;
+        assert.match(issued.access_token, /^sra_/);
+        assert.equal(await execOn(two, "oauth-on-replica-2"), "oauth-on-replica-2\n");
+        const run = (await c.runs()).filter((x) => !seen.has(x.id));
+        assert.equal(run.length, 1, "one run recorded");
+        assert.equal(run[0]!.key_id, agentId, "the run is the approved key's");
+        assert.equal(run[0]!.transport, "mcp");
+        assert.equal(run[0]!.replica_id, two.replicaId, "replica 2 took the call");
+
+        // 5. Refresh on replica 1; the new token works on replica 2; the spent refresh token
+        // used again on replica 2 is refused and revokes the grant for both replicas.
+        assert.equal(await auth(provider, { serverUrl: mcpUrl, fetchFn: via(one) }), "AUTHORIZED");
+        const refreshed = provider.saved!;
+        assert.notEqual(refreshed.access_token, issued.access_token);
+        assert.notEqual(refreshed.refresh_token, issued.refresh_token);
+        assert.equal(await execOn(two, "refreshed-on-replica-2"), "refreshed-on-replica-2\n");
+        const reuse = await fetch(`${at(two)}/oauth/token`, {
+          method: "POST",
+          headers: { "Content-Type": "application/x-www-form-urlencoded" },
+          body: new URLSearchParams({
+            grant_type: "refresh_token",
+            refresh_token: issued.refresh_token!,
+            client_id: provider.info!.client_id,
+          }),
+        });
+        assert.equal(reuse.status, 400);
+        assert.equal(((await reuse.json()) as { error: string }).error, "invalid_grant");
+        assert.equal((await ping(one, refreshed.access_token)).status, 401, "grant revoked");
+
+        // A second grant, the other way round: authorized on replica 1, redeemed on replica 2,
+        // called on replica 1; the key revoked in the console on replica 2 refuses its token.
+        provider.saved = undefined;
+        reached.length = 0;
+        assert.equal(await auth(provider, { serverUrl: mcpUrl, fetchFn: via(two) }), "REDIRECT");
+        const again = await approve(provider.authUrl!, one, agentId);
+        assert.equal(
+          await auth(provider, {
+            serverUrl: mcpUrl,
+            authorizationCode: again.searchParams.get("code")!,
+            fetchFn: via(two),
+          }),
+          "AUTHORIZED",
+        );
+        assert.ok(reached.includes("2 POST /oauth/token"), reached.join(", "));
+        const second = provider.saved!.access_token;
+        assert.equal(await execOn(one, "oauth-on-replica-1"), "oauth-on-replica-1\n");
+
+        await page.goto(`${at(two)}/console`);
+        await page.waitForSelector(`[data-revoke="${agentId}"]`);
+        page.once("dialog", (d) => void d.accept());
+        await page.click(`[data-revoke="${agentId}"]`);
+        await page.waitForSelector(`[data-revoke="${agentId}"]`, { state: "detached" });
+        const refused = await ping(one, second);
+        assert.equal(refused.status, 401, "the revoked key's token is refused on replica 1");
+        assert.match(refused.headers.get("www-authenticate") ?? "", /invalid_token/);
+        const runs = (await c.runs()).filter((x) => !seen.has(x.id));
+        assert.deepEqual(
+          runs.map((x) => [x.key_id, x.replica_id]),
+          [
+            [agentId, two.replicaId],
+            [agentId, two.replicaId],
+            [agentId, one.replicaId],
+          ],
+        );
+        // No token ever sat in a URL the browser visited.
+        assert.ok(visited.length > 10, `${visited.length} requests`);
+        for (const u of visited) assert.doesNotMatch(u, /sra_|srr_|access_token|refresh_token/);
+        await context.close();
+      } finally {
+        await browser.close();
+        await new Promise<void>((r) => landing.close(() => r()));
       }
     });
 

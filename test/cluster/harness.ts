@@ -207,6 +207,9 @@ export class ApiReplica {
           SCRATCHRUN_WORKERS_DNS_SERVER: c.dns.server,
           SCRATCHRUN_WORKER_TOKEN: c.token,
           SCRATCHRUN_LEASE_TTL_MS: String(c.leaseTtlMs),
+          // The one origin clients know (the front door, as a Service's): every replica is the
+          // same OAuth issuer, and `${c.url}/mcp` the one resource its tokens are for.
+          SCRATCHRUN_PUBLIC_URL: c.url,
           ...extraEnv,
         },
         stdio: ["ignore", "ignore", "pipe"],

@@ -11,12 +11,13 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
+import type { Browser, BrowserContext, Page } from "playwright-core";
 import { UserStore } from "../../src/store/users.js";
 import { makeUser } from "../api/oauth-browser.js";
 import { startService, type ServiceHarness } from "../api/harness.js";
 import { TEST_BACKENDS } from "../helpers/backends.js";
 import { REPO_ROOT } from "../helpers/mcp-client.js";
+import { inPage, launchChromium, until } from "./chromium.js";
 
 const SHOTS =
   process.env.SCRATCHRUN_SCREENSHOTS === "1"
@@ -25,33 +26,12 @@ const SHOTS =
 const EXAMPLE_PNG_CODE =
   "import matplotlib.pyplot as plt\nimport numpy as np\nx = np.linspace(0, 10, 100)\nplt.plot(x, np.sin(x))\nplt.savefig('/tmp/plot.png')";
 
-/**
- * Chromium refuses to start as root with its sandbox on (it needs an unprivileged user for its
- * namespaces); the test machine runs tests as root, so only then is --no-sandbox passed. The page
- * under test is this server's own, on loopback.
- */
-function launchArgs(): string[] {
-  return process.getuid?.() === 0 ? ["--no-sandbox"] : [];
-}
-
-/** Runs `js` (an expression) in the page: the test compiles without the DOM's types. */
-const inPage = <T>(page: Page, js: string) => page.evaluate(js) as Promise<T>;
-
 interface Answer {
   status: number;
   body: Record<string, unknown> & {
     keys?: { id: string }[];
     runs?: { key_id: string }[];
   };
-}
-
-/** Waits until `js` is true in the page (waitForFunction would eval, which the CSP forbids). */
-async function until(page: Page, js: string, ms = 30_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!(await inPage<boolean>(page, js))) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${js}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
 }
 
 /** A console API call from the page, as its script makes it (the session's CSRF token). */
@@ -94,7 +74,7 @@ describe("console in headless Chromium (namespace backend)", () => {
     maxKey = await h.keys.create("max-ci", null, Date.now(), max.id);
     const r = await h.post("/v1/exec", { runtime: "bash", code: "echo max" }, maxKey.key);
     assert.equal(r.status, 200);
-    browser = await chromium.launch({ executablePath: "/usr/bin/chromium", args: launchArgs() });
+    browser = await launchChromium();
   });
 
   after(async () => {
@@ -325,7 +305,7 @@ describe(
 
     before(async () => {
       h = await startService({}, {}, { SCRATCHRUN_ISOLATION: "microvm" });
-      browser = await chromium.launch({ executablePath: "/usr/bin/chromium", args: launchArgs() });
+      browser = await launchChromium();
     });
 
     after(async () => {
