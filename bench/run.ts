@@ -59,11 +59,15 @@ function hostInfo(): HostInfo {
 
 /** SCRATCHRUN_* settings of this process, passed on to the servers it starts. */
 function scratchrunEnv(): Record<string, string> {
-  return Object.fromEntries(
-    Object.entries(process.env).filter(
-      (e): e is [string, string] => e[0].startsWith("SCRATCHRUN_") && e[1] !== undefined,
+  return {
+    // Every server measured builds its own microVM templates, unless a phase keeps them.
+    SCRATCHRUN_TEMPLATE_CACHE: "off",
+    ...Object.fromEntries(
+      Object.entries(process.env).filter(
+        (e): e is [string, string] => e[0].startsWith("SCRATCHRUN_") && e[1] !== undefined,
+      ),
     ),
-  );
+  };
 }
 
 function workloadsOf(plan: Plan, system: BenchSystem): Workload[] {

@@ -33,7 +33,13 @@ if (files.length === 0) {
   console.error("no test files matched");
   process.exit(1);
 }
+// Each test's server builds its own microVM templates (what it measures and counts), unless a
+// test keeps them itself (test/microvm/template-store.test.ts).
 const r = spawnSync(process.execPath, ["--test", "--test-concurrency=1", ...files], {
   stdio: "inherit",
+  env: {
+    ...process.env,
+    SCRATCHRUN_TEMPLATE_CACHE: process.env.SCRATCHRUN_TEMPLATE_CACHE ?? "off",
+  },
 });
 process.exit(r.status ?? 1);

@@ -2,7 +2,9 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { createMicrovmBackend } from "../backends/microvm/backend.js";
 import { reapOrphanVmDirs } from "../backends/microvm/reap-dirs.js";
+import { TemplateStore } from "../backends/microvm/template-store.js";
 import {
+  defaultCacheRoot,
   ensureRootDisk,
   NotBuiltError,
   vmArtifactsIfBuilt,
@@ -269,6 +271,7 @@ async function engineOn(
               mode: setting("SCRATCHRUN_POOL_MODE", env) === "boot" ? "boot" : "restore",
             },
             preimport,
+            templateStore: templateStoreFromEnv(env),
             ...(network.provider ? { network: network.provider } : {}),
           })
         : new NamespaceBackend({
@@ -338,4 +341,20 @@ export function sessionLimitsFromEnv(env: NodeJS.ProcessEnv): SessionLimits {
       LIMITS.session.memoryMbPerCaller,
     ),
   };
+}
+
+/**
+ * SCRATCHRUN_TEMPLATE_CACHE: where microVM snapshot templates are kept across restarts ("on",
+ * the default: `templates/` in the VM cache; "off"; or an absolute directory).
+ */
+export function templateStoreFromEnv(env: NodeJS.ProcessEnv): TemplateStore | null {
+  const v = setting("SCRATCHRUN_TEMPLATE_CACHE", env) ?? "on";
+  if (v === "off") return null;
+  if (v === "on") return new TemplateStore(join(defaultCacheRoot(env), "templates"));
+  if (!v.startsWith("/"))
+    throw new ScratchRunError(
+      "INVALID_INPUT",
+      `SCRATCHRUN_TEMPLATE_CACHE is on, off or an absolute directory, not ${JSON.stringify(v)}`,
+    );
+  return new TemplateStore(v);
 }

@@ -6,8 +6,9 @@
 import { execFileSync } from "node:child_process";
 import { availableParallelism } from "node:os";
 import { setTimeout as sleep } from "node:timers/promises";
-import { existsSync } from "node:fs";
+import { existsSync, readdirSync } from "node:fs";
 import { dirname } from "node:path";
+import { fileURLToPath } from "node:url";
 import { takeLease, type Lease } from "../../images/lease.js";
 import { ScratchRunError } from "../../errors.js";
 import { CPU_WEIGHT, detectCgroups, type Cgroup, type CpuPriority } from "../../jail/cgroup.js";
@@ -43,7 +44,14 @@ import {
   type Flavour,
 } from "../prestart.js";
 import { CODE_UID } from "../../protocol/guest-header.js";
-import { createTemplate, type Template } from "./snapshot.js";
+import {
+  createTemplate,
+  templateRamBytes,
+  type Template,
+  type TemplateOptions,
+} from "./snapshot.js";
+import { templateKey, type TemplateStore } from "./template-store.js";
+import { VERSION } from "../../version.js";
 import { MicroVm, type HostContext, type WarmUp } from "./vm.js";
 import {
   egressAllowlist,
@@ -90,6 +98,8 @@ export interface MicrovmBackendOptions {
    * pool of its clones as deep as the runtime's, for calls the engine routes there.
    */
   preimport?: Partial<Record<RuntimeName, Preimport>>;
+  /** Snapshot templates kept across restarts (SCRATCHRUN_TEMPLATE_CACHE); absent: none. */
+  templateStore?: TemplateStore | null;
 }
 
 /** A pool and template kind: a runtime, and whether its Python has pre-imported. */
@@ -177,6 +187,8 @@ export class MicrovmBackend implements Backend {
    */
   readonly counters = {
     templates: 0,
+    /** Of those, templates loaded from the template store instead of booted. */
+    templatesLoaded: 0,
     clonedCalls: 0,
     preimportedCalls: 0,
     warmedCalls: 0,
@@ -212,6 +224,11 @@ export class MicrovmBackend implements Backend {
   /** Marks the kernel and root disk this backend boots as in use, for the cache's prune. */
   private readonly lease: Lease | null;
   private readonly preimport: Partial<Record<RuntimeName, Preimport>>;
+  /** Templates kept across restarts (null: off); only the pool's memory size is kept. */
+  private readonly templateStore: TemplateStore | null;
+  private readonly poolMemoryMb: number;
+  /** One entry per template save to the store that ended: null when saved, else its error. */
+  readonly templateSaves: unknown[] = [];
 
   constructor(o: {
     ctx: HostContext;
@@ -221,8 +238,10 @@ export class MicrovmBackend implements Backend {
     lease?: Lease | null;
     preimport?: Partial<Record<RuntimeName, Preimport>> | undefined;
     cpus?: number | undefined;
+    templateStore?: TemplateStore | null | undefined;
   }) {
     const { ctx } = o;
+    this.templateStore = o.templateStore ?? null;
     const poolOptions = o.pool ?? {};
     this.ctx = ctx;
     this.bootTimeoutMs = o.bootTimeoutMs;
@@ -233,6 +252,7 @@ export class MicrovmBackend implements Backend {
     this.isolation = isolationOf(ctx.accel);
     this.mode = poolOptions.mode ?? "restore";
     const memoryMb = poolOptions.memoryMb ?? LIMITS.memoryMb.default;
+    this.poolMemoryMb = memoryMb;
     const sizes: Partial<Record<VmKind, number>> = {};
     for (const [runtime, n] of Object.entries(poolOptions.sizes ?? {}) as [RuntimeName, number][]) {
       sizes[vmKind(runtime, "plain")] = n;
@@ -274,7 +294,12 @@ export class MicrovmBackend implements Backend {
       const pre = flavour === "preimport" ? this.preimportFor(runtime, memoryMb) : undefined;
       if (flavour === "preimport" && !pre)
         return Promise.reject(new Error(`${runtime} at ${memoryMb} MB has no pre-import`));
+      const build = {
+        ...(prestart ? { prestart } : warm ? { warm } : {}),
+        ...(pre ? { preimport: preimportSpec(pre) } : {}),
+      };
       t = createTemplate(this.ctx, {
+        ...this.kept(key, memoryMb, build),
         memoryMb,
         timeoutMs: pre
           ? Math.max(this.bootTimeoutMs, PREIMPORT_BOOT_TIMEOUT_MS)
@@ -286,8 +311,7 @@ export class MicrovmBackend implements Backend {
             void cgroup.setCpuWeight(CPU_WEIGHT.call).catch(() => {});
         },
         // A pre-started interpreter warms the page cache itself.
-        ...(prestart ? { prestart } : warm ? { warm } : {}),
-        ...(pre ? { preimport: preimportSpec(pre) } : {}),
+        ...build,
       });
       this.templates.set(key, t);
       void t
@@ -299,6 +323,7 @@ export class MicrovmBackend implements Backend {
       t.then((v) => {
         this.templateFailed.delete(key);
         this.counters.templates++;
+        if (v.loaded) this.counters.templatesLoaded++;
         this.built.set(key, v);
       }).catch((err: unknown) => {
         this.templateError = err;
@@ -307,6 +332,37 @@ export class MicrovmBackend implements Backend {
       });
     }
     return t;
+  }
+
+  /**
+   * The template store's part of a template build: its slot and key (everything the template is
+   * made from, src/backends/microvm/template-store.ts), for the pool's memory size only (calls
+   * with other sizes are rare, and each size would be another file).
+   */
+  private kept(
+    slot: string,
+    memoryMb: number,
+    build: Record<string, string | undefined>,
+  ): Pick<TemplateOptions, "store"> {
+    const store = this.templateStore;
+    if (!store || memoryMb !== this.poolMemoryMb) return {};
+    const key = templateKey({
+      slot,
+      memoryMb,
+      ramBytes: templateRamBytes(memoryMb),
+      files: [
+        this.ctx.artifacts.kernel,
+        this.ctx.artifacts.initramfs,
+        this.ctx.disk,
+        QEMU_BINARY,
+        ...moduleFiles(),
+      ],
+      accel: this.ctx.accel,
+      tscKhz: this.ctx.tscKhz,
+      build,
+      version: VERSION,
+    });
+    return { store: { store, slot, key, saved: (e) => this.templateSaves.push(e) } };
   }
 
   private track(vm: MicroVm): MicroVm {
@@ -730,5 +786,18 @@ export async function createMicrovmBackend(
     lease,
     preimport: options.preimport,
     cpus: options.cpus,
+    templateStore: options.templateStore,
   });
+}
+
+/**
+ * This backend's own compiled files: the QEMU command line and the guest protocol live here, so
+ * a kept template is only reused by the very build that made it.
+ */
+function moduleFiles(): string[] {
+  const dir = dirname(fileURLToPath(import.meta.url));
+  return readdirSync(dir)
+    .filter((f) => f.endsWith(".js"))
+    .sort()
+    .map((f) => `${dir}/${f}`);
 }

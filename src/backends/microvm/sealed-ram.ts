@@ -34,7 +34,8 @@ export class SealedRam {
     return new SealedRam(helper, rl, lines, Number(m[1]));
   }
 
-  private path(): string {
+  /** The memfd through the helper's fd table (open it before seal(): the helper then exits). */
+  path(): string {
     return `/proc/${this.helper.pid}/fd/${this.memfd}`;
   }
 

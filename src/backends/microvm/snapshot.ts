@@ -7,14 +7,17 @@
 import { closeSync } from "node:fs";
 import type { Cgroup } from "../../jail/cgroup.js";
 import { SealedRam } from "./sealed-ram.js";
+import type { TemplateStore } from "./template-store.js";
 import { GUEST_KERNEL_MB, MicroVm, type HostContext, type TemplateImage } from "./vm.js";
 
 const MiB = 1024 * 1024;
 
 export interface Template {
   readonly image: TemplateImage;
-  /** ms from starting the template VM to a sealed image. */
+  /** ms from starting the template VM to a sealed image (or from loading it off disk). */
   readonly buildMs: number;
+  /** It was loaded from the template store (a template a previous run built), not booted. */
+  readonly loaded: boolean;
   close(): void;
 }
 
@@ -34,14 +37,36 @@ export interface TemplateOptions {
   signal?: AbortSignal;
   /** Called with the template VM's cgroup once it exists (a call waiting for it raises its weight). */
   onCgroup?: (cgroup: Cgroup) => void;
+  /**
+   * Kept across restarts: loaded from here when a previous run saved this very template (its
+   * key), else built and then saved in the background (`saved` settles when that is done).
+   */
+  store?: { store: TemplateStore; slot: string; key: string; saved?: (e: unknown) => void };
 }
+
+/** Bytes of a template's guest RAM (the memfd), for memory_mb. */
+export const templateRamBytes = (memoryMb: number) => (memoryMb + GUEST_KERNEL_MB) * MiB;
 
 export async function createTemplate(ctx: HostContext, opts: TemplateOptions): Promise<Template> {
   const started = Date.now();
-  const ram = await SealedRam.create(
-    ctx.artifacts.sealedRam,
-    (opts.memoryMb + GUEST_KERNEL_MB) * MiB,
-  );
+  const bytes = templateRamBytes(opts.memoryMb);
+  const kept = opts.store;
+  if (kept) {
+    const hit = await kept.store
+      .load(kept.slot, kept.key, ctx.artifacts.sealedRam, bytes)
+      .catch(() => null);
+    if (hit) {
+      const fd = hit.ram.fd;
+      if (fd === null) throw new Error("sealed template RAM has no fd");
+      return {
+        image: { ramFd: fd, state: hit.state, memoryMb: opts.memoryMb },
+        buildMs: Date.now() - started,
+        loaded: true,
+        close: () => hit.ram.close(),
+      };
+    }
+  }
+  const ram = await SealedRam.create(ctx.artifacts.sealedRam, bytes);
   let vm: MicroVm | null = null;
   try {
     const rw = ram.openForTemplate();
@@ -75,7 +100,12 @@ export async function createTemplate(ctx: HostContext, opts: TemplateOptions): P
     const fd = ram.fd;
     if (fd === null) throw new Error("sealed template RAM has no fd");
     const image: TemplateImage = { ramFd: fd, state, memoryMb: opts.memoryMb };
-    return { image, buildMs: Date.now() - started, close: () => ram.close() };
+    if (kept)
+      void kept.store.save(kept.slot, kept.key, `/proc/self/fd/${fd}`, bytes, state).then(
+        () => kept.saved?.(null),
+        (e: unknown) => kept.saved?.(e),
+      );
+    return { image, buildMs: Date.now() - started, loaded: false, close: () => ram.close() };
   } catch (err) {
     if (vm) await vm.destroy();
     ram.close();

@@ -220,6 +220,12 @@ export const SETTINGS = {
     readers: ["server"],
     doc: "`serve`: the origin clients reach the service at (`https://…` behind TLS): the OAuth issuer, `/mcp` under it the resource tokens are for, and Secure session cookies when https",
   },
+  SCRATCHRUN_TEMPLATE_CACHE: {
+    kind: "string",
+    fallback: "on",
+    readers: ["server"],
+    doc: "microVM: keep each runtime's snapshot templates on disk (`templates/` in the VM cache, one file per runtime and flavour, sparse, 0600), so a restarted server's first calls clone one instead of waiting for a cold boot; `off`, or an absolute directory",
+  },
   SCRATCHRUN_OIDC_ISSUER: {
     kind: "string",
     unset: "only the built-in authorization server",
