@@ -6,6 +6,8 @@
  * Each system is started fresh per round; per call index (1st, 2nd, 3rd) the median over the
  * runtimes and rounds, and the median of each runtime's three calls together.
  */
+import { readdirSync, statSync } from "node:fs";
+import { join } from "node:path";
 import { summarize, type Summary } from "./stats.js";
 import type { McpSystem } from "./systems/scratchrun.js";
 import { printWorkload } from "./workloads.js";
@@ -109,3 +111,47 @@ export async function benchFirstCalls(
   });
   return { plan, systems: out };
 }
+
+/**
+ * Makes a system's kept templates: one untimed start that calls each runtime once, then waits
+ * until the template directory has stopped changing for `quietMs` (the pools' templates built
+ * and saved in the background), at most `boundMs`.
+ */
+export async function primeTemplates(
+  system: McpSystem,
+  runtimes: readonly RuntimeName[],
+  dir: string,
+  log: (m: string) => void,
+  quietMs = 15_000,
+  boundMs = 300_000,
+): Promise<number> {
+  await system.start();
+  try {
+    for (const rt of runtimes) await system.call(printWorkload(rt));
+    const t0 = Date.now();
+    let last = "";
+    let since = Date.now();
+    while (Date.now() - t0 < boundMs) {
+      const now = listing(dir);
+      if (now !== last) [last, since] = [now, Date.now()];
+      else if (Date.now() - since >= quietMs && now.includes(".template")) break;
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+  } finally {
+    await system.close();
+  }
+  const n = readdirSync(dir).filter((f) => f.endsWith(".template")).length;
+  log(`first-calls ${system.id}: ${n} templates kept in ${dir}`);
+  return n;
+}
+
+const listing = (dir: string) => {
+  try {
+    return readdirSync(dir)
+      .map((f) => `${f}:${statSync(join(dir, f)).size}`)
+      .sort()
+      .join(",");
+  } catch {
+    return "";
+  }
+};

@@ -15,6 +15,7 @@ const LABELS: Record<string, string> = {
   microvm: "ScratchRun microVM",
   "namespace-baseline": "ScratchRun namespace, baseline build",
   "microvm-baseline": "ScratchRun microVM, baseline build",
+  "microvm-kept": "ScratchRun microVM, templates kept from an earlier start",
 };
 export const systemLabel = (id: string) => LABELS[id] ?? id;
 

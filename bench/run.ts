@@ -28,7 +28,7 @@ import { renderSvg } from "./report-svg.js";
 import { benchSessions, SESSIONS_ROWS } from "./sessions.js";
 import { benchTti } from "./tti.js";
 import { benchFirstMinutes } from "./first-minutes.js";
-import { benchFirstCalls } from "./first-calls.js";
+import { benchFirstCalls, primeTemplates } from "./first-calls.js";
 import { benchPlot } from "./plot-steps.js";
 import { summarize } from "./stats.js";
 import type { BenchResults, HostInfo, IdleServer } from "./results.js";
@@ -323,14 +323,33 @@ async function main(): Promise<void> {
       });
     if (phase("first-calls"))
       await attempt("first-calls", async () => {
-        results.firstCalls = await benchFirstCalls(
-          [
-            firstMinutesServer("microvm"),
-            ...(baseline ? [firstMinutesServer("microvm", baseline)] : []),
-          ],
-          plan.firstCalls,
-          log,
-        );
+        // A restart: the templates an earlier start of the server built and kept.
+        const keptDir = mkdtempSync(join(tmpdir(), "sr-bench-templates-"));
+        try {
+          const kept = mcpSystem({
+            id: "microvm-kept",
+            label: "ScratchRun microVM, templates kept from an earlier start",
+            script: BENCH_SERVER,
+            env: {
+              ...scratchrunEnv(),
+              SCRATCHRUN_ISOLATION: "microvm",
+              SCRATCHRUN_NETWORK: "none",
+              SCRATCHRUN_TEMPLATE_CACHE: keptDir,
+            },
+          });
+          await primeTemplates(kept, plan.firstCalls.runtimes, keptDir, log);
+          results.firstCalls = await benchFirstCalls(
+            [
+              firstMinutesServer("microvm"),
+              kept,
+              ...(baseline ? [firstMinutesServer("microvm", baseline)] : []),
+            ],
+            plan.firstCalls,
+            log,
+          );
+        } finally {
+          rmSync(keptDir, { recursive: true, force: true });
+        }
       });
     if (phase("plot"))
       await attempt("plot", async () => {
