@@ -71,6 +71,9 @@ export function serverParams(env: Record<string, string>, node = process.execPat
       PATH: process.env.PATH ?? "/usr/bin:/bin",
       HOME: process.env.HOME ?? "/root",
       SCRATCHRUN_NETWORK: "none",
+      // Each server builds its own microVM templates (the suites count and time what it does);
+      // test/microvm/template-store.test.ts keeps them on purpose.
+      SCRATCHRUN_TEMPLATE_CACHE: process.env.SCRATCHRUN_TEMPLATE_CACHE ?? "off",
       ...env,
     },
     stderr: "pipe" as const,

@@ -43,7 +43,12 @@ let key: string;
 
 /** The environment of a user's MCP client: PATH and HOME, plus what the config sets. */
 function rootEnv(extra: Record<string, string> = {}): Record<string, string> {
-  const pass = ["SCRATCHRUN_IMAGES", "SCRATCHRUN_VM_CACHE", "SCRATCHRUN_PYTHON312"];
+  const pass = [
+    "SCRATCHRUN_IMAGES",
+    "SCRATCHRUN_VM_CACHE",
+    "SCRATCHRUN_PYTHON312",
+    "SCRATCHRUN_TEMPLATE_CACHE",
+  ];
   return {
     PATH: process.env.PATH ?? "/usr/bin:/bin",
     HOME: process.env.HOME ?? "/root",

@@ -196,6 +196,7 @@ for (const backend of SECURITY_BACKENDS) {
           SCRATCHRUN_NETWORK: "none",
           SCRATCHRUN_ISOLATION: backend,
           SCRATCHRUN_POOL_SIZE: "bash=1",
+          SCRATCHRUN_TEMPLATE_CACHE: "off",
         },
         stdio: ["pipe", "pipe", "pipe"],
       });

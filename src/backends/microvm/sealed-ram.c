@@ -9,6 +9,9 @@
  *
  * Protocol on stdin/stdout, one line each: prints "ready FD" once the memfd exists; on "seal"
  * prints "sealed" (or "error ERRNO"); exits on EOF. Exit status 0 unless setup failed.
+ * "load OFFSET PATH" (before "seal"): copies the data extents of the file PATH from OFFSET on into
+ * the memfd at 0 (a template kept on disk, written sparse: holes stay zero pages untouched) and
+ * prints "loaded" (or "error ERRNO"; EFBIG when the file holds more than the memfd).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -18,6 +21,54 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+/* Copies the data extents of `path` from `offset` on into fd at 0; 0 or an errno. */
+static int load(int fd, unsigned long long size, unsigned long long offset, const char *path) {
+  int in = open(path, O_RDONLY | O_CLOEXEC);
+  if (in < 0) return errno;
+  enum { CHUNK = 1 << 20 };
+  char *buf = malloc(CHUNK);
+  int err = buf ? 0 : ENOMEM;
+  off_t pos = (off_t)offset;
+  while (!err) {
+    off_t data = lseek(in, pos, SEEK_DATA);
+    if (data < 0) {
+      if (errno != ENXIO) err = errno; /* ENXIO: no data past pos */
+      break;
+    }
+    off_t hole = lseek(in, data, SEEK_HOLE);
+    if (hole < 0) {
+      err = errno;
+      break;
+    }
+    for (off_t at = data; at < hole && !err;) {
+      size_t want = (size_t)(hole - at) < CHUNK ? (size_t)(hole - at) : CHUNK;
+      ssize_t got = pread(in, buf, want, at);
+      if (got <= 0) {
+        err = got < 0 ? errno : EIO;
+        break;
+      }
+      unsigned long long to = (unsigned long long)(at - (off_t)offset);
+      if (to + (unsigned long long)got > size) {
+        err = EFBIG;
+        break;
+      }
+      for (ssize_t done = 0; done < got;) {
+        ssize_t w = pwrite(fd, buf + done, (size_t)(got - done), (off_t)(to + (unsigned long long)done));
+        if (w <= 0) {
+          err = w < 0 ? errno : EIO;
+          break;
+        }
+        done += w;
+      }
+      at += got;
+    }
+    pos = hole;
+  }
+  free(buf);
+  close(in);
+  return err;
+}
 
 int main(int argc, char **argv) {
   if (argc != 2) return 2;
@@ -31,8 +82,24 @@ int main(int argc, char **argv) {
   }
   printf("ready %d\n", fd);
   fflush(stdout);
-  char line[64];
+  static char line[4200];
   while (fgets(line, sizeof line, stdin)) {
+    if (strncmp(line, "load ", 5) == 0) {
+      char *rest;
+      unsigned long long offset = strtoull(line + 5, &rest, 10);
+      size_t n = strlen(line);
+      int err = EINVAL;
+      if (*rest == ' ' && n > 0 && line[n - 1] == '\n') {
+        line[n - 1] = 0;
+        err = load(fd, size, offset, rest + 1);
+      }
+      if (err)
+        printf("error %d\n", err);
+      else
+        printf("loaded\n");
+      fflush(stdout);
+      continue;
+    }
     if (strcmp(line, "seal\n") != 0) continue;
     if (fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) == 0)
       printf("sealed\n");

@@ -127,20 +127,8 @@ export class TemplateStore {
       const state = Buffer.alloc(stateBytes);
       await f.read(state, 0, stateBytes, HEADER_BYTES);
       ram = await SealedRam.create(helper, ramBytes);
-      const rw = await open(ram.path(), "r+");
-      try {
-        const buf = Buffer.alloc(CHUNK);
-        for (let off = 0; off < ramBytes; off += CHUNK) {
-          const n = Math.min(CHUNK, ramBytes - off);
-          const { bytesRead } = await f.read(buf, 0, n, dataAt + off);
-          // Past the file's end (a trailing hole) and zero chunks: the memfd is zero already.
-          if (bytesRead === 0) break;
-          const part = buf.subarray(0, bytesRead);
-          if (!part.equals(ZERO.subarray(0, bytesRead))) await rw.write(part, 0, bytesRead, off);
-        }
-      } finally {
-        await rw.close();
-      }
+      // The helper copies the file's data extents (holes stay the memfd's zero pages).
+      await ram.load(path, dataAt);
       await ram.seal();
       return { ram, state };
     } catch (e) {
