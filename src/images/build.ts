@@ -49,6 +49,7 @@ import { verifyRuntimes } from "./verify-runtimes.js";
 import { LOCK_TARGETS } from "./python-lock.js";
 import { lockedWheels, noIndexNote, type LockedWheelsOptions } from "./wheel-cache.js";
 import { installFromIndex, installLocked, installWheelhouse } from "./wheelhouse.js";
+import { pidAlive } from "../jail/procfs.js";
 
 export interface BuildOptions {
   onProgress?: (line: string) => void;
@@ -422,17 +423,8 @@ async function removeAbandonedBuilds(root: string, log: (line: string) => void):
   for (const name of await readdir(root)) {
     if (!name.startsWith(BUILDING_PREFIX)) continue;
     const pid = Number(name.slice(name.lastIndexOf("-") + 1));
-    if (Number.isInteger(pid) && pid > 0 && processAlive(pid)) continue;
+    if (Number.isInteger(pid) && pid > 0 && pidAlive(pid)) continue;
     log(`removing abandoned build ${name}`);
     await rm(join(root, name), { recursive: true, force: true });
-  }
-}
-
-function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === "EPERM";
   }
 }

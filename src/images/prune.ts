@@ -6,6 +6,7 @@ import { existsSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSyn
 import { join } from "node:path";
 import { heldBy, liveLeases } from "./lease.js";
 import { ROOTFS_PREFIX } from "./paths.js";
+import { pidAlive } from "../jail/procfs.js";
 
 /** The file naming the active image of an images directory: the last one a build finished. */
 export const ACTIVE_FILE = "active";
@@ -82,15 +83,6 @@ export function pruneImages(
     outcome.removed.push(path);
   }
   return outcome;
-}
-
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === "EPERM";
-  }
 }
 
 /** Pids of live servers holding `dir`. */

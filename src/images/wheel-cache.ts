@@ -15,6 +15,7 @@ import {
   type HostPip,
 } from "./host-pip.js";
 import { lockLinesFor, parseLock, sha256Hex, type LockTarget } from "./python-lock.js";
+import { pidAlive } from "../jail/procfs.js";
 
 const PARTIAL = ".partial-";
 
@@ -47,17 +48,8 @@ async function removeAbandonedDownloads(root: string): Promise<void> {
     const at = name.indexOf(PARTIAL);
     if (at < 0) continue;
     const pid = Number(name.slice(at + PARTIAL.length));
-    if (Number.isInteger(pid) && pid > 0 && pid !== process.pid && alive(pid)) continue;
+    if (Number.isInteger(pid) && pid > 0 && pid !== process.pid && pidAlive(pid)) continue;
     await rm(join(root, name), { recursive: true, force: true });
-  }
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === "EPERM";
   }
 }
 

@@ -42,3 +42,13 @@ export function allProcStats(): ProcStat[] {
   }
   return out;
 }
+
+/** Whether a process with this pid exists (EPERM: it does, someone else's). */
+export function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === "EPERM";
+  }
+}

@@ -1,5 +1,6 @@
 import { closeSync, mkdirSync, openSync, readFileSync, unlinkSync, writeSync } from "node:fs";
 import { join } from "node:path";
+import { pidAlive } from "./procfs.js";
 
 /**
  * Host uids for sandboxes. Each live sandbox runs as its own unprivileged host uid, so two
@@ -11,15 +12,6 @@ import { join } from "node:path";
 export const SANDBOX_UID_BASE = 6_200_000;
 export const SANDBOX_UID_COUNT = 4096;
 export const UID_LOCK_DIR = "/run/scratchrun/uids";
-
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === "EPERM";
-  }
-}
 
 /**
  * Whether a live server holds `uid` (its lock file names a live pid): what a dead server's

@@ -17,6 +17,7 @@ import { readFileSync, statSync } from "node:fs";
 import { mkdir, open, readdir, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { SealedRam } from "./sealed-ram.js";
+import { pidAlive } from "../../jail/procfs.js";
 
 const FORMAT = 1;
 const HEADER_BYTES = 4096;
@@ -187,18 +188,9 @@ export class TemplateStore {
       const writer = /\.tmp-(\d+)$/.exec(name)?.[1];
       // Another key of this slot; or a save its process never finished (it died mid-write).
       const stale = writer
-        ? !alive(Number(writer))
+        ? !pidAlive(Number(writer))
         : name.startsWith(prefixOf(slot)) && join(this.dir, name) !== path;
       if (stale) await rm(join(this.dir, name), { force: true });
     }
-  }
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === "EPERM";
   }
 }
