@@ -12,7 +12,7 @@ import type { Manifest } from "../images/manifest.js";
 import { noIndexReason } from "../images/wheel-cache.js";
 import { EXTRAS, runtimeEntry } from "../runtimes/table.js";
 import { RUNTIMES, type RuntimeName } from "../schema/exec.js";
-import { AGENT_DIR } from "../compose/engine-factory.js";
+import { AGENT_DIR, templateStoreFromEnv } from "../compose/engine-factory.js";
 import { egressBlocker } from "../compose/network.js";
 import { setting, settingOn } from "../schema/settings/read.js";
 
@@ -108,6 +108,7 @@ export async function runChecks(env: NodeJS.ProcessEnv = process.env): Promise<C
         : "not found (needed by the microvm backend)",
       fix: apt("qemu-system-x86"),
     })),
+    await keptTemplatesCheck(env),
     check("network egress", false, () => {
       if (setting("SCRATCHRUN_NETWORK", env) === "none")
         return { ok: true, detail: "disabled by SCRATCHRUN_NETWORK=none" };
@@ -295,5 +296,33 @@ async function kvmCheck(): Promise<Check> {
       ok: false,
       detail: `cannot probe KVM: ${(e as Error).message}`,
     };
+  }
+}
+
+/**
+ * The microVM snapshot templates kept across restarts (SCRATCHRUN_TEMPLATE_CACHE): how many, what
+ * they take on disk, and whether any is stale (made from a kernel or disk that is gone: the next
+ * microVM start removes it). Never a failure: without them a first call only boots.
+ */
+async function keptTemplatesCheck(env: NodeJS.ProcessEnv): Promise<Check> {
+  const name = "kept templates";
+  try {
+    const store = templateStoreFromEnv(env);
+    if (!store)
+      return { name, required: false, ok: true, detail: "off (SCRATCHRUN_TEMPLATE_CACHE=off)" };
+    const kept = await store.list();
+    const mb = Math.round(kept.reduce((a, t) => a + t.diskBytes, 0) / 1e6);
+    const stale = kept.filter((t) => !t.current).length;
+    return {
+      name,
+      required: false,
+      ok: true,
+      detail:
+        kept.length === 0
+          ? `none yet in ${store.dir} (a microVM server keeps each runtime's once built)`
+          : `${kept.length} in ${store.dir}, ${mb} MB on disk${stale ? `, ${stale} stale (removed at the next microVM start)` : ""}: ${kept.map((t) => t.slot).join(", ")}`,
+    };
+  } catch (e) {
+    return { name, required: false, ok: false, detail: e instanceof Error ? e.message : String(e) };
   }
 }

@@ -1,7 +1,10 @@
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
+import { TemplateStore } from "../../src/backends/microvm/template-store.js";
 import { findRootfs } from "../../src/images/locate.js";
 import { REPO_ROOT } from "../helpers/mcp-client.js";
 
@@ -73,6 +76,48 @@ describe("scratchrun doctor", () => {
     assert.match(r.stdout, /^FAIL\s+runtime image: no runtime image/m);
     assert.match(r.stdout, /fix: npm run setup/);
     assert.match(r.stdout, /1 required check\(s\) failed/);
+  });
+
+  test("kept microVM templates: off, none yet, or how many, their size, and the stale ones", async () => {
+    assert.match(
+      doctor({ SCRATCHRUN_TEMPLATE_CACHE: "off" }).stdout,
+      /^ok\s+kept templates: off \(SCRATCHRUN_TEMPLATE_CACHE=off\)/m,
+    );
+    const dir = mkdtempSync(join(tmpdir(), "sr-doctor-templates-"));
+    try {
+      assert.match(
+        doctor({ SCRATCHRUN_TEMPLATE_CACHE: dir }).stdout,
+        /^ok\s+kept templates: none yet in /m,
+      );
+      // Two kept templates as a save writes them: one made from files that exist, one whose
+      // kernel is gone (a pruned build).
+      const save = (slot: string, madeFrom: string[]) =>
+        new TemplateStore(dir).save(
+          slot,
+          "k".repeat(64),
+          "/dev/zero",
+          1 << 20,
+          Buffer.from("s"),
+          madeFrom,
+        );
+      await save("bash/256/plain", [CLI]);
+      await save("node20/256/plain", [join(dir, "gone-vmlinux")]);
+      const out = doctor({ SCRATCHRUN_TEMPLATE_CACHE: dir }).stdout;
+      assert.match(
+        out,
+        /^ok\s+kept templates: 2 in .*, 1 stale \(removed at the next microVM start\): /m,
+      );
+      const store = new TemplateStore(dir);
+      const stale = (await store.list()).filter((t) => !t.current).map((t) => t.file);
+      assert.equal(stale.length, 1);
+      assert.deepEqual(await store.prune(), stale);
+      assert.deepEqual(
+        (await store.list()).map((t) => t.slot),
+        ["bash/256/plain"],
+      );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   test("SCRATCHRUN_NETWORK=none is reported as a choice, not a problem", () => {

@@ -134,5 +134,19 @@ describe(
       assert.equal(c.counters.templatesLoaded, 0, "a file with another key was loaded");
       await stop(c);
     });
+
+    test("a backend's start removes a kept template made from a file that is gone (a pruned build)", async () => {
+      const store = new TemplateStore(dir);
+      await store.save("gone/256/plain", "f".repeat(64), "/dev/zero", 1 << 20, Buffer.from("s"), [
+        join(dir, "pruned-vmlinux"),
+      ]);
+      assert.equal((await store.list()).filter((t) => !t.current).length, 1);
+      const b = await start();
+      await waitFor("the stale template's removal", async () =>
+        (await store.list()).every((t) => t.slot !== "gone/256/plain"),
+      );
+      assert.ok((await store.list()).length > 0, "the current templates stay");
+      await stop(b);
+    });
   },
 );

@@ -242,6 +242,8 @@ export class MicrovmBackend implements Backend {
   }) {
     const { ctx } = o;
     this.templateStore = o.templateStore ?? null;
+    // What earlier builds kept that none can load again (their kernel or disk pruned since).
+    void this.templateStore?.prune().catch(() => {});
     const poolOptions = o.pool ?? {};
     this.ctx = ctx;
     this.bootTimeoutMs = o.bootTimeoutMs;
@@ -346,23 +348,26 @@ export class MicrovmBackend implements Backend {
   ): Pick<TemplateOptions, "store"> {
     const store = this.templateStore;
     if (!store || memoryMb !== this.poolMemoryMb) return {};
+    const files = [
+      this.ctx.artifacts.kernel,
+      this.ctx.artifacts.initramfs,
+      this.ctx.disk,
+      QEMU_BINARY,
+      ...moduleFiles(),
+    ];
     const key = templateKey({
       slot,
       memoryMb,
       ramBytes: templateRamBytes(memoryMb),
-      files: [
-        this.ctx.artifacts.kernel,
-        this.ctx.artifacts.initramfs,
-        this.ctx.disk,
-        QEMU_BINARY,
-        ...moduleFiles(),
-      ],
+      files,
       accel: this.ctx.accel,
       tscKhz: this.ctx.tscKhz,
       build,
       version: VERSION,
     });
-    return { store: { store, slot, key, saved: (e) => this.templateSaves.push(e) } };
+    return {
+      store: { store, slot, key, madeFrom: files, saved: (e) => this.templateSaves.push(e) },
+    };
   }
 
   private track(vm: MicroVm): MicroVm {

@@ -41,7 +41,14 @@ export interface TemplateOptions {
    * Kept across restarts: loaded from here when a previous run saved this very template (its
    * key), else built and then saved in the background (`saved` settles when that is done).
    */
-  store?: { store: TemplateStore; slot: string; key: string; saved?: (e: unknown) => void };
+  store?: {
+    store: TemplateStore;
+    slot: string;
+    key: string;
+    /** The files the template is made from (recorded: prune() drops it once one is gone). */
+    madeFrom: readonly string[];
+    saved?: (e: unknown) => void;
+  };
 }
 
 /** Bytes of a template's guest RAM (the memfd), for memory_mb. */
@@ -101,10 +108,12 @@ export async function createTemplate(ctx: HostContext, opts: TemplateOptions): P
     if (fd === null) throw new Error("sealed template RAM has no fd");
     const image: TemplateImage = { ramFd: fd, state, memoryMb: opts.memoryMb };
     if (kept)
-      void kept.store.save(kept.slot, kept.key, `/proc/self/fd/${fd}`, bytes, state).then(
-        () => kept.saved?.(null),
-        (e: unknown) => kept.saved?.(e),
-      );
+      void kept.store
+        .save(kept.slot, kept.key, `/proc/self/fd/${fd}`, bytes, state, kept.madeFrom)
+        .then(
+          () => kept.saved?.(null),
+          (e: unknown) => kept.saved?.(e),
+        );
     return { image, buildMs: Date.now() - started, loaded: false, close: () => ram.close() };
   } catch (err) {
     if (vm) await vm.destroy();

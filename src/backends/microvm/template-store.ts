@@ -13,7 +13,7 @@
  * no half file, and written sparse (all-zero chunks skipped): a guest's RAM is mostly untouched.
  */
 import { createHash } from "node:crypto";
-import { readFileSync, statSync } from "node:fs";
+import { existsSync, readFileSync, statSync } from "node:fs";
 import { mkdir, open, readdir, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { SealedRam } from "./sealed-ram.js";
@@ -76,8 +76,86 @@ export function templateKey(i: TemplateInputs): string {
 const prefixOf = (slot: string) => `${slot.replace(/[^A-Za-z0-9.-]/g, "_")}--`;
 const roundUp = (n: number) => Math.ceil(n / 4096) * 4096;
 
+/** A kept template as `list()` reports it. */
+export interface KeptTemplate {
+  file: string;
+  slot: string;
+  /** Bytes it takes on disk (allocated blocks: the file is sparse). */
+  diskBytes: number;
+  /** Every file it was made from still exists (else no key can match it again). */
+  current: boolean;
+}
+
+async function header(path: string): Promise<Record<string, unknown> | null> {
+  const f = await open(path, "r");
+  try {
+    const head = Buffer.alloc(HEADER_BYTES);
+    await f.read(head, 0, HEADER_BYTES, 0);
+    const v: unknown = JSON.parse(head.toString("utf8").replace(/\0+$/, "").trim());
+    return typeof v === "object" && v !== null ? (v as Record<string, unknown>) : null;
+  } catch {
+    return null;
+  } finally {
+    await f.close();
+  }
+}
+
 export class TemplateStore {
   constructor(readonly dir: string) {}
+
+  /** The kept templates, for `scratchrun doctor`. */
+  async list(): Promise<KeptTemplate[]> {
+    let names: string[];
+    try {
+      names = await readdir(this.dir);
+    } catch {
+      return [];
+    }
+    const out: KeptTemplate[] = [];
+    for (const file of names.filter((n) => n.endsWith(".template"))) {
+      const path = join(this.dir, file);
+      const h = await header(path).catch(() => null);
+      const madeFrom = Array.isArray(h?.madeFrom) ? (h.madeFrom as unknown[]) : null;
+      out.push({
+        file,
+        slot: typeof h?.slot === "string" ? h.slot : "?",
+        diskBytes: statSync(path).blocks * 512,
+        current:
+          h?.format === FORMAT &&
+          madeFrom !== null &&
+          madeFrom.every((m) => typeof m === "string" && existsSync(m)),
+      });
+    }
+    return out;
+  }
+
+  /**
+   * Removes what can never be loaded again: templates made from a file that is gone (a pruned
+   * kernel, initramfs or root disk, an upgraded QEMU), unreadable ones, and saves whose process
+   * died mid-write. A backend runs it at start.
+   */
+  async prune(): Promise<string[]> {
+    const removed: string[] = [];
+    for (const t of await this.list())
+      if (!t.current) {
+        await rm(join(this.dir, t.file), { force: true });
+        removed.push(t.file);
+      }
+    let names: string[] = [];
+    try {
+      names = await readdir(this.dir);
+    } catch {
+      /* no store yet */
+    }
+    for (const name of names) {
+      const writer = /\.tmp-(\d+)$/.exec(name)?.[1];
+      if (writer && !pidAlive(Number(writer))) {
+        await rm(join(this.dir, name), { force: true });
+        removed.push(name);
+      }
+    }
+    return removed;
+  }
 
   private path(slot: string, key: string): string {
     return join(this.dir, `${prefixOf(slot)}${key.slice(0, 32)}.template`);
@@ -150,6 +228,8 @@ export class TemplateStore {
     ramFdPath: string,
     ramBytes: number,
     state: Buffer,
+    /** The files the template was made from: when one is gone, prune() removes it. */
+    madeFrom: readonly string[] = [],
   ): Promise<void> {
     await mkdir(this.dir, { recursive: true, mode: 0o700 });
     const path = this.path(slot, key);
@@ -159,7 +239,14 @@ export class TemplateStore {
     try {
       const header = Buffer.alloc(HEADER_BYTES);
       header.write(
-        JSON.stringify({ format: FORMAT, key, ramBytes, stateBytes: state.length, slot }),
+        JSON.stringify({
+          format: FORMAT,
+          key,
+          ramBytes,
+          stateBytes: state.length,
+          slot,
+          madeFrom,
+        }),
       );
       await out.write(header, 0, HEADER_BYTES, 0);
       await out.write(state, 0, state.length, HEADER_BYTES);
@@ -184,13 +271,13 @@ export class TemplateStore {
     } finally {
       await src.close();
     }
-    for (const name of await readdir(this.dir)) {
-      const writer = /\.tmp-(\d+)$/.exec(name)?.[1];
-      // Another key of this slot; or a save its process never finished (it died mid-write).
-      const stale = writer
-        ? !pidAlive(Number(writer))
-        : name.startsWith(prefixOf(slot)) && join(this.dir, name) !== path;
-      if (stale) await rm(join(this.dir, name), { force: true });
-    }
+    // Another key of this slot (another build's): one file per slot.
+    for (const name of await readdir(this.dir))
+      if (
+        name.startsWith(prefixOf(slot)) &&
+        name.endsWith(".template") &&
+        join(this.dir, name) !== path
+      )
+        await rm(join(this.dir, name), { force: true });
   }
 }
