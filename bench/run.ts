@@ -182,6 +182,36 @@ function firstMinutesServer(backend: "namespace" | "microvm", baseline?: string)
   });
 }
 
+/**
+ * A restarted microVM server: the templates an earlier start built and kept (one untimed start
+ * that calls each runtime once and waits for the saves), in a directory of its own.
+ */
+async function keptMicrovm(
+  runtimes: readonly RuntimeName[],
+  log: (m: string) => void,
+): Promise<{ system: McpSystem; cleanup(): void }> {
+  const dir = mkdtempSync(join(tmpdir(), "sr-bench-templates-"));
+  const system = mcpSystem({
+    id: "microvm-kept",
+    label: "ScratchRun microVM, templates kept from an earlier start",
+    script: BENCH_SERVER,
+    env: {
+      ...scratchrunEnv(),
+      SCRATCHRUN_ISOLATION: "microvm",
+      SCRATCHRUN_NETWORK: "none",
+      SCRATCHRUN_TEMPLATE_CACHE: dir,
+    },
+  });
+  const cleanup = () => rmSync(dir, { recursive: true, force: true });
+  try {
+    await primeTemplates(system, runtimes, dir, log);
+  } catch (e) {
+    cleanup();
+    throw e;
+  }
+  return { system, cleanup };
+}
+
 /** The sessions workload's server: python3.11 pooled (one, pre-imports on), as by default. */
 function sessionsServer(backend: "namespace" | "microvm"): McpSystem {
   return mcpSystem({
@@ -312,43 +342,38 @@ async function main(): Promise<void> {
       });
     if (phase("first-minutes"))
       await attempt("first-minutes", async () => {
-        results.firstMinutes = await benchFirstMinutes(
-          (["namespace", "microvm"] as const).flatMap((b) => [
-            firstMinutesServer(b),
-            ...(baseline ? [firstMinutesServer(b, baseline)] : []),
-          ]),
-          plan.firstMinutes,
-          log,
-        );
+        const kept = await keptMicrovm(RUNTIMES, log);
+        try {
+          results.firstMinutes = await benchFirstMinutes(
+            [
+              ...(["namespace", "microvm"] as const).flatMap((b) => [
+                firstMinutesServer(b),
+                ...(baseline ? [firstMinutesServer(b, baseline)] : []),
+              ]),
+              kept.system,
+            ],
+            plan.firstMinutes,
+            log,
+          );
+        } finally {
+          kept.cleanup();
+        }
       });
     if (phase("first-calls"))
       await attempt("first-calls", async () => {
-        // A restart: the templates an earlier start of the server built and kept.
-        const keptDir = mkdtempSync(join(tmpdir(), "sr-bench-templates-"));
+        const kept = await keptMicrovm(plan.firstCalls.runtimes, log);
         try {
-          const kept = mcpSystem({
-            id: "microvm-kept",
-            label: "ScratchRun microVM, templates kept from an earlier start",
-            script: BENCH_SERVER,
-            env: {
-              ...scratchrunEnv(),
-              SCRATCHRUN_ISOLATION: "microvm",
-              SCRATCHRUN_NETWORK: "none",
-              SCRATCHRUN_TEMPLATE_CACHE: keptDir,
-            },
-          });
-          await primeTemplates(kept, plan.firstCalls.runtimes, keptDir, log);
           results.firstCalls = await benchFirstCalls(
             [
               firstMinutesServer("microvm"),
-              kept,
+              kept.system,
               ...(baseline ? [firstMinutesServer("microvm", baseline)] : []),
             ],
             plan.firstCalls,
             log,
           );
         } finally {
-          rmSync(keptDir, { recursive: true, force: true });
+          kept.cleanup();
         }
       });
     if (phase("plot"))
