@@ -76,6 +76,16 @@ interface UserRow {
   locked_until: number | null;
 }
 
+/** A locked account's refusal, whatever it was signed in with; null when it is not locked. */
+function lockedNow(row: UserRow, now: number): SignIn | null {
+  if (row.locked_until === null || Number(row.locked_until) <= now) return null;
+  return {
+    ok: false,
+    reason: "locked",
+    retryAfterS: Math.ceil((Number(row.locked_until) - now) / 1000),
+  };
+}
+
 export class UserStore {
   private readonly sql: SqlDriver;
   /** Checked for unknown names, so a miss costs what a wrong password does. */
@@ -145,12 +155,8 @@ export class UserStore {
       await checkPassword(password, await (this.dummy ??= hashPassword("not a password, ever")));
       return { ok: false, reason: "wrong" };
     }
-    if (row.locked_until !== null && Number(row.locked_until) > now)
-      return {
-        ok: false,
-        reason: "locked",
-        retryAfterS: Math.ceil((Number(row.locked_until) - now) / 1000),
-      };
+    const locked = lockedNow(row, now);
+    if (locked) return locked;
     if (!(await checkPassword(password, row.password_hash))) {
       const failed = Number(row.failed_count) + 1;
       const lock = failed >= LOCKOUT.failures ? now + LOCKOUT.lockMs : null;
@@ -184,13 +190,9 @@ export class UserStore {
       [subject],
     );
     if (!row) return { ok: false, reason: "wrong" };
-    if (row.locked_until !== null && Number(row.locked_until) > now)
-      return {
-        ok: false,
-        reason: "locked",
-        retryAfterS: Math.ceil((Number(row.locked_until) - now) / 1000),
-      };
-    return this.openSession({ id: row.id, name: row.name, role: row.role }, now);
+    return (
+      lockedNow(row, now) ?? this.openSession({ id: row.id, name: row.name, role: row.role }, now)
+    );
   }
 
   private async openSession(user: User, now: number): Promise<SignIn> {

@@ -44,12 +44,7 @@ import {
   type Flavour,
 } from "../prestart.js";
 import { CODE_UID } from "../../protocol/guest-header.js";
-import {
-  createTemplate,
-  templateRamBytes,
-  type Template,
-  type TemplateOptions,
-} from "./snapshot.js";
+import { createTemplate, type Template, type TemplateOptions } from "./snapshot.js";
 import { templateKey, type TemplateStore } from "./template-store.js";
 import { VERSION } from "../../version.js";
 import { MicroVm, type HostContext, type WarmUp } from "./vm.js";
@@ -358,7 +353,6 @@ export class MicrovmBackend implements Backend {
     const key = templateKey({
       slot,
       memoryMb,
-      ramBytes: templateRamBytes(memoryMb),
       files,
       accel: this.ctx.accel,
       tscKhz: this.ctx.tscKhz,

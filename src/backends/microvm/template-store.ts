@@ -28,7 +28,6 @@ const ZERO = Buffer.alloc(CHUNK);
 export interface TemplateInputs {
   slot: string;
   memoryMb: number;
-  ramBytes: number;
   files: string[];
   accel: string;
   tscKhz: number | null;
@@ -60,7 +59,6 @@ export function templateKey(i: TemplateInputs): string {
       format: FORMAT,
       slot: i.slot,
       memoryMb: i.memoryMb,
-      ramBytes: i.ramBytes,
       files: i.files.map(identity),
       accel: i.accel,
       cpu: i.accel === "kvm" ? hostCpu() : "tcg",
@@ -180,14 +178,7 @@ export class TemplateStore {
     }
     let ram: SealedRam | null = null;
     try {
-      const head = Buffer.alloc(HEADER_BYTES);
-      await f.read(head, 0, HEADER_BYTES, 0);
-      let meta: { format?: unknown; key?: unknown; ramBytes?: unknown; stateBytes?: unknown };
-      try {
-        meta = JSON.parse(head.toString("utf8").replace(/\0+$/, "").trim()) as typeof meta;
-      } catch {
-        meta = {};
-      }
+      const meta = (await header(path)) ?? {};
       const stateBytes = Number(meta.stateBytes);
       const dataAt = HEADER_BYTES + roundUp(stateBytes);
       if (
