@@ -147,8 +147,13 @@ int apply_seed(const char *port_path, const char *resolv_path, warm_fn warm, voi
       close(port);
       return fail(err, errlen, "read message");
     }
-    if (type != 'T' && type != 'R') break;
-    warm(ctx, type == 'T');
+    unsigned char arg = 0;
+    if (type == 'U' && read_exact(port, &arg, 1) < 0) {
+      close(port);
+      return fail(err, errlen, "read message");
+    }
+    if (type != 'T' && type != 'R' && type != 'U') break;
+    warm(ctx, type, arg);
   }
   if (type != 'S' || read_exact(port, msg, HEADER_BYTES) < 0) {
     close(port);

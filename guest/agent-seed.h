@@ -5,13 +5,15 @@
 
 #include <stddef.h>
 
-/* Called for each warm-up request the host sends before the seed: full is 1 for 'T' (run what a
- * call runs), 0 for 'R' (a cheaper rehearsal, for a clone made while calls are running). */
-typedef void (*warm_fn)(void *ctx, int full);
+/* Called for each warm-up request the host sends before the seed: kind 'T' (run what a call
+ * runs), 'R' (a cheaper rehearsal, for a clone made while calls are running) or 'U' (run the
+ * template's also-warmed interpreter number `arg`, see agent.c --warm-also). */
+typedef void (*warm_fn)(void *ctx, int kind, unsigned arg);
 
 /* Writes 'W' on the virtio-console port `port` (a snapshot template is saved while blocked
- * here) and reads what the host sends: 'T' or 'R' (a clone about to be pooled: run warm(ctx, full)
- * so the call's code paths are translated in this QEMU, then 'W' again) any number of times, then 'S'
+ * here) and reads what the host sends: 'T', 'R' or 'U' and one byte (a clone about to be pooled: run
+ * warm() so the call's code paths are translated in this QEMU, then 'W' again) any number of
+ * times, then 'S'
  * and the seed message (src/backends/microvm/guest-net.ts, encodeSeed), which it applies: entropy
  * credited and the CRNG reseeded, the wall clock set, eth0's MAC set and, for network "public",
  * eth0's address, the default route and `resolv` written. 0, or -1 with err. */

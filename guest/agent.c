@@ -8,7 +8,8 @@
  * after D, until the host hangs up, and a kernel given in the request keeps the interpreter.
  *
  * Usage: agent [--channel PATH] [--own-kernel] [--prestart INTERP SCRIPT [--preimport SPEC]]
- *              [--warm INTERP] [--seed PORT RESOLV] [--seccomp PATH] [--cgroup DIR]
+ *              [--warm INTERP] [--warm-also LIST] [--seed PORT RESOLV] [--seccomp PATH]
+ *              [--cgroup DIR]
  *   --channel PATH  open PATH read/write for the protocol instead of using fd 0/1
  *   --own-kernel    this kernel runs only this sandbox (microVM): kill(-1) is safe without a pid
  *                   namespace, and /proc/vmstat oom_kill counts only this sandbox's OOM kills
@@ -18,6 +19,8 @@
  *                   the pre-started Python imports modules first (agent-preimport.h)
  *   --warm INTERP   without a pre-started interpreter, what a warm-up request in the seed step
  *                   runs (agent-prestart.h, warm_fresh)
+ *   --warm-also LIST  up to 4 comma-separated interpreters a 'U' warm-up request names by
+ *                   number (a shell's clone warms those its recent calls started)
  *   --seed PORT RESOLV
  *                   microVM: after any pre-start, take this VM's seed from virtio-console PORT
  *                   (agent-seed.h; a snapshot template is saved while waiting there), before
@@ -62,6 +65,9 @@ struct agent_opts {
   const char *prestart_interp, *prestart_script;
   const char *preimport;
   const char *warm_interp;
+  /* --warm-also: up to WARM_ALSO_MAX more interpreters a warm-up request may name by number. */
+  const char *warm_also[4];
+  int warm_alsoc;
   const char *seed_port, *seed_resolv;
   const char *seccomp;
   const char *cgroup;
@@ -84,8 +90,16 @@ static uint32_t read_oom_kills(const struct agent_opts *o);
  * creating a file where the call's code file goes (then removed: the call creates its own files
  * in the same directory) and reading the OOM counter. Under TCG their first run in a clone took
  * ~20 ms of the call. */
-static void warm_up(void *arg, int full) {
+static void warm_up(void *arg, int kind, unsigned also) {
   struct warm_ctx *w = arg;
+  if (kind == 'U') {
+    /* One of the template's --warm-also interpreters on /dev/null: what a shell call that starts
+     * it would otherwise translate first (the host asks for those its recent calls named). Never
+     * beside a pre-started interpreter: warm_fresh() reaps every process. */
+    if (also < (unsigned)w->o->warm_alsoc && w->ps->proc.pid <= 0) warm_fresh(w->o->warm_also[also]);
+    return;
+  }
+  int full = kind == 'T';
   static const uint8_t data[] = "warm\n";
   struct req_file f = {WARM_FILE, 0600, data, sizeof data - 1};
   struct request r;
@@ -405,7 +419,8 @@ static int agent_main(const struct agent_opts *o) {
 }
 
 int main(int argc, char **argv) {
-  struct agent_opts o = {NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+  struct agent_opts o;
+  memset(&o, 0, sizeof o);
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--channel") == 0 && i + 1 < argc) {
       o.channel = argv[++i];
@@ -418,6 +433,16 @@ int main(int argc, char **argv) {
       o.preimport = argv[++i];
     } else if (strcmp(argv[i], "--warm") == 0 && i + 1 < argc) {
       o.warm_interp = argv[++i];
+    } else if (strcmp(argv[i], "--warm-also") == 0 && i + 1 < argc) {
+      /* Comma-separated absolute paths, split in place (argv is ours to modify). */
+      for (char *save = NULL, *p = strtok_r(argv[++i], ",", &save); p;
+           p = strtok_r(NULL, ",", &save)) {
+        if (p[0] != '/' || o.warm_alsoc == (int)(sizeof o.warm_also / sizeof o.warm_also[0])) {
+          fprintf(stderr, "agent: --warm-also takes up to 4 absolute paths\n");
+          return 2;
+        }
+        o.warm_also[o.warm_alsoc++] = p;
+      }
     } else if (strcmp(argv[i], "--seed") == 0 && i + 2 < argc) {
       o.seed_port = argv[++i];
       o.seed_resolv = argv[++i];
@@ -427,7 +452,7 @@ int main(int argc, char **argv) {
       o.cgroup = argv[++i];
     } else {
       fprintf(stderr, "usage: agent [--channel PATH] [--own-kernel] [--prestart INTERP SCRIPT "
-                      "[--preimport SPEC]] [--warm INTERP] [--seed PORT RESOLV] [--seccomp PATH] "
+                      "[--preimport SPEC]] [--warm INTERP] [--warm-also LIST] [--seed PORT RESOLV] [--seccomp PATH] "
                       "[--cgroup DIR]\n");
       return 2;
     }

@@ -46,6 +46,13 @@ export interface RuntimeEntry {
    */
   readonly pool: "at-start" | "once-called";
   /**
+   * A shell's other interpreters, each with the command names that start it (bash: `node`,
+   * `python3`): a microVM clone of this runtime made while no call runs first starts those its
+   * runtime's recent calls named, so that under TCG the call finds them translated
+   * (src/runtimes/shell-starts.ts, docs/decisions/0003-microvm.md). At most 4.
+   */
+  readonly shellStarts?: readonly { readonly path: string; readonly names: readonly string[] }[];
+  /**
    * How scratchrun_exec's description names it to models: runtimes of one family are named
    * together, each followed by what it has preinstalled, if the product promises anything.
    */
@@ -101,6 +108,12 @@ export const RUNTIME_TABLE = {
       countLabel: "Debian",
     },
     pool: "at-start",
+    // What `node`, `python3` and `python3.12` on the image's PATH run (IMAGE_ENV).
+    shellStarts: [
+      { path: IN_IMAGE.node20, names: ["node", "npm", "npx"] },
+      { path: IN_IMAGE.python311, names: ["python3", "python", "pip3", "pip", "python3.11"] },
+      { path: IN_IMAGE.python312, names: ["python3.12"] },
+    ],
     description: { family: "bash" },
   },
   "python3.11": {

@@ -244,5 +244,25 @@ describe(
         `1000 ${runtimeArgv("python3.12")[0]} /run/scratchrun-prestart.py`,
       ]);
     });
+
+    test("bash: once a call started node, a clone made while no call runs starts node too before it is parked, and its call finds nothing of it", async () => {
+      // No bash call above named node or python: an idle bash clone's warm-up is bash alone, and
+      // the call's shell gets the same pid in every such clone.
+      await burstOver();
+      const [p0] = await call("bash", "echo $$");
+      await burstOver();
+      const [p1] = await call("bash", "echo $$");
+      assert.equal(p1, p0, "an idle bash clone's warm-up is the same each time");
+      assert.deepEqual(await call("bash", "node -v >/dev/null && echo ran"), ["ran"]);
+      // The refill made after that call, with no call running, starts node on /dev/null too (its
+      // process and threads take pids before the seed), then reaps it.
+      await burstOver();
+      const lines = await call("bash", `echo "pid $$"; ${PROCS.bash}`);
+      const pid = Number(lines.find((l) => l.startsWith("pid "))?.slice(4));
+      assert.ok(pid > Number(p0), `the clone's warm-up started more processes: ${pid} vs ${p0}`);
+      for (const l of userProcs(lines))
+        assert.match(l, /^1000 (\/bin\/bash \/run\/scratchrun\/main\.sh|\/bin\/bash|tr|stat)\b/, l);
+      assert.ok(!userProcs(lines).some((l) => l.includes("node")), lines.join("\n"));
+    });
   },
 );

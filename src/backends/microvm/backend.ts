@@ -33,6 +33,7 @@ import {
   type VmArtifacts,
 } from "../../images/vm/build.js";
 import { runtimeArgv, runtimeEntry } from "../../runtimes/table.js";
+import { shellStartPaths, shellStartsNamed } from "../../runtimes/shell-starts.js";
 import { sessionSandbox, type SessionSandbox } from "../session.js";
 import type { Preimport } from "../../images/preimport.js";
 import type { VmNetworkProvider } from "./guest-net.js";
@@ -140,6 +141,8 @@ const BURST = { extra: 1, takes: 2, windowMs: 20_000 } as const;
  * for the call runs it cold (~300 ms slower than a warmed one under TCG).
  */
 const AWAIT_REFILL_MS = 300;
+/** How long a shell call's use of another interpreter keeps it in its runtime's clones' warm-up. */
+const SHELL_STARTS_WINDOW_MS = 10 * 60_000;
 
 /** The interpreter a runtime's template runs once to warm the guest page cache. */
 export function warmInterpreter(runtime: RuntimeName): string | undefined {
@@ -176,6 +179,8 @@ export class MicrovmBackend implements Backend {
   private readonly cpus: number;
   /** When a call last started or ended (ms since the epoch). */
   private lastCallAt = 0;
+  /** Per shell runtime: when a call last started each of its other interpreters (by number). */
+  private readonly shellStartsSeen = new Map<RuntimeName, Map<number, number>>();
   /**
    * What the backend has done so far: templates built, calls run in clones (in pre-imported
    * ones, in fully warmed ones, in rehearsed ones) / cold boots.
@@ -291,12 +296,18 @@ export class MicrovmBackend implements Backend {
       const pre = flavour === "preimport" ? this.preimportFor(runtime, memoryMb) : undefined;
       if (flavour === "preimport" && !pre)
         return Promise.reject(new Error(`${runtime} at ${memoryMb} MB has no pre-import`));
+      const also = !prestart && warm ? shellStartPaths(runtime) : [];
       const build = {
         ...(prestart ? { prestart } : warm ? { warm } : {}),
         ...(pre ? { preimport: preimportSpec(pre) } : {}),
       };
+      const warmAlso = also.length ? { warmAlso: also } : {};
       t = createTemplate(this.ctx, {
-        ...this.kept(key, memoryMb, build),
+        ...this.kept(key, memoryMb, {
+          ...build,
+          ...(also.length ? { warmAlso: also.join(",") } : {}),
+        }),
+        ...warmAlso,
         memoryMb,
         timeoutMs: pre
           ? Math.max(this.bootTimeoutMs, PREIMPORT_BOOT_TIMEOUT_MS)
@@ -381,16 +392,46 @@ export class MicrovmBackend implements Backend {
     if (this.mode === "boot") return this.boot(memoryMb, this.closing.signal, egress, "background");
     if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
     const t = await this.template(runtime, memoryMb, flavour);
-    let warmUp = await this.warmUpNow();
+    const now = await this.warmUpNow();
+    let warmUp = now;
     // A rehearsal runs in the kept interpreter; a runtime without one (bash) would get nothing and
     // its call would run bash cold (~200 ms against ~60 ms warm in the bench): its full warm-up
     // (one bash on /dev/null) is as cheap as a rehearsal.
     if (warmUp === "rehearse" && !prestartInterpreter(runtime)) warmUp = "full";
+    // With no call running, a shell's clone also starts the interpreters its runtime's recent calls
+    // started (`node -v` in a bash call: ~250 ms cold under TCG, ~40 warm). While calls run, that
+    // CPU is theirs: a back-to-back client's next clone is made on the spare CPU.
+    const also = now === "full" && flavour === "plain" ? this.shellStartsRecent(runtime) : [];
     if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
     // A call waiting for this clone (takeOrAwait) raises it to a call's CPU weight.
     const onCgroup = (cgroup: Cgroup) =>
       claim?.onClaimed(() => void cgroup.setCpuWeight(CPU_WEIGHT.call).catch(() => {}));
-    return this.clone(t, memoryMb, this.closing.signal, egress, warmUp, "background", onCgroup);
+    return this.clone(t, memoryMb, this.closing.signal, egress, warmUp, "background", {
+      onCgroup,
+      warmAlso: also,
+    });
+  }
+
+  /** Notes which of its runtime's other interpreters a shell call starts (shellStartsRecent). */
+  private noteShellStarts(job: SandboxJob): void {
+    const codePath = job.request.argv.at(-1);
+    const file = job.request.files.find((f) => f.path === codePath);
+    if (!file) return;
+    const named = shellStartsNamed(job.runtime, Buffer.from(file.content).toString("utf8"));
+    if (named.length === 0) return;
+    const seen = this.shellStartsSeen.get(job.runtime) ?? new Map<number, number>();
+    for (const n of named) seen.set(n, Date.now());
+    this.shellStartsSeen.set(job.runtime, seen);
+  }
+
+  /** The runtime's shell starts (by number) some call named in the last SHELL_STARTS_WINDOW_MS. */
+  private shellStartsRecent(runtime: RuntimeName): number[] {
+    const seen = this.shellStartsSeen.get(runtime);
+    if (!seen) return [];
+    return [...seen]
+      .filter(([, at]) => Date.now() - at < SHELL_STARTS_WINDOW_MS)
+      .map(([n]) => n)
+      .sort((a, b) => a - b);
   }
 
   /**
@@ -440,13 +481,17 @@ export class MicrovmBackend implements Backend {
     egress: Egress,
     warmUp: WarmUp,
     priority: CpuPriority,
-    onCgroup?: (cgroup: Cgroup) => void,
+    extra: { onCgroup?: (cgroup: Cgroup) => void; warmAlso?: readonly number[] } = {},
   ): Promise<MicroVm> {
-    const options = { ...this.bootOptions(memoryMb, signal, egress, priority), onCgroup };
+    const options = {
+      ...this.bootOptions(memoryMb, signal, egress, priority),
+      onCgroup: extra.onCgroup,
+    };
     const vm = await MicroVm.start(this.ctx, options, {
       kind: "clone",
       image: t.image,
       warmUp,
+      ...(extra.warmAlso?.length ? { warmAlso: extra.warmAlso } : {}),
     });
     return this.track(vm);
   }
@@ -597,6 +642,7 @@ export class MicrovmBackend implements Backend {
     const started = Date.now();
     this.acquiring++;
     this.lastCallAt = Date.now();
+    this.noteShellStarts(job);
     const vm = await this.acquire(job, options.signal)
       .catch((err: unknown) => {
         this.pool.refillNow();

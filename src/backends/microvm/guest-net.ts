@@ -82,7 +82,14 @@ function ipv4Bytes(addr: string, what: string): number[] {
  * `rehearse` (the same, cheaper: for a clone made while calls run) or `seed` followed by the seed
  * message.
  */
-export const SEED_PORT = { waiting: 0x57, warmUp: 0x54, rehearse: 0x52, seed: 0x53 } as const;
+export const SEED_PORT = {
+  waiting: 0x57,
+  warmUp: 0x54,
+  rehearse: 0x52,
+  /** Followed by one byte: the number of the template's warm-also interpreter to run. */
+  warmAlso: 0x55,
+  seed: 0x53,
+} as const;
 
 /**
  * The seed message guest/agent-seed.c reads after a restore (or a cold boot), big-endian:

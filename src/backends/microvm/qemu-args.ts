@@ -53,6 +53,11 @@ export interface QemuSpec {
    */
   warm?: string;
   /**
+   * Template only: more interpreters a clone may be asked to warm up, by their number here
+   * (RuntimeEntry shellStarts; guest/agent.c --warm-also). Absolute paths, at most 4.
+   */
+  warmAlso?: readonly string[];
+  /**
    * Template only: an interpreter the guest agent starts before the snapshot (python with
    * guest/prestart.py, node with guest/prestart.js),
    * so clones resume with it initialised and waiting for the call. Absolute path, no spaces.
@@ -94,6 +99,11 @@ function checkInterpreterPath(path: string): string {
   return path;
 }
 
+function checkWarmAlso(paths: readonly string[]): readonly string[] {
+  if (paths.length > 4) throw new Error(`at most 4 warm-also interpreters, not ${paths.length}`);
+  return paths.map(checkInterpreterPath);
+}
+
 /** The pre-import spec is one kernel command-line token: no whitespace, no quotes. */
 function checkPreimportSpec(spec: string): string {
   if (!/^[A-Za-z0-9_.,;:=/-]+$/.test(spec) || spec.length > 1536)
@@ -127,6 +137,9 @@ export function kernelCommandLine(spec: QemuSpec): string {
     `scratchrun.scratch_mb=${spec.scratchMb}`,
     `scratchrun.memory_mb=${spec.memoryMb}`,
     ...(spec.warm ? [`scratchrun.warm=${checkInterpreterPath(spec.warm)}`] : []),
+    ...(spec.warmAlso?.length
+      ? [`scratchrun.warm_also=${checkWarmAlso(spec.warmAlso).join(",")}`]
+      : []),
     ...(spec.prestart ? [`scratchrun.prestart=${checkInterpreterPath(spec.prestart)}`] : []),
     ...(spec.preimport ? [`scratchrun.preimport=${checkPreimportSpec(spec.preimport)}`] : []),
   ].join(" ");

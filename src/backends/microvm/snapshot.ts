@@ -28,6 +28,8 @@ export interface TemplateOptions {
    * on /dev/null when it warms up (absolute path).
    */
   warm?: string;
+  /** More interpreters a clone may be asked to warm up (QemuSpec warmAlso). */
+  warmAlso?: readonly string[];
   /** Interpreter the template's agent pre-starts (guest/prestart.py or .js); clones resume it waiting. */
   prestart?: string;
   /** The agent's --preimport SPEC: the pre-started Python imports modules before the snapshot. */
@@ -92,6 +94,7 @@ export async function createTemplate(ctx: HostContext, opts: TemplateOptions): P
           kind: "template",
           ramFd: rw,
           ...(opts.warm ? { warm: opts.warm } : {}),
+          ...(opts.warmAlso?.length ? { warmAlso: opts.warmAlso } : {}),
           ...(opts.prestart ? { prestart: opts.prestart } : {}),
           ...(opts.preimport ? { preimport: opts.preimport } : {}),
         },

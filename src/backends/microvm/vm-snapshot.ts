@@ -49,19 +49,28 @@ export async function restoreClone(
  * kernel's, the agent's and the interpreter's paths; after this the call finds them translated.
  * "full": a second pre-started Python or node runs an empty call and exits, bash runs on
  * /dev/null, the agent writes and removes a file in the code directory; "rehearse": a Python only
- * runs the call's path in the kept interpreter, node and bash only the agent's own steps. All of
- * it before the seed: nothing of it is the call's (docs/decisions/0003-microvm.md).
+ * runs the call's path in the kept interpreter, node and bash only the agent's own steps. `also`:
+ * then each of these template warm-also interpreters runs on /dev/null (a shell's clone: those its
+ * recent calls started). All of it before the seed: nothing of it is the call's
+ * (docs/decisions/0003-microvm.md).
  */
 export async function warmUpClone(
   qmp: Qmp,
   seed: Socket,
   kind: "full" | "rehearse",
+  also: readonly number[] = [],
 ): Promise<void> {
-  const waiting = readByte(seed, SEED_PORT.waiting);
+  let waiting = readByte(seed, SEED_PORT.waiting);
   seed.resume();
   await qmp.execute("cont");
   seed.write(Buffer.of(kind === "full" ? SEED_PORT.warmUp : SEED_PORT.rehearse));
   await waiting;
+  for (const n of also) {
+    waiting = readByte(seed, SEED_PORT.waiting);
+    seed.resume();
+    seed.write(Buffer.of(SEED_PORT.warmAlso, n));
+    await waiting;
+  }
   await qmp.execute("stop");
   await waitStatus(qmp, (st) => st === "paused", "pausing after the warm-up");
 }

@@ -81,8 +81,15 @@ export interface TemplateImage {
  */
 export type StartMode =
   | { kind: "boot" }
-  | { kind: "template"; ramFd: number; warm?: string; prestart?: string; preimport?: string }
-  | { kind: "clone"; image: TemplateImage; warmUp?: WarmUp };
+  | {
+      kind: "template";
+      ramFd: number;
+      warm?: string;
+      warmAlso?: readonly string[];
+      prestart?: string;
+      preimport?: string;
+    }
+  | { kind: "clone"; image: TemplateImage; warmUp?: WarmUp; warmAlso?: readonly number[] };
 
 /**
  * How a clone is warmed up before it is parked: "full" runs what a call runs (a second
@@ -361,7 +368,12 @@ export class MicroVm {
           "restore did not complete",
         );
         if (warmedUp !== "none")
-          await raceBoot(warmUpClone(qmp, seed, warmedUp), v, opts, "warm-up did not complete");
+          await raceBoot(
+            warmUpClone(qmp, seed, warmedUp, mode.warmAlso ?? []),
+            v,
+            opts,
+            "warm-up did not complete",
+          );
       } else {
         await raceBoot(
           readByte(seed, SEED_PORT.waiting),
@@ -558,6 +570,7 @@ function snapshotSpec(mode: StartMode): Partial<QemuSpec> {
   return {
     snapshot: { mode: "save" },
     ...(mode.warm ? { warm: mode.warm } : {}),
+    ...(mode.warmAlso?.length ? { warmAlso: mode.warmAlso } : {}),
     ...(mode.prestart ? { prestart: mode.prestart } : {}),
     ...(mode.preimport ? { preimport: mode.preimport } : {}),
   };
