@@ -34,16 +34,24 @@ function fates(b: BurstResult): string {
 export function ttiTable(r: BenchResults): string[] {
   const t = r.tti;
   if (!t) return [];
+  const cores = r.host.cpus;
+  // Runs before the host's CPU was measured per call have no such column.
+  const withCpu = t.rows.some((row) => row.hostCpuMsPerCall !== undefined);
+  const cpuHead = withCpu ? ` host CPU per sequential call, ms (÷ ${cores} cores) |` : "";
   return [
-    `| system | command | sequential p50 ms | sequential p99 ms | burst of ${t.burstN}: p50 ms | p99 ms | burst's calls |`,
-    "| --- | --- | ---: | ---: | ---: | ---: | --- |",
+    `| system | command | sequential p50 ms | sequential p99 ms |${cpuHead} burst of ${t.burstN}: p50 ms | p99 ms | burst's calls |`,
+    `| --- | --- | ---: | ---: |${withCpu ? " ---: |" : ""} ---: | ---: | --- |`,
     ...t.rows.map((row) => {
       if (row.unsupported)
-        return `| ${systemLabel(row.system)} | \`${row.command}\` | n/a | | | | ${row.unsupported} |`;
+        return `| ${systemLabel(row.system)} | \`${row.command}\` | n/a | |${withCpu ? " |" : ""} | | ${row.unsupported} |`;
       const s = row.sequential?.summary;
       const b = row.burst;
       const errs = row.sequential?.errors ? ` ⚠ ${row.sequential.errors} errors` : "";
-      return `| ${systemLabel(row.system)} | \`${row.command}\` | ${ms(s, "p50")}${errs} | ${ms(s, "p99")} | ${ms(b?.latency, "p50")} | ${ms(b?.latency, "p99")} | ${b ? fates(b) : "–"} |`;
+      const cpu =
+        row.hostCpuMsPerCall === undefined
+          ? "–"
+          : `${row.hostCpuMsPerCall} (${Math.round(row.hostCpuMsPerCall / cores)})`;
+      return `| ${systemLabel(row.system)} | \`${row.command}\` | ${ms(s, "p50")}${errs} | ${ms(s, "p99")} |${withCpu ? ` ${cpu} |` : ""} ${ms(b?.latency, "p50")} | ${ms(b?.latency, "p99")} | ${b ? fates(b) : "–"} |`;
     }),
   ];
 }

@@ -106,6 +106,12 @@ export interface TtiRow {
   unsupported?: string;
   /** Back to back: each call starts when the last returned. */
   sequential?: LatencyResult;
+  /**
+   * The whole host's CPU time (every core, every process: the system's and the benchmark's own)
+   * while this system's sequential calls ran, per call, ms. Divided by the host's cores it is the
+   * shortest a back-to-back call could take with that work per call, however it was scheduled.
+   */
+  hostCpuMsPerCall?: number;
   burst?: BurstResult;
 }
 

@@ -153,6 +153,15 @@ function microvmSystem(
  * The time-to-interactive server of a backend: its REST API on too (the burst), one pooled bash
  * sandbox (the product's default size, for the one runtime the phase calls), no pre-imports.
  */
+/**
+ * The isolation a microVM server said it runs with (its start-up line): the run's header says
+ * TCG or KVM from it, not from /dev/kvm, which may exist where no guest can run on it.
+ */
+function noteIsolation(system: McpSystem, results: BenchResults): void {
+  const iso = /isolation (microvm-\w+)/.exec(system.log())?.[1];
+  if (iso) results.host.microvmIsolation = iso;
+}
+
 function ttiServer(backend: "namespace" | "microvm", baseline?: string): McpSystem {
   return mcpSystem({
     id: baseline ? `${backend}-baseline` : backend,
@@ -325,6 +334,7 @@ async function main(): Promise<void> {
     const ttiOnly = values["tti-systems"] ? new Set(values["tti-systems"].split(",")) : null;
     if (phase("tti"))
       await attempt("tti", async () => {
+        const vm = ttiServer("microvm");
         results.tti = await benchTti(
           [
             hostFloor(rootfs.dir, rootfs.manifest),
@@ -333,12 +343,13 @@ async function main(): Promise<void> {
             srtCli(join(work, "tti-srt-cli")),
             ttiServer("namespace"),
             ...(baseline ? [ttiServer("namespace", baseline)] : []),
-            ttiServer("microvm"),
+            vm,
             ...(baseline ? [ttiServer("microvm", baseline)] : []),
           ].filter((s) => !ttiOnly || ttiOnly.has(s.id)),
           plan.tti,
           log,
         );
+        noteIsolation(vm, results);
       });
     if (phase("first-minutes"))
       await attempt("first-minutes", async () => {
@@ -355,6 +366,7 @@ async function main(): Promise<void> {
             plan.firstMinutes,
             log,
           );
+          noteIsolation(kept.system, results);
         } finally {
           kept.cleanup();
         }
@@ -372,6 +384,7 @@ async function main(): Promise<void> {
             plan.firstCalls,
             log,
           );
+          noteIsolation(kept.system, results);
         } finally {
           kept.cleanup();
         }
@@ -496,8 +509,7 @@ async function benchSystem(
   try {
     const mcp = "idleCost" in system ? (system as McpSystem) : null;
     const wait = warmer(system);
-    const iso = /isolation (microvm-\w+)/.exec(mcp?.log() ?? "")?.[1];
-    if (iso) results.host.microvmIsolation = iso;
+    if (mcp) noteIsolation(mcp, results);
     if (mcp && (system.id === "microvm" || system.id === "namespace"))
       await measurePool(mcp, plan, t0, results);
     for (const w of workloads) {

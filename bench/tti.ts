@@ -15,6 +15,17 @@ import { summarize } from "./stats.js";
 import type { McpSystem } from "./systems/scratchrun.js";
 import type { BenchSystem } from "./systems/types.js";
 import { TTI_COMMANDS, ttiWorkload, type Workload } from "./workloads.js";
+import { readFileSync } from "node:fs";
+
+/** CPU time the whole host has spent busy (every core, all but idle and iowait), ms. */
+export function hostBusyMs(): number {
+  const cpu = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1);
+  const [user, nice, system, idle, iowait, irq, softirq, steal] = cpu.map(Number);
+  void idle;
+  void iowait;
+  // USER_HZ is 100 on every Linux build the benchmark runs on (sysconf(_SC_CLK_TCK)).
+  return (user! + nice! + system! + irq! + softirq! + (steal ?? 0)) * 10;
+}
 
 export interface TtiPlan {
   sequentialN: number;
@@ -141,13 +152,14 @@ export async function interleavedSequential(
   systems: readonly BenchSystem[],
   w: Workload,
   n: number,
-): Promise<Map<string, LatencyResult>> {
+): Promise<Map<string, LatencyResult & { cpuMsPerCall?: number }>> {
   const acc = new Map(
     systems.map((s) => [
       s.id,
       {
         samples: [] as number[],
         server: [] as number[],
+        cpuMs: 0,
         errors: 0,
         firstError: undefined as string | undefined,
       },
@@ -159,6 +171,7 @@ export async function interleavedSequential(
     for (const s of order) {
       if ("waitWarm" in s) await (s as McpSystem).waitWarm(300_000);
       const a = acc.get(s.id)!;
+      const busy0 = hostBusyMs();
       for (let i = 0; i < Math.min(BLOCK, n - done); i++) {
         const t0 = performance.now();
         const r = await s.call(w);
@@ -171,12 +184,14 @@ export async function interleavedSequential(
           a.firstError ??= r.error;
         }
       }
+      a.cpuMs += hostBusyMs() - busy0;
     }
   }
   return new Map(
     [...acc].map(([id, a]) => [
       id,
       {
+        cpuMsPerCall: a.samples.length ? Math.round(a.cpuMs / a.samples.length) : undefined,
         samples: a.samples,
         summary: summarize(a.samples),
         server: summarize(a.server),
@@ -233,7 +248,14 @@ export async function benchTti(
         log(
           `tti ${system.id} ${command}: sequential p50 ${seq.summary?.p50 ?? "-"} p99 ${seq.summary?.p99 ?? "-"} ms (errors ${seq.errors}); burst ${burst ? `${burst.answered} answered, ${burst.refused} refused (${burst.refusedWithRetryAfter} with Retry-After), ${burst.lost} lost, p99 ${burst.latency?.p99 ?? "-"} ms` : "no REST API"}`,
         );
-        rows.push({ system: system.id, command, sequential: seq, ...(burst ? { burst } : {}) });
+        const { cpuMsPerCall, ...latency } = seq;
+        rows.push({
+          system: system.id,
+          command,
+          sequential: latency,
+          ...(cpuMsPerCall !== undefined ? { hostCpuMsPerCall: cpuMsPerCall } : {}),
+          ...(burst ? { burst } : {}),
+        });
       }
     }
   } finally {
