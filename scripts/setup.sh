@@ -6,6 +6,7 @@
 #   4. the runtime image (Debian rootfs with python3.12, python3.11, node20, bash, and what the
 #      image config SCRATCHRUN_IMAGE_CONFIG adds: `scratchrun setup --image-config PATH`), cached by recipe
 #   5. the microVM guest (kernel, initramfs, root disk), cached
+#   6. the microVM snapshot templates the server's pools start from (scratchrun templates), kept
 # Run as root. Progress is printed for each step; the image build shows mmdebstrap's own output.
 # In a package npm installed (no tsconfig.json: `npx @scratchrun/mcp-server setup` or
 # `scratchrun setup` run this), npm has installed the dependencies and dist/ is prebuilt.
@@ -81,6 +82,12 @@ node scripts/build-images.mjs
 
 step "microVM guest: kernel, initramfs, root disk (cached)"
 node scripts/build-vm.mjs >/dev/null
+
+# The server's first start then clones its pools' templates instead of cold-booting each
+# runtime's first call (~2.5 s under TCG). Not fatal: without them the server makes each itself.
+step "microVM snapshot templates (kept; made again only when what they are made from changes)"
+node dist/src/bin/scratchrun.js templates ||
+  echo "setup: the templates were not made (above); the server makes each when it needs it" >&2
 
 if [ "$checkout" = 1 ]; then
   step "ready: start the stdio MCP server with: npx --no-install scratchrun-mcp"

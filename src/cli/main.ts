@@ -12,6 +12,8 @@ Usage:
   scratchrun setup               as root: install the Debian packages, build the agent, the runtime
                                  image and the microVM guest (idempotent; progress on stderr)
   scratchrun image build         as root: build the runtime image with the image config (--help)
+  scratchrun templates           as root: build and keep the microVM snapshot templates the server's
+                                 pools start from, so its first calls need no cold boot (setup runs it)
   scratchrun serve [--host H] [--port N]   the HTTP service: REST /v1/exec, MCP at /mcp (--help)
   scratchrun keys create --name N | list | revoke <id|name>   API keys of the HTTP service
   scratchrun users create --name N [--role admin|member]   console users (password on stdin)
@@ -62,6 +64,8 @@ export async function main(argv: string[]): Promise<number> {
       return (await import("./image.js")).runImage(rest);
     case "setup":
       return (await import("./setup.js")).runSetup(rest);
+    case "templates":
+      return (await import("./templates.js")).runTemplates(rest);
     case undefined:
     case "help":
     case "--help":

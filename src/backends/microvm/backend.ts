@@ -625,6 +625,16 @@ export class MicrovmBackend implements Backend {
     return this.pool.report();
   }
 
+  /**
+   * Every template this backend has made or loaded so far (runtime/memory/flavour, ms, loaded),
+   * once the saves of those it built are done: what `scratchrun templates` reports.
+   */
+  async templatesKept(): Promise<{ slot: string; buildMs: number; loaded: boolean }[]> {
+    const done = [...this.built];
+    await Promise.all(done.map(([, t]) => t.saving));
+    return done.map(([slot, t]) => ({ slot, buildMs: t.buildMs, loaded: t.loaded }));
+  }
+
   /** Pooled clones that would serve this runtime, of both flavours. */
   pooled(runtime: RuntimeName): { ready: number; target: number } {
     const kinds = [vmKind(runtime, "plain"), vmKind(runtime, "preimport")];

@@ -18,6 +18,8 @@ export interface Template {
   readonly buildMs: number;
   /** It was loaded from the template store (a template a previous run built), not booted. */
   readonly loaded: boolean;
+  /** Built with a template store: settles when its save did (never rejects); absent otherwise. */
+  readonly saving?: Promise<void>;
   close(): void;
 }
 
@@ -110,14 +112,21 @@ export async function createTemplate(ctx: HostContext, opts: TemplateOptions): P
     const fd = ram.fd;
     if (fd === null) throw new Error("sealed template RAM has no fd");
     const image: TemplateImage = { ramFd: fd, state, memoryMb: opts.memoryMb };
-    if (kept)
-      void kept.store
-        .save(kept.slot, kept.key, `/proc/self/fd/${fd}`, bytes, state, kept.madeFrom)
-        .then(
-          () => kept.saved?.(null),
-          (e: unknown) => kept.saved?.(e),
-        );
-    return { image, buildMs: Date.now() - started, loaded: false, close: () => ram.close() };
+    const saving = kept
+      ? kept.store
+          .save(kept.slot, kept.key, `/proc/self/fd/${fd}`, bytes, state, kept.madeFrom)
+          .then(
+            () => kept.saved?.(null),
+            (e: unknown) => kept.saved?.(e),
+          )
+      : undefined;
+    return {
+      image,
+      buildMs: Date.now() - started,
+      loaded: false,
+      ...(saving ? { saving } : {}),
+      close: () => ram.close(),
+    };
   } catch (err) {
     if (vm) await vm.destroy();
     ram.close();

@@ -2,8 +2,8 @@
  * Snapshot templates kept on disk across restarts, so a restarted server's first calls clone a
  * template instead of waiting for a cold boot (about 2.6 s under TCG, decision 0003). A template
  * is only as good as everything it was built from, so its file is named by a key over all of it:
- * the kernel, initramfs (the agent is inside), root disk and QEMU binary (path, size, mtime,
- * inode), the accelerator and host CPU, the runtime's interpreter and pre-import, memory_mb, and
+ * the kernel, initramfs (the agent is inside), root disk, QEMU binary and this backend's compiled
+ * files (by content up to 4 MiB, else path, size, mtime and inode), the accelerator and host CPU, the runtime's interpreter and pre-import, memory_mb, and
  * this package's version. Change any and the key changes; the old file is removed at the next
  * save of its slot.
  *
@@ -35,9 +35,18 @@ export interface TemplateInputs {
   version: string;
 }
 
-/** A file's identity without reading it: path, size, mtime, inode (a rebuild changes one). */
+/** Files up to this size are known by their content (CONTENT_MAX), larger ones by their stat. */
+const CONTENT_MAX = 4 * 1024 * 1024;
+
+/**
+ * A file's identity: a small one's content (this backend's compiled files: a rebuild that writes
+ * the same code keeps the key, so `npm start`'s build does not throw away the templates setup
+ * made); a large one's path, size, mtime and inode (the kernel, the disk: a rebuild changes one).
+ */
 function identity(path: string): string {
   const s = statSync(path);
+  if (s.size <= CONTENT_MAX)
+    return `${path}:sha256:${createHash("sha256").update(readFileSync(path)).digest("hex")}`;
   return `${path}:${s.size}:${s.mtimeMs}:${s.ino}`;
 }
 
