@@ -271,26 +271,35 @@ function openCgroup(host: CgroupHost, name: string, freezable: boolean): Cgroup 
       const t = await readOptional(join(dir, file));
       return t !== undefined && /^\d+$/.test(t.trim()) ? Number(t.trim()) : undefined;
     };
-    const pidsCurrent = await num(pidsDir, "pids.current");
+    // Read at once: each read is a thread-pool round trip, and a call waits for these.
     if (host.version === 2) {
-      const events = parseFlatKeyed((await readOptional(join(memoryDir, "memory.events"))) ?? "");
+      const [pidsCurrent, events, peak, current] = await Promise.all([
+        num(pidsDir, "pids.current"),
+        readOptional(join(memoryDir, "memory.events")),
+        num(memoryDir, "memory.peak"),
+        num(memoryDir, "memory.current"),
+      ]);
       return {
-        memoryPeakBytes: (await num(memoryDir, "memory.peak")) ?? 0,
-        memoryBytes: (await num(memoryDir, "memory.current")) ?? 0,
-        oomKills: events.get("oom_kill") ?? 0,
+        memoryPeakBytes: peak ?? 0,
+        memoryBytes: current ?? 0,
+        oomKills: parseFlatKeyed(events ?? "").get("oom_kill") ?? 0,
         ...(pidsCurrent !== undefined ? { pidsCurrent } : {}),
       };
     }
-    const oom = parseFlatKeyed((await readOptional(join(memoryDir, "memory.oom_control"))) ?? "");
+    const [pidsCurrent, oomText, failcnt, peak, current] = await Promise.all([
+      num(pidsDir, "pids.current"),
+      readOptional(join(memoryDir, "memory.oom_control")),
+      num(memoryDir, "memory.memsw.failcnt"),
+      num(memoryDir, "memory.max_usage_in_bytes"),
+      num(memoryDir, "memory.usage_in_bytes"),
+    ]);
+    const oom = parseFlatKeyed(oomText ?? "");
     // Kernels before 4.13 have no oom_kill count: a task stuck at the limit is the best hint.
     const oomKills =
-      oom.get("oom_kill") ??
-      ((oom.get("under_oom") ?? 0) > 0 || ((await num(memoryDir, "memory.memsw.failcnt")) ?? 0) > 0
-        ? 1
-        : 0);
+      oom.get("oom_kill") ?? ((oom.get("under_oom") ?? 0) > 0 || (failcnt ?? 0) > 0 ? 1 : 0);
     return {
-      memoryPeakBytes: (await num(memoryDir, "memory.max_usage_in_bytes")) ?? 0,
-      memoryBytes: (await num(memoryDir, "memory.usage_in_bytes")) ?? 0,
+      memoryPeakBytes: peak ?? 0,
+      memoryBytes: current ?? 0,
       oomKills,
       ...(pidsCurrent !== undefined ? { pidsCurrent } : {}),
     };
