@@ -12,6 +12,7 @@ const LABELS: Record<string, string> = {
   "srt-lib": "sandbox-runtime library",
   "srt-cli": "sandbox-runtime CLI (srt)",
   namespace: "ScratchRun namespace",
+  engine: "ScratchRun namespace engine, in-process (no MCP)",
   microvm: "ScratchRun microVM",
   "namespace-baseline": "ScratchRun namespace, baseline build",
   "microvm-baseline": "ScratchRun microVM, baseline build",

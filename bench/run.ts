@@ -343,6 +343,15 @@ async function main(): Promise<void> {
             srtCli(join(work, "tti-srt-cli")),
             ttiServer("namespace"),
             ...(baseline ? [ttiServer("namespace", baseline)] : []),
+            // The same namespace engine called in this process: the namespace row's difference
+            // to it is what the MCP stdio transport and the SDK's client cost a call.
+            engineInProcess({
+              ...scratchrunEnv(),
+              SCRATCHRUN_ISOLATION: "namespace",
+              SCRATCHRUN_NETWORK: "none",
+              SCRATCHRUN_POOL_SIZE: "bash=1",
+              SCRATCHRUN_PREIMPORT: "0",
+            }),
             vm,
             ...(baseline ? [ttiServer("microvm", baseline)] : []),
           ].filter((s) => !ttiOnly || ttiOnly.has(s.id)),
