@@ -414,6 +414,7 @@ export class MicrovmBackend implements Backend {
 
   /** Notes which of its runtime's other interpreters a shell call starts (shellStartsRecent). */
   private noteShellStarts(job: SandboxJob): void {
+    if (shellStartPaths(job.runtime).length === 0) return; // not a shell: nothing to read
     const codePath = job.request.argv.at(-1);
     const file = job.request.files.find((f) => f.path === codePath);
     if (!file) return;
