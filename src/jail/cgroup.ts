@@ -154,14 +154,14 @@ async function treeDeepestFirst(dir: string): Promise<string[]> {
   return out;
 }
 
+/** Every pid in these cgroups and their children; the reads at once (a call waits on them). */
 async function readPids(dirs: readonly string[]): Promise<number[]> {
+  const trees = await Promise.all(dirs.map((top) => treeDeepestFirst(top)));
+  const texts = await Promise.all(
+    trees.flat().map((dir) => readOptional(join(dir, "cgroup.procs"))),
+  );
   const all = new Set<number>();
-  for (const top of dirs) {
-    for (const dir of await treeDeepestFirst(top)) {
-      for (const pid of parsePids((await readOptional(join(dir, "cgroup.procs"))) ?? ""))
-        all.add(pid);
-    }
-  }
+  for (const text of texts) for (const pid of parsePids(text ?? "")) all.add(pid);
   return [...all].sort((a, b) => a - b);
 }
 
@@ -286,17 +286,19 @@ function openCgroup(host: CgroupHost, name: string, freezable: boolean): Cgroup 
         ...(pidsCurrent !== undefined ? { pidsCurrent } : {}),
       };
     }
-    const [pidsCurrent, oomText, failcnt, peak, current] = await Promise.all([
+    const [pidsCurrent, oomText, peak, current] = await Promise.all([
       num(pidsDir, "pids.current"),
       readOptional(join(memoryDir, "memory.oom_control")),
-      num(memoryDir, "memory.memsw.failcnt"),
       num(memoryDir, "memory.max_usage_in_bytes"),
       num(memoryDir, "memory.usage_in_bytes"),
     ]);
     const oom = parseFlatKeyed(oomText ?? "");
     // Kernels before 4.13 have no oom_kill count: a task stuck at the limit is the best hint.
     const oomKills =
-      oom.get("oom_kill") ?? ((oom.get("under_oom") ?? 0) > 0 || (failcnt ?? 0) > 0 ? 1 : 0);
+      oom.get("oom_kill") ??
+      ((oom.get("under_oom") ?? 0) > 0 || ((await num(memoryDir, "memory.memsw.failcnt")) ?? 0) > 0
+        ? 1
+        : 0);
     return {
       memoryPeakBytes: peak ?? 0,
       memoryBytes: current ?? 0,
