@@ -67,10 +67,23 @@ export async function runTemplates(
   }, 2000);
   try {
     const deadline = new Promise<"late">((r) => setTimeout(r, DEADLINE_MS, "late").unref());
-    if ((await Promise.race([backend.whenPoolsFull(), deadline])) === "late") {
-      say(
-        `not every pool was ready after ${DEADLINE_MS / 60_000} minutes: ${errText(backend.templateError)}`,
-      );
+    // A build that failed is retried with a back-off for as long as the server runs; here the
+    // first failure ends the wait (setup goes on, and the server makes it when it needs it).
+    let stopWatching = () => {};
+    const failed = new Promise<"failed">((resolve) => {
+      const t = setInterval(() => {
+        if (backend.templateError !== null) resolve("failed");
+      }, 200);
+      stopWatching = () => clearInterval(t);
+    });
+    const ended = await Promise.race([backend.whenPoolsFull(), deadline, failed]);
+    stopWatching();
+    if (ended === "failed") {
+      say(`a template could not be made: ${errText(backend.templateError)}`);
+      return 1;
+    }
+    if (ended === "late") {
+      say(`not every pool was ready after ${DEADLINE_MS / 60_000} minutes (no error recorded)`);
       return 1;
     }
     const kept = await backend.templatesKept();
