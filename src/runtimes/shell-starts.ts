@@ -9,8 +9,8 @@ import { RUNTIMES, type RuntimeName } from "./names.js";
 import { runtimeEntry } from "./table.js";
 
 /** Characters that may stand before or after a command word in shell code. */
-const BEFORE = String.raw`(?:^|[\s;&|(\x60{!])`;
-const AFTER = String.raw`(?=$|[\s;&|)\x60}<>])`;
+const BEFORE = String.raw`(?:^|[\s;&|(\x60{!"'])`;
+const AFTER = String.raw`(?=$|[\s;&|)\x60}<>"'])`;
 
 function escape(name: string): string {
   return name.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");

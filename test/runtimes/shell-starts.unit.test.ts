@@ -27,6 +27,8 @@ test("a command name standing as a word starts its interpreter", () => {
     ["python3.12 x.py", [IN_IMAGE.python312]],
     ["python3 a.py | node b.js", [IN_IMAGE.node20, IN_IMAGE.python311]],
     ["{ python3.11 -V; }", [IN_IMAGE.python311]],
+    [`sh -c "node x.js"`, [IN_IMAGE.node20]],
+    ["eval 'python3 -V'", [IN_IMAGE.python311]],
   ];
   for (const [code, want] of cases) assert.deepEqual(named(code), want, code);
 });
