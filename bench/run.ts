@@ -150,10 +150,6 @@ function microvmSystem(
 }
 
 /**
- * The time-to-interactive server of a backend: its REST API on too (the burst), one pooled bash
- * sandbox (the product's default size, for the one runtime the phase calls), no pre-imports.
- */
-/**
  * The isolation a microVM server said it runs with (its start-up line): the run's header says
  * TCG or KVM from it, not from /dev/kvm, which may exist where no guest can run on it.
  */
@@ -162,6 +158,10 @@ function noteIsolation(system: McpSystem, results: BenchResults): void {
   if (iso) results.host.microvmIsolation = iso;
 }
 
+/**
+ * The time-to-interactive server of a backend: its REST API on too (the burst), one pooled bash
+ * sandbox (the product's default size, for the one runtime the phase calls), no pre-imports.
+ */
 function ttiServer(backend: "namespace" | "microvm", baseline?: string): McpSystem {
   return mcpSystem({
     id: baseline ? `${backend}-baseline` : backend,

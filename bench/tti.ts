@@ -20,9 +20,8 @@ import { readFileSync } from "node:fs";
 /** CPU time the whole host has spent busy (every core, all but idle and iowait), ms. */
 export function hostBusyMs(): number {
   const cpu = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1);
-  const [user, nice, system, idle, iowait, irq, softirq, steal] = cpu.map(Number);
-  void idle;
-  void iowait;
+  // user nice system idle iowait irq softirq steal: all but idle and iowait.
+  const [user, nice, system, , , irq, softirq, steal] = cpu.map(Number);
   // USER_HZ is 100 on every Linux build the benchmark runs on (sysconf(_SC_CLK_TCK)).
   return (user! + nice! + system! + irq! + softirq! + (steal ?? 0)) * 10;
 }

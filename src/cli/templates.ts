@@ -55,29 +55,24 @@ export async function runTemplates(
     say("the configured backend is not the microVM: nothing to do");
     return 0;
   }
+  // One watch: progress as the pools change, and the first failed build, which ends the wait (the
+  // server would retry it with a back-off for as long as it runs; setup goes on, and the server
+  // makes that template when it needs it).
   let said = "";
-  const progress = setInterval(() => {
-    const kinds = backend.pools().kinds.filter((k) => k.state !== "off");
-    const line = `${kinds.filter((k) => k.state === "full").length} of ${kinds.length} pools ready (${kinds
-      .filter((k) => k.state !== "full")
-      .map((k) => k.kind)
-      .join(", ")})`;
-    if (line !== said) say(`${line}, ${((Date.now() - t0) / 1000).toFixed(0)} s`);
-    said = line;
-  }, 2000);
+  let watch: NodeJS.Timeout | undefined;
+  const failed = new Promise<"failed">((resolve) => {
+    watch = setInterval(() => {
+      if (backend.templateError !== null) resolve("failed");
+      const kinds = backend.pools().kinds.filter((k) => k.state !== "off");
+      const waiting = kinds.filter((k) => k.state !== "full").map((k) => k.kind);
+      const line = `${kinds.length - waiting.length} of ${kinds.length} pools ready (${waiting.join(", ")})`;
+      if (line !== said) say(`${line}, ${((Date.now() - t0) / 1000).toFixed(0)} s`);
+      said = line;
+    }, 200);
+  });
   try {
     const deadline = new Promise<"late">((r) => setTimeout(r, DEADLINE_MS, "late").unref());
-    // A build that failed is retried with a back-off for as long as the server runs; here the
-    // first failure ends the wait (setup goes on, and the server makes it when it needs it).
-    let stopWatching = () => {};
-    const failed = new Promise<"failed">((resolve) => {
-      const t = setInterval(() => {
-        if (backend.templateError !== null) resolve("failed");
-      }, 200);
-      stopWatching = () => clearInterval(t);
-    });
     const ended = await Promise.race([backend.whenPoolsFull(), deadline, failed]);
-    stopWatching();
     if (ended === "failed") {
       say(`a template could not be made: ${errText(backend.templateError)}`);
       return 1;
@@ -98,7 +93,7 @@ export async function runTemplates(
     );
     return 0;
   } finally {
-    clearInterval(progress);
+    clearInterval(watch);
     await engine.close();
   }
 }

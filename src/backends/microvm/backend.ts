@@ -46,7 +46,7 @@ import {
 } from "../prestart.js";
 import { CODE_UID } from "../../protocol/guest-header.js";
 import { createTemplate, type Template, type TemplateOptions } from "./snapshot.js";
-import { templateKey, type TemplateStore } from "./template-store.js";
+import { templateKey, type TemplateInputs, type TemplateStore } from "./template-store.js";
 import { VERSION } from "../../version.js";
 import { MicroVm, type HostContext, type WarmUp } from "./vm.js";
 import {
@@ -299,15 +299,11 @@ export class MicrovmBackend implements Backend {
       const also = !prestart && warm ? shellStartPaths(runtime) : [];
       const build = {
         ...(prestart ? { prestart } : warm ? { warm } : {}),
+        ...(also.length ? { warmAlso: also } : {}),
         ...(pre ? { preimport: preimportSpec(pre) } : {}),
       };
-      const warmAlso = also.length ? { warmAlso: also } : {};
       t = createTemplate(this.ctx, {
-        ...this.kept(key, memoryMb, {
-          ...build,
-          ...(also.length ? { warmAlso: also.join(",") } : {}),
-        }),
-        ...warmAlso,
+        ...this.kept(key, memoryMb, build),
         memoryMb,
         timeoutMs: pre
           ? Math.max(this.bootTimeoutMs, PREIMPORT_BOOT_TIMEOUT_MS)
@@ -350,7 +346,7 @@ export class MicrovmBackend implements Backend {
   private kept(
     slot: string,
     memoryMb: number,
-    build: Record<string, string | undefined>,
+    build: TemplateInputs["build"],
   ): Pick<TemplateOptions, "store"> {
     const store = this.templateStore;
     if (!store || memoryMb !== this.poolMemoryMb) return {};

@@ -3,8 +3,9 @@
  * template instead of waiting for a cold boot (about 2.6 s under TCG, decision 0003). A template
  * is only as good as everything it was built from, so its file is named by a key over all of it:
  * the kernel, initramfs (the agent is inside), root disk, QEMU binary and this backend's compiled
- * files (by content up to 4 MiB, else path, size, mtime and inode), the accelerator and host CPU, the runtime's interpreter and pre-import, memory_mb, and
- * this package's version. Change any and the key changes; the old file is removed at the next
+ * files (by content up to 4 MiB, else path, size, mtime and inode), the accelerator and host CPU,
+ * what the template runs (interpreter, warm-also list, pre-import), memory_mb, and this package's
+ * version. Change any and the key changes; the old file is removed at the next
  * save of its slot.
  *
  * Loading copies the file into a fresh memfd that is then sealed exactly as a built template's
@@ -31,7 +32,8 @@ export interface TemplateInputs {
   files: string[];
   accel: string;
   tscKhz: number | null;
-  build: Record<string, string | undefined>;
+  /** What the template VM is asked to run (TemplateOptions: warm, warmAlso, prestart, preimport). */
+  build: Record<string, string | readonly string[] | undefined>;
   version: string;
 }
 
