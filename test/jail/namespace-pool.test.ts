@@ -272,16 +272,26 @@ describe("namespace backend: warm pool and teardown", () => {
     // The pool notices (its top process exits), drops it and starts another: wait for that jail
     // itself (whenFull alone can answer before the pool has seen the exit).
     // Another uid than the dead ones': a jail still starting when `before` was taken (a burst's
-    // second start) may be the one that replaces them.
-    const replaced = () =>
-      bashUids.every((u) => !jailUids().includes(u)) &&
-      jailUids().some((u) => !bashUids.includes(u) && jailRunning(null, [u]) === u);
-    for (let i = 0; i < 400 && !replaced(); i++) await new Promise((r) => setTimeout(r, 25));
+    // second start) may be the one that replaces them. Found by the pool's own bash kind, not by
+    // its processes: a python jail not yet past its exec has no python process either.
+    const uidOf = (pid: number) => procs().find((p) => p.pid === pid)?.uid;
+    const replaced = async () => {
+      if (bashUids.some((u) => jailUids().includes(u))) return false;
+      const ready = Object.fromEntries(backend.pool.readySandboxes())["none/bash/plain"] ?? [];
+      for (const jail of ready) {
+        const uids = ((await jail.usage?.())?.pids ?? []).map(uidOf);
+        if (uids.length > 0 && uids.every((u) => u !== undefined && !bashUids.includes(u)))
+          return true;
+      }
+      return false;
+    };
+    for (let i = 0; i < 400 && !(await replaced()); i++)
+      await new Promise((r) => setTimeout(r, 25));
     assert.ok(
       bashUids.every((u) => !jailUids().includes(u)),
       "the dead jails are gone",
     );
-    assert.ok(replaced(), "a new bash jail, as another uid");
+    assert.ok(await replaced(), "a new bash jail in the pool, as another uid");
     const out = await run(job("bash", "echo alive"));
     assert.equal(stdout(out), "alive\n");
   });
