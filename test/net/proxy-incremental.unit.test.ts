@@ -131,6 +131,21 @@ describe("incremental TLS hello reader", () => {
     everySplit(newHello, peekClientHello, ccs);
   });
 
+  it("work: a hello in one-byte records, pushed a record at a time, is looked at about once per byte; re-read from the start on every record, the count shows it", () => {
+    const trickled = oneByteRecords(hello);
+    const once = { examined: 0 };
+    const reader = new HelloReader(once);
+    for (let pos = 0; pos < trickled.length; pos += 6) reader.push(trickled.subarray(pos, pos + 6));
+    // Every byte walked once, and the hello's body parsed once when whole.
+    assert.ok(once.examined >= trickled.length, `${once.examined} of ${trickled.length}`);
+    assert.ok(once.examined <= 2 * trickled.length, `${once.examined} of ${trickled.length}`);
+    // What SEC-PROXY-TRICKLE must catch: everything so far handed to a parser on every record.
+    const again = { examined: 0 };
+    for (let pos = 6; pos <= trickled.length; pos += 6)
+      new HelloReader(again).push(trickled.subarray(0, pos));
+    assert.ok(again.examined > 50 * trickled.length, `${again.examined} of ${trickled.length}`);
+  });
+
   it("refusals at every split: not TLS, a bad record, oversized, bytes past the hello, a record that ends the flight early", () => {
     const cases = [
       Buffer.from("GET / HTTP/1.1\r\n"),
@@ -197,6 +212,17 @@ describe("incremental HTTP head reader", () => {
 
   it("split at every offset and one byte at a time: the whole input's verdict, every prefix waiting", () => {
     for (const h of heads) everySplit(newHead, peekHttpHead, Buffer.from(h, "latin1"));
+  });
+
+  it("work: a head pushed one byte at a time is looked at a bounded number of times per byte", () => {
+    const head = Buffer.from(`GET / HTTP/1.1\r\nHost: a.test\r\nX: ${"b".repeat(8000)}\r\n\r\n`);
+    const work = { examined: 0 };
+    const reader = new HeadReader(work);
+    for (let pos = 0; pos < head.length; pos++) reader.push(head.subarray(pos, pos + 1));
+    // Each push searches its byte and the 3 before it; the first 16 are read for an early
+    // refusal; the whole head is parsed once.
+    assert.ok(work.examined >= head.length, `${work.examined} of ${head.length}`);
+    assert.ok(work.examined <= 5 * head.length + 16 * 16, `${work.examined} of ${head.length}`);
   });
 
   it("oversized heads, in any chunks: the same verdict as the whole input", () => {

@@ -157,12 +157,19 @@ export function peekClientHello(data: Uint8Array): HelloPeek {
   return parseHello(new Reader(b, 4, 4 + len));
 }
 
+/** What first-bytes readers have walked: each byte they look at adds one, every time. */
+export interface ReadWork {
+  examined: number;
+}
+
 /**
  * peekClientHello, incrementally: push() each chunk as it arrives. Every byte is looked at once
  * (record headers as they complete, handshake bytes copied once into place) and the hello is
- * parsed once, when whole, so a hello sent one byte per record costs what its length costs. The
- * verdict after each push is the one peekClientHello gives for everything pushed so far
- * (test/net/proxy-parsers.unit.test.ts checks this at every split); once not "more", it stays.
+ * parsed once, when whole, so a hello sent one byte per record costs what its length costs:
+ * `work.examined` counts those looks (the proxy sums them over connections, and
+ * SEC-PROXY-TRICKLE bounds them by the bytes received). The verdict after each push is the one
+ * peekClientHello gives for everything pushed so far (test/net/proxy-parsers.unit.test.ts checks
+ * this at every split); once not "more", it stays.
  */
 export class HelloReader {
   private total = 0;
@@ -176,6 +183,8 @@ export class HelloReader {
   private hs = new Uint8Array(1024);
   private hsLen = 0;
   private verdict: HelloPeek | null = null;
+
+  constructor(private readonly work: ReadWork = { examined: 0 }) {}
 
   push(chunk: Uint8Array): HelloPeek {
     if (this.verdict) return this.verdict;
@@ -199,6 +208,7 @@ export class HelloReader {
     if (len > MAX_HELLO_BYTES) return this.decide({ kind: "refuse", reason: "oversized" });
     if (this.hsLen < 4 + len) return more();
     if (this.hsLen > 4 + len) return this.decide({ kind: "refuse", reason: "malformed" });
+    this.work.examined += len;
     return this.decide(parseHello(new Reader(b, 4, 4 + len)));
   }
 
@@ -227,6 +237,7 @@ export class HelloReader {
       i += n;
       this.payloadLeft -= n;
     }
+    this.work.examined += i;
   }
 
   private append(bytes: Uint8Array): void {

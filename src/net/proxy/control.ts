@@ -5,6 +5,7 @@
 import type { Cidr } from "../addresses.js";
 import type { Refusal } from "./decide.js";
 import type { ProxyPorts } from "../nftables-proxy.js";
+import type { ReadWork } from "./client-hello.js";
 
 /** The child's command line argument (JSON). */
 export interface ProxyChildConfig {
@@ -20,6 +21,15 @@ export interface ProxyChildConfig {
    * verifies a bound host's certificate (SCRATCHRUN_EGRESS_UPSTREAM_CA; test topologies).
    */
   upstreamCaFile?: string | null;
+}
+
+/**
+ * The first-bytes readers' work over all connections (streams.ts): bytes received before a
+ * verdict, and bytes the readers looked at (ReadWork); the second stays within a small multiple
+ * of the first however the bytes are cut (SEC-PROXY-TRICKLE).
+ */
+export interface FirstBytesWork extends ReadWork {
+  received: number;
 }
 
 /** One brokered secret as the proxy holds it: its placeholder, value and bound hosts. */
@@ -43,9 +53,11 @@ export type ProxyRequest =
   | { seq: number; op: "assign"; addrs: string[]; allow: string[]; broker?: BrokerSpec }
   | { seq: number; op: "release"; addrs: string[] }
   | { seq: number; op: "collect"; addrs: string[] }
+  /** The first-bytes readers' work so far (streams.ts): tests bound it by the bytes received. */
+  | { seq: number; op: "work" }
   | { seq: number; op: "host"; addresses: string[]; networks: Cidr[] };
 
 export type ProxyReply =
   | { ready: ProxyPorts }
-  | { seq: number; ok: true; refused?: Refusal[]; dropped?: number }
+  | { seq: number; ok: true; refused?: Refusal[]; dropped?: number; work?: FirstBytesWork }
   | { seq: number; ok: false; error: string };

@@ -9,6 +9,8 @@
  * line to read, the second asks the proxy to tunnel somewhere else.
  */
 
+import type { ReadWork } from "./client-hello.js";
+
 /** Largest request head accepted (request line and headers). */
 export const MAX_HEAD_BYTES = 16 * 1024;
 
@@ -65,6 +67,9 @@ export class HeadReader {
   private total = 0;
   private verdict: HeadPeek | null = null;
 
+  /** `work.examined` counts the bytes searched and parsed (as HelloReader's does). */
+  constructor(private readonly work: ReadWork = { examined: 0 }) {}
+
   push(chunk: Uint8Array): HeadPeek {
     if (this.verdict) return this.verdict;
     const before = this.kept;
@@ -73,13 +78,18 @@ export class HeadReader {
     this.kept += n;
     this.total += chunk.length;
     const seen = this.buf.subarray(0, this.kept);
-    const end = seen.indexOf("\r\n\r\n", Math.max(0, before - 3), "latin1");
+    const from = Math.max(0, before - 3);
+    this.work.examined += this.kept - from;
+    const end = seen.indexOf("\r\n\r\n", from, "latin1");
     if (end === -1) {
       if (this.total > MAX_HEAD_BYTES) return this.decide({ kind: "refuse", reason: "oversized" });
       // Only the first 16 bytes decide it, and a verdict of "more" on them stays "more".
-      const early = before < 16 ? earlyRefusal(seen) : null;
+      if (before >= 16) return { kind: "more" };
+      this.work.examined += Math.min(this.kept, 16);
+      const early = earlyRefusal(seen);
       return early ? this.decide(early) : { kind: "more" };
     }
+    this.work.examined += end;
     return this.decide(parseHead(seen, end));
   }
 

@@ -45,6 +45,7 @@ const ctx = {
   admission: new Admission(totalConnectionBound(fileLimit())),
   host: () => hostBlock,
   resolver: new NameResolver(config.resolvers),
+  work: { received: 0, examined: 0 },
 };
 
 /** The context brokers verify bound hosts with: made once (parsing the roots costs ~10 ms). */
@@ -144,6 +145,8 @@ function handle(req: ProxyRequest): ProxyReply {
     case "host":
       hostBlock = { addresses: req.addresses, networks: req.networks };
       return { seq: req.seq, ok: true };
+    case "work":
+      return { seq: req.seq, ok: true, work: { ...ctx.work } };
   }
 }
 

@@ -11,7 +11,7 @@
  */
 import net from "node:net";
 import type { Admission } from "./admission.js";
-import { HelloReader } from "./client-hello.js";
+import { HelloReader, type ReadWork } from "./client-hello.js";
 import {
   decideHttp,
   decideTls,
@@ -22,6 +22,7 @@ import {
 } from "./decide.js";
 import { HeadReader } from "./http-head.js";
 import type { Assignment } from "./assignments.js";
+import type { FirstBytesWork } from "./control.js";
 import type { NameResolver } from "./resolve.js";
 
 /**
@@ -43,6 +44,7 @@ export interface StreamContext {
   admission: Admission;
   host(): HostBlock;
   resolver: NameResolver;
+  work: FirstBytesWork;
 }
 
 function reset(sock: net.Socket): void {
@@ -154,8 +156,8 @@ async function dial(
 }
 
 /** The decision on a TLS connection once its hello is read, null until then. */
-function tlsVerdicts(a: Assignment): (chunk: Buffer) => Decision | null {
-  const reader = new HelloReader();
+function tlsVerdicts(a: Assignment, work: ReadWork): (chunk: Buffer) => Decision | null {
+  const reader = new HelloReader(work);
   return (chunk) => {
     const peek = reader.push(chunk);
     return peek.kind === "more" ? null : decideTls(peek, a.allow);
@@ -163,8 +165,8 @@ function tlsVerdicts(a: Assignment): (chunk: Buffer) => Decision | null {
 }
 
 /** The decision on a plain-HTTP connection once its request head is read, null until then. */
-function httpVerdicts(a: Assignment): (chunk: Buffer) => Decision | null {
-  const reader = new HeadReader();
+function httpVerdicts(a: Assignment, work: ReadWork): (chunk: Buffer) => Decision | null {
+  const reader = new HeadReader(work);
   return (chunk) => {
     const peek = reader.push(chunk);
     return peek.kind === "more" ? null : decideHttp(peek, a.allow);
@@ -183,7 +185,7 @@ export function streamHandler(
     sock.setNoDelay(true);
     // Everything received until the verdict, kept to send upstream; each byte is parsed once.
     const chunks: Buffer[] = [];
-    const verdictOn = kind === "tls" ? tlsVerdicts(a) : httpVerdicts(a);
+    const verdictOn = (kind === "tls" ? tlsVerdicts : httpVerdicts)(a, ctx.work);
     let decided = false;
     const refuse = (host: string | null, reason: RefusalReason) => {
       a.log.add(host, port, reason);
@@ -199,6 +201,7 @@ export function streamHandler(
     timer.unref();
     const onData = (d: Buffer) => {
       chunks.push(d);
+      ctx.work.received += d.length;
       const decision = verdictOn(d);
       if (decision === null) return;
       decided = true;

@@ -21,7 +21,13 @@ import { renderHostSetUpdate } from "../nftables.js";
 import { renderProxyTable, renderProxyTableTeardown, type ProxyPorts } from "../nftables-proxy.js";
 import type { UplinkConfig } from "../uplink.js";
 import { PROXY_MAX_FILES } from "./admission.js";
-import type { BrokerSpec, ProxyChildConfig, ProxyReply, ProxyRequest } from "./control.js";
+import type {
+  BrokerSpec,
+  FirstBytesWork,
+  ProxyChildConfig,
+  ProxyReply,
+  ProxyRequest,
+} from "./control.js";
 import type { Refusal } from "./decide.js";
 
 /** Host uids of egress proxies: the last 64 of the block the service's orphan reaping covers. */
@@ -292,6 +298,12 @@ export class EgressProxy {
     const r = await this.request({ op: "collect", addrs: [...addrs] }).catch(() => null);
     if (!r || !("ok" in r) || !r.ok) return { refused: [], dropped: 0 };
     return { refused: r.refused ?? [], dropped: r.dropped ?? 0 };
+  }
+
+  /** What the child's first-bytes readers have done since it started (tests), or null. */
+  async firstBytesWork(): Promise<FirstBytesWork | null> {
+    const r = await this.request({ op: "work" }).catch(() => null);
+    return r && "ok" in r && r.ok && r.work ? r.work : null;
   }
 
   /** Host pid of the proxy child (tests, diagnostics). */
