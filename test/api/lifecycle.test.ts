@@ -274,12 +274,18 @@ describe("lifecycle: crash recovery, graceful shutdown, remote mode", () => {
   });
 
   test("remote mode: scratchrun-mcp with SCRATCHRUN_URL gives the embedded result", async () => {
-    const server = await serve(home);
+    // Both servers get the same network setting: with SCRATCHRUN_NETWORK unset, each would offer
+    // what this host allows (public where net.ipv4.ip_forward=1), so their tool descriptions would
+    // differ with the host, not with the mode.
+    const server = await serve(home, [], { SCRATCHRUN_NETWORK: "none" });
     let remote: McpHarness | undefined;
     let embedded: McpHarness | undefined;
     try {
       remote = await startServer({ SCRATCHRUN_URL: server.url, SCRATCHRUN_API_KEY: key });
-      embedded = await startServer({ SCRATCHRUN_ISOLATION: "namespace" });
+      embedded = await startServer({
+        SCRATCHRUN_ISOLATION: "namespace",
+        SCRATCHRUN_NETWORK: "none",
+      });
       const args = {
         runtime: "python3.12",
         code: "import sys; print('out'); print('err', file=sys.stderr); open('/tmp/r.svg','w').write('<svg xmlns=\"http://www.w3.org/2000/svg\"/>'); open('/tmp/t.txt','w').write('text'); sys.exit(3)",
