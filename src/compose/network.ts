@@ -56,13 +56,20 @@ function allowlistSummary(allow: DomainAllowlist): string {
 export function egressAllowlistFromEnv(
   env: NodeJS.ProcessEnv = process.env,
 ): DomainAllowlist | null {
-  const spec = setting("SCRATCHRUN_EGRESS_ALLOW", env);
+  return allowlistSetting("SCRATCHRUN_EGRESS_ALLOW", env);
+}
+
+function allowlistSetting(
+  name: "SCRATCHRUN_EGRESS_ALLOW" | "SCRATCHRUN_SECRETS_PLAIN_HTTP",
+  env: NodeJS.ProcessEnv,
+): DomainAllowlist | null {
+  const spec = setting(name, env);
   if (spec === undefined) return null;
   try {
     return parseAllowlist(spec);
   } catch (e) {
     if (!(e instanceof AllowlistError)) throw e;
-    throw new ScratchRunError("NOT_READY", `SCRATCHRUN_EGRESS_ALLOW: ${e.message}`, {
+    throw new ScratchRunError("NOT_READY", `${name}: ${e.message}`, {
       fix: 'Give domain names and "*." wildcards separated by commas, e.g. "pypi.org,*.github.com"',
     });
   }
@@ -112,6 +119,7 @@ export async function egressOf(
  */
 export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Promise<NetworkPlan> {
   const allowlist = egressAllowlistFromEnv(env);
+  const secretsPlainHttp = allowlistSetting("SCRATCHRUN_SECRETS_PLAIN_HTTP", env)?.entries ?? [];
   const mode = setting("SCRATCHRUN_NETWORK", env) as NetworkSetting;
   if (!["auto", "public", "none"].includes(mode))
     throw new ScratchRunError(
@@ -167,6 +175,7 @@ export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
       proxyUid = uids.acquire();
       proxy = EgressProxy.start(uplink, proxyUid, {
         upstreamCaFile: setting("SCRATCHRUN_EGRESS_UPSTREAM_CA", env) ?? null,
+        secretsPlainHttp,
       });
       proxy.catch(() => {
         proxy = null;

@@ -6,8 +6,10 @@ import { PY } from "../helpers/pythons.js";
  * logs show what arrived. The proxy trusts the shared test certificate
  * (SCRATCHRUN_EGRESS_UPSTREAM_CA); refused.test presents another one it does not trust.
  *
- * What must hold: the value reaches the bound host (headers and query, HTTPS and HTTP, from
- * python, requests and node); the code sees only a placeholder; no sandbox process (nor, for a
+ * What must hold: the value reaches the bound host (headers and query, over HTTPS, and over plain
+ * HTTP only to a host the operator opted in; from python, requests and node); the code sees only a
+ * placeholder; no request smuggled inside another gets a later request's value back, and every
+ * request of a connection passes the first one's head rules; no sandbox process (nor, for a
  * microVM, QEMU's guest RAM) holds the value while the call runs; a placeholder going anywhere
  * else is refused and named; HTTPS to an unbound name is not terminated; a second call can use
  * neither the first one's placeholder nor its CA; an upstream the host does not trust is refused.
@@ -33,6 +35,8 @@ interface Refused {
 
 /** The server's allowlist here; secrets are bound to allowed.test (and refused.test, untrusted). */
 const ALLOWLIST = "allowed.test, *.wild.test, refused.test";
+/** The one host the operator lets secrets reach over plain HTTP here. */
+const PLAIN_HTTP = "a.wild.test";
 /** URL-safe, so the logged query shows it as sent. Unique per run: nothing else holds it. */
 const VALUE = `sr-brokered-${randomBytes(16).toString("hex")}`;
 const PLACEHOLDER = /^scratchrun-secret-[0-9a-f]{64}$/;
@@ -151,6 +155,7 @@ for (const backend of TEST_BACKENDS) {
         SCRATCHRUN_NETWORK: "public",
         SCRATCHRUN_EGRESS_ALLOW: ALLOWLIST,
         SCRATCHRUN_EGRESS_UPSTREAM_CA: fx.web.certPath,
+        SCRATCHRUN_SECRETS_PLAIN_HTTP: PLAIN_HTTP,
         ...fx.topo.serverEnv(),
       });
     });
@@ -179,21 +184,25 @@ for (const backend of TEST_BACKENDS) {
       return s as typeof s & { network_refused?: Refused[] };
     }
 
-    test("SEC-SECRET-DELIVER: the bound host gets the value in headers and the query over HTTPS and HTTP; the code's environment holds a placeholder", async () => {
+    test("SEC-SECRET-DELIVER: the bound host gets the value in headers and the query over HTTPS, and over plain HTTP only where the operator opted it in; the code's environment holds a placeholder", async () => {
       const mark = fx.web.mark();
       const s = await run(
         `${PY_PRELUDE}
 out["env_hex"] = json.dumps(dict(os.environ)).encode().hex()
 out["https"] = get(f"https://allowed.test/h?key={tok}", {"Authorization": f"Bearer {tok}"})
-out["http"] = get(f"http://allowed.test/p?key={tok}", {"X-Api-Key": tok})
+out["http"] = get(f"http://${PLAIN_HTTP}/p?key={tok}", {"X-Api-Key": tok})
+out["cleartext"] = get(f"http://allowed.test/c?key={tok}", {"X-Api-Key": tok})
 print(json.dumps(out))`,
-        secret(),
+        secret(["allowed.test", PLAIN_HTTP]),
       );
       const out = JSON.parse(s.stdout) as Record<string, [number | null, string]> & {
         env_hex: string;
       };
       assert.equal(out.https?.[0], 200, out.https?.[1]);
       assert.equal(out.http?.[0], 200, out.http?.[1]);
+      // Plain HTTP to a bound host the operator did not name: the value would go in cleartext.
+      assert.equal(out.cleartext?.[0], 403, out.cleartext?.[1]);
+      assert.match(out.cleartext?.[1] ?? "", /secret_plain_http/);
       const env = JSON.parse(Buffer.from(out.env_hex, "hex").toString()) as Record<string, string>;
       assert.match(env.TOKEN ?? "", PLACEHOLDER);
       assert.ok(!out.env_hex.includes(Buffer.from(VALUE).toString("hex")), "no value in env");
@@ -210,10 +219,13 @@ print(json.dumps(out))`,
         new RegExp(`https sni=allowed\\.test host=allowed\\.test path=/h\\?key=${VALUE}\n`),
       );
       assert.match(seen, new RegExp(`header authorization=Bearer ${VALUE}\n`));
-      assert.match(seen, new RegExp(`http host=allowed\\.test path=/p\\?key=${VALUE}\n`));
+      assert.match(seen, new RegExp(`http host=a\\.wild\\.test path=/p\\?key=${VALUE}\n`));
       assert.match(seen, new RegExp(`header x-api-key=${VALUE}\n`));
+      assert.doesNotMatch(seen, /path=\/c\b/);
       assert.ok(!seen.includes(env.TOKEN ?? "-"), "the placeholder never reaches the host");
-      assert.deepEqual(s.network_refused ?? [], []);
+      assert.deepEqual(s.network_refused ?? [], [
+        { host: "allowed.test", port: 80, reason: "secret_plain_http", count: 1 },
+      ]);
     });
 
     test("SEC-SECRET-CLIENTS: requests (certifi) and node trust the call's CA and are brokered", async () => {
@@ -319,6 +331,119 @@ print(json.dumps(out))`,
       const seen = fx.web.since(mark, "allowed");
       assert.doesNotMatch(seen, /path=\/(u|v|x)\b|scratchrun-secret-/, seen);
       assert.ok(!seen.includes(VALUE));
+    });
+
+    /**
+     * Raw HTTP/1.1 over the bound host's TLS, as smuggling code writes it: `conn()` a TLS socket
+     * to allowed.test (trusting the call's CA through SSL_CERT_FILE), `talk(t, bytes, secs)` what
+     * came back within secs. The code prints what it received base64-encoded, past redaction:
+     * the test decodes it and looks for the value, as sent, reversed or in hex.
+     */
+    const RAW_PRELUDE = `${PY_PRELUDE}
+import base64
+ctx = ssl.create_default_context()
+def conn():
+    return ctx.wrap_socket(socket.create_connection(("allowed.test", 443), timeout=10), server_hostname="allowed.test")
+def talk(t, data, secs=1.5):
+    t.sendall(data.encode("latin1"))
+    t.settimeout(secs)
+    got = b""
+    end = time.time() + secs
+    try:
+        while time.time() < end:
+            d = t.recv(65536)
+            if not d:
+                break
+            got += d
+    except Exception:
+        pass
+    return got
+def chunked_get(path, body):
+    return f"GET {path} HTTP/1.1\\r\\nHost: allowed.test\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n{len(body):x}\\r\\n{body}\\r\\n0\\r\\n\\r\\n"
+got = []
+`;
+
+    /** What the code received, decoded: one string per exchange. */
+    const exchanges = (stdout: string) =>
+      (JSON.parse(stdout) as string[]).map((p) => Buffer.from(p, "base64").toString("latin1"));
+    const holdsValue = (text: string) =>
+      text.includes(VALUE) ||
+      text.includes([...VALUE].reverse().join("")) ||
+      text.includes(Buffer.from(VALUE).toString("hex"));
+
+    test("SEC-SECRET-SMUGGLE: a request smuggled in a body, on the same connection or before a new one, never gets a later request's value back", async () => {
+      const mark = fx.web.mark();
+      // The smuggled POST's Content-Length is the length of the next request's whole head as a
+      // kept-alive upstream connection would carry it (issue 43's broker wrote exactly this).
+      const reach =
+        `GET /keep-next HTTP/1.1\r\nHost: allowed.test\r\nAuthorization: Bearer ${VALUE}\r\nConnection: keep-alive\r\n\r\n`
+          .length;
+      const s = await run(
+        `${RAW_PRELUDE}
+smug = "POST /echo HTTP/1.1\\r\\nHost: allowed.test\\r\\nContent-Length: ${reach}\\r\\n\\r\\n"
+nxt = f"GET /keep-next HTTP/1.1\\r\\nHost: allowed.test\\r\\nAuthorization: Bearer {tok}\\r\\n\\r\\n"
+# The same connection: the smuggle, then the request the broker writes the value into.
+a = conn()
+got.append(talk(a, chunked_get("/keep-smug", smug)))
+got.append(talk(a, nxt, 3))
+a.close()
+# A new connection after a smuggle on another one (a pooled upstream socket would carry it over).
+b = conn()
+got.append(talk(b, chunked_get("/keep-smug2", smug)))
+c = conn()
+got.append(talk(c, nxt.replace("/keep-next", "/keep-next2"), 3))
+b.close(); c.close()
+print(json.dumps([base64.b64encode(g).decode() for g in got]))`,
+        secret(),
+      );
+      const text = exchanges(s.stdout).join("\n----\n");
+      assert.ok(!holdsValue(text), `the value came back to the code:\n${text}`);
+      const seen = fx.web.since(mark, "allowed");
+      // Each request the code sent arrived once, as sent; the smuggled one never did.
+      for (const path of ["/keep-smug", "/keep-next", "/keep-smug2", "/keep-next2"])
+        assert.equal(seen.split(`path=${path}\n`).length, 2, `${path}: ${seen}`);
+      assert.doesNotMatch(seen, /path=\/echo/, seen);
+      assert.equal(seen.split(`header authorization=Bearer ${VALUE}\n`).length, 3, seen);
+      assert.equal((text.match(/HTTP\/1\.1 200 /g) ?? []).length, 4, text);
+    });
+
+    test("SEC-SECRET-STRICT-HEAD: every request of a bound connection passes the first one's rules: absolute-form, a second Host, TRACE and CONNECT are refused with nothing sent", async () => {
+      const mark = fx.web.mark();
+      const s = await run(
+        `${RAW_PRELUDE}
+ok = "GET /keep-ok HTTP/1.1\\r\\nHost: allowed.test\\r\\n\\r\\n"
+auth = f"Authorization: Bearer {tok}\\r\\n"
+for second in [
+    f"GET http://a.wild.test/collect HTTP/1.1\\r\\nHost: allowed.test\\r\\n{auth}\\r\\n",
+    f"GET /two-hosts HTTP/1.1\\r\\nHost: allowed.test\\r\\nHost: a.wild.test\\r\\n{auth}\\r\\n",
+    f"TRACE /trace HTTP/1.1\\r\\nHost: allowed.test\\r\\n{auth}\\r\\n",
+]:
+    t = conn()
+    got.append(talk(t, ok))
+    got.append(talk(t, second))
+    t.close()
+t = conn()
+got.append(talk(t, f"CONNECT a.wild.test:443 HTTP/1.1\\r\\nHost: a.wild.test:443\\r\\n{auth}\\r\\n"))
+t.close()
+print(json.dumps([base64.b64encode(g).decode() for g in got]))`,
+        secret(),
+      );
+      const parts = exchanges(s.stdout);
+      const text = parts.join("\n----\n");
+      assert.ok(!holdsValue(text), text);
+      assert.equal(parts.length, 7, text);
+      for (const i of [0, 2, 4]) assert.match(parts[i] ?? "", /^HTTP\/1\.1 200 /, text);
+      for (const i of [1, 3, 5, 6]) assert.match(parts[i] ?? "", /^HTTP\/1\.1 403 /, text);
+      const seen = fx.web.since(mark, "allowed");
+      assert.equal(seen.split("path=/keep-ok\n").length, 4, seen);
+      assert.doesNotMatch(seen, /collect|two-hosts|trace|header authorization/, seen);
+      const refused = s.network_refused ?? [];
+      const count = (reason: string) =>
+        refused
+          .filter((r) => r.host === "allowed.test" && r.port === 443 && r.reason === reason)
+          .reduce((n, r) => n + r.count, 0);
+      assert.equal(count("host_mismatch"), 2, JSON.stringify(refused));
+      assert.equal(count("protocol"), 2, JSON.stringify(refused));
     });
 
     test("SEC-SECRET-REUSE: a second call trusts neither the first call's CA nor substitutes its placeholder", async () => {

@@ -14,9 +14,10 @@ import https from "node:https";
 import net from "node:net";
 import { Duplex } from "node:stream";
 import tls from "node:tls";
-import { allowlistOf, isAllowed, normaliseHostname } from "../allowlist.js";
+import { allowlistOf, isAllowed, normaliseHostname, type DomainAllowlist } from "../allowlist.js";
 import type { BrokerSpec } from "./control.js";
 import type { RefusalReason } from "./reasons.js";
+import { checkBrokeredRequest, type BodyFraming } from "./request-rules.js";
 import { substituteHead, type HeldSecret } from "./substitute.js";
 import { LeafIssuer, publicKeyId } from "./x509.js";
 
@@ -27,9 +28,17 @@ export interface BrokerDeps {
   refuse(host: string | null, port: number, reason: RefusalReason): void;
   /** The TLS context a bound host's certificate is verified with (the host's trust store). */
   upstream(): tls.SecureContext;
+  /**
+   * The names whose secrets the operator lets go over plain HTTP, in cleartext
+   * (SCRATCHRUN_SECRETS_PLAIN_HTTP); everywhere else a value is written only inside TLS.
+   */
+  plainHttp: DomainAllowlist;
 }
 
-/** Headers that describe one hop, not the request: never copied from one side to the other. */
+/**
+ * Headers that describe one hop, not the request: never copied from one side to the other. A
+ * request's framing (Content-Length) is not copied either: the broker writes its own.
+ */
 const HOP = new Set([
   "connection",
   "keep-alive",
@@ -39,6 +48,14 @@ const HOP = new Set([
   "trailer",
   "upgrade",
 ]);
+
+/** The framing header the broker writes upstream for a body it forwards, and one connection. */
+function framingHeaders(framing: BodyFraming): string[] {
+  const close = ["Connection", "close"];
+  if (framing.kind === "length") return ["Content-Length", String(framing.bytes), ...close];
+  if (framing.kind === "chunked") return ["Transfer-Encoding", "chunked", ...close];
+  return close;
+}
 
 function endToEnd(raw: readonly string[]): string[] {
   const named = new Set<string>();
@@ -81,6 +98,7 @@ function replay(sock: net.Socket, head: Buffer): Duplex {
   });
   // Whatever fails on either side ends both; nothing here may throw into the proxy.
   d.on("error", () => sock.destroy());
+  sock.on("error", () => d.destroy());
   d.push(head);
   sock.on("data", (c: Buffer) => {
     if (!d.push(c)) sock.pause();
@@ -101,10 +119,7 @@ export class Broker {
   private readonly contexts = new Map<string, tls.SecureContext>();
   private readonly routes = new WeakMap<object, Route>();
   private readonly server: http.Server;
-  private readonly agents = {
-    80: new http.Agent({ keepAlive: true, maxSockets: 16 }),
-    443: new https.Agent({ keepAlive: true, maxSockets: 16 }),
-  };
+  private readonly upstreams = new Set<http.ClientRequest>();
   private readonly open = new Set<Duplex | net.Socket>();
 
   constructor(
@@ -125,6 +140,13 @@ export class Broker {
       (req, res) => void this.forward(req, res),
     );
     this.server.on("clientError", (_e, s) => s.destroy());
+    // A tunnel through a bound connection would carry anything: refused and named.
+    this.server.on("connect", (req: http.IncomingMessage, sock: Duplex) => {
+      const route = this.routes.get(sock);
+      if (route) this.deps.refuse(route.name, route.port, "protocol");
+      sock.end("HTTP/1.1 403 Forbidden\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+      req.resume();
+    });
   }
 
   /** Whether a secret is bound to `name` (HTTPS to it is terminated here). */
@@ -190,20 +212,44 @@ export class Broker {
   private async forward(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const route = this.routes.get(req.socket);
     if (!route) return void req.socket.destroy();
-    const hostHeader = req.headers.host ?? "";
-    const host = normaliseHostname(/^(.*?)(:[0-9]*)?$/.exec(hostHeader)?.[1] ?? "");
-    if (host !== route.name) return this.refuse(res, route, host ?? hostHeader, "host_mismatch");
-    const head = substituteHead(route.name, req.url ?? "/", req.rawHeaders, this.secrets);
-    if (!head.ok) return this.refuse(res, route, route.name, "secret_placeholder");
+    const method = req.method ?? "GET";
+    const target = req.url ?? "/";
+    const rules = checkBrokeredRequest(route.name, method, target, req.rawHeaders);
+    if (!rules.ok) {
+      const named = req.headers.host ?? null;
+      const host = named && normaliseHostname(/^(.*?)(:[0-9]*)?$/.exec(named)?.[1] ?? "");
+      return this.refuse(res, route, host || named || route.name, rules.reason);
+    }
+    // Over plain HTTP a value would cross the network in cleartext: written only where the
+    // operator said so; elsewhere its placeholder is refused like any other left in the head.
+    const clear = route.port === 80 && !isAllowed(this.deps.plainHttp, route.name);
+    const head = substituteHead(route.name, target, req.rawHeaders, this.secrets, !clear);
+    if (!head.ok) {
+      const overTls = clear && substituteHead(route.name, target, req.rawHeaders, this.secrets).ok;
+      return this.refuse(
+        res,
+        route,
+        route.name,
+        overTls ? "secret_plain_http" : "secret_placeholder",
+      );
+    }
     const to = await this.deps.address(route.name);
     if ("reason" in to) return this.refuse(res, route, route.name, to.reason);
+    const headers = endToEnd(head.headers);
+    for (let i = headers.length - 2; i >= 0; i -= 2)
+      if ((headers[i] as string).toLowerCase() === "content-length") headers.splice(i, 2);
+    // One upstream connection per request, closed after it (agent: false): a request the bound
+    // host reads differently can never reach into a later request's head on a shared socket.
     const options: https.RequestOptions = {
       host: to.address,
       port: route.port,
-      method: req.method ?? "GET",
+      method,
       path: head.target,
-      headers: endToEnd(head.headers) as unknown as http.OutgoingHttpHeaders,
-      agent: this.agents[route.port],
+      headers: [
+        ...headers,
+        ...framingHeaders(rules.framing),
+      ] as unknown as http.OutgoingHttpHeaders,
+      agent: false,
       ...(route.port === 443
         ? { servername: route.name, secureContext: this.deps.upstream(), rejectUnauthorized: true }
         : {}),
@@ -217,6 +263,8 @@ export class Broker {
       answer.pipe(res);
       answer.on("error", () => res.destroy());
     });
+    this.upstreams.add(up);
+    up.once("close", () => this.upstreams.delete(up));
     up.on("error", (e: NodeJS.ErrnoException) => {
       if (res.headersSent) return void res.destroy();
       this.refuse(res, route, route.name, untrusted(e) ? "untrusted_upstream" : "unreachable");
@@ -226,14 +274,18 @@ export class Broker {
     });
     req.on("error", () => up.destroy());
     res.on("error", () => up.destroy());
+    if (rules.framing.kind === "none") return void up.end();
+    // The body exactly as framed: a length the sender does not keep to is an error, not a send.
+    // (OutgoingMessage has it since Node 18.10; @types/node declares it on ServerResponse only.)
+    (up as http.ClientRequest & { strictContentLength: boolean }).strictContentLength =
+      rules.framing.kind === "length";
     req.pipe(up);
   }
 
   /** Forgets the CA key's uses: every connection cut, every upstream connection closed. */
   close(): void {
     for (const s of this.open) s.destroy();
-    this.agents[80].destroy();
-    this.agents[443].destroy();
+    for (const up of this.upstreams) up.destroy();
     this.contexts.clear();
     this.server.close();
   }

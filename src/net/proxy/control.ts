@@ -21,6 +21,11 @@ export interface ProxyChildConfig {
    * verifies a bound host's certificate (SCRATCHRUN_EGRESS_UPSTREAM_CA; test topologies).
    */
   upstreamCaFile?: string | null;
+  /**
+   * Allowlist entries (normalised) of the hosts whose brokered secrets are written into plain-HTTP
+   * requests too (SCRATCHRUN_SECRETS_PLAIN_HTTP); elsewhere only inside TLS the proxy terminates.
+   */
+  secretsPlainHttp?: string[];
 }
 
 /**

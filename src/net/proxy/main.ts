@@ -11,6 +11,7 @@ import net from "node:net";
 import tls from "node:tls";
 import { createInterface } from "node:readline";
 import { existsSync, readFileSync } from "node:fs";
+import { allowlistOf } from "../allowlist.js";
 import { Admission, totalConnectionBound } from "./admission.js";
 import { Assignments } from "./assignments.js";
 import { Broker } from "./broker.js";
@@ -47,6 +48,9 @@ const ctx = {
   resolver: new NameResolver(config.resolvers),
   work: { received: 0, examined: 0 },
 };
+
+/** Where a brokered secret may go in cleartext (plain HTTP): only where the operator said. */
+const secretsPlainHttp = allowlistOf(config.secretsPlainHttp ?? []);
 
 /** The context brokers verify bound hosts with: made once (parsing the roots costs ~10 ms). */
 let upstreamContext: tls.SecureContext | null = null;
@@ -124,6 +128,7 @@ function handle(req: ProxyRequest): ProxyReply {
           ((a) =>
             new Broker(spec, {
               upstream,
+              plainHttp: secretsPlainHttp,
               address: (name) => dialableAddress(ctx, name),
               refuse: (host, port, reason) => a.log.add(host, port, reason),
             })),

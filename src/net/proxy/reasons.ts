@@ -29,6 +29,12 @@ export const REFUSAL_REASONS = [
   "proxy_busy",
   /** a request carries a brokered secret's placeholder to a host that secret is not bound to */
   "secret_placeholder",
+  /**
+   * a request carries the placeholder of a secret bound to its host over plain HTTP, where the
+   * value would cross the network in cleartext (the operator's SCRATCHRUN_SECRETS_PLAIN_HTTP
+   * does not name the host)
+   */
+  "secret_plain_http",
   /** a bound host's certificate is not trusted by the host (or does not name it) */
   "untrusted_upstream",
 ] as const;

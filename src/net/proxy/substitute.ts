@@ -50,15 +50,17 @@ function substituteValue(value: string, bound: readonly HeldSecret[]): string {
 
 /**
  * The head of a request to `name` with its bound placeholders replaced; `headers` flat as
- * `IncomingMessage.rawHeaders` (name, value, name, value, …).
+ * `IncomingMessage.rawHeaders` (name, value, name, value, …). With `write` false nothing is
+ * replaced (a value may not go over this connection), so any placeholder refuses the request.
  */
 export function substituteHead(
   name: string,
   target: string,
   headers: readonly string[],
   secrets: readonly HeldSecret[],
+  write = true,
 ): Substituted {
-  const bound = secrets.filter((s) => isAllowed(s.hosts, name));
+  const bound = write ? secrets.filter((s) => isAllowed(s.hosts, name)) : [];
   const q = target.indexOf("?");
   const outTarget =
     q === -1 ? target : target.slice(0, q + 1) + replaceAll(target.slice(q + 1), bound, true);

@@ -65,6 +65,11 @@ export interface ProxyOptions {
    * brokered secrets (SCRATCHRUN_EGRESS_UPSTREAM_CA: a test topology's server).
    */
   upstreamCaFile?: string | null;
+  /**
+   * Allowlist entries of the hosts whose brokered secrets may be written into plain-HTTP requests
+   * (SCRATCHRUN_SECRETS_PLAIN_HTTP); none by default: a value goes only inside TLS.
+   */
+  secretsPlainHttp?: readonly string[];
 }
 
 export interface CollectedRefusals {
@@ -97,7 +102,7 @@ export class EgressProxy {
     host: HostBlockSet,
     public ports: ProxyPorts,
     readonly maxFiles: number,
-    readonly upstreamCaFile: string | null = null,
+    private readonly brokering: Pick<ProxyChildConfig, "upstreamCaFile" | "secretsPlainHttp">,
   ) {
     this.host = host;
     this.watch = hostWatch(uplink);
@@ -115,14 +120,10 @@ export class EgressProxy {
     const host = await readHostBlockSet(uplink);
     // Raising a hard limit needs CAP_SYS_RESOURCE, which a server in a container may lack.
     const maxFiles = Math.min(options.maxFiles ?? PROXY_MAX_FILES, hardFileLimit());
-    const p = new EgressProxy(
-      uplink,
-      uid,
-      host,
-      { http: 0, tls: 0, dns: 0 },
-      maxFiles,
-      options.upstreamCaFile ?? null,
-    );
+    const p = new EgressProxy(uplink, uid, host, { http: 0, tls: 0, dns: 0 }, maxFiles, {
+      upstreamCaFile: options.upstreamCaFile ?? null,
+      secretsPlainHttp: [...(options.secretsPlainHttp ?? [])],
+    });
     p.watch.acquire();
     try {
       p.ports = await p.spawnChild(null);
@@ -166,7 +167,7 @@ export class EgressProxy {
       gid: this.uid,
       resolvers: [...this.uplink.dnsResolvers],
       ports,
-      upstreamCaFile: this.upstreamCaFile,
+      ...this.brokering,
     };
     // Its own file limit, soft and hard: the server's is not the proxy's to spend, nor the reverse.
     const node = [

@@ -119,6 +119,12 @@ export const SETTINGS = {
     readers: ["server"],
     doc: "a PEM file of CA certificates the egress proxy trusts besides the host's (/etc/ssl/certs) when it verifies the certificate of a host a brokered secret is bound to (a private or test upstream)",
   },
+  SCRATCHRUN_SECRETS_PLAIN_HTTP: {
+    kind: "list",
+    unset: "unset",
+    readers: ["server"],
+    doc: "domain names and `*.` wildcards, comma-separated: brokered secrets bound to these hosts are also written into their plain-HTTP (port 80) requests, in cleartext on the network; unset, a secret's value goes only inside TLS the egress proxy terminates, and its placeholder over plain HTTP is refused (`secret_plain_http`)",
+  },
   SCRATCHRUN_ENABLE_FORWARDING: {
     kind: "flag",
     on: "1",
