@@ -17,6 +17,7 @@ import { ScratchRunError } from "../errors.js";
 import type { Lease } from "../images/lease.js";
 import { leaseRootfs, selectRootfs } from "../images/locate.js";
 import { detectCgroups, reapStaleEmptyCgroups } from "../jail/cgroup.js";
+import { requireRoot } from "../jail/root.js";
 import type { Manifest } from "../images/manifest.js";
 import { MATPLOTLIB_CACHE_DIR, PACKAGE_ROOT, setupCommand } from "../images/paths.js";
 import { preimportFor, type Preimport } from "../images/preimport.js";
@@ -78,14 +79,7 @@ export interface Preflight {
  * NOT_READY with the fix.
  */
 export function namespacePreflight(env: NodeJS.ProcessEnv = process.env): Preflight {
-  if (process.getuid?.() !== 0)
-    throw new ScratchRunError(
-      "NOT_READY",
-      "ScratchRun must run as root to create cgroups and jails",
-      {
-        fix: "Run it as root (e.g. in a VM or container you control); `scratchrun doctor` lists every check",
-      },
-    );
+  requireRoot();
   if (!existsSync("/usr/bin/bwrap"))
     throw new ScratchRunError("NOT_READY", "bubblewrap is not installed", {
       fix: "Install it: apt-get install -y bubblewrap",

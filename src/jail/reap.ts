@@ -5,13 +5,16 @@
  * init. An empty cgroup says nothing about its owner (bwrap --die-with-parent empties a dead
  * server's cgroups; a live one's are empty while being set up), so empty ones are removed only
  * when this server recorded them as its own. Sandboxes of other live ScratchRun processes on the
- * host are left alone, unlike `reapOrphans` in jail/cgroup.ts, which takes every cgroup.
+ * host are left alone, unlike `reapOrphans` in jail/cgroup.ts, which takes every cgroup. Only
+ * root reaps: any other user cannot read root's processes and would take every live sandbox for
+ * an orphan, so a non-root caller is refused first (requireRoot).
  */
 import { readFileSync, readdirSync, readlinkSync, rmdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { detectCgroups, listScratchrunCgroups, type CgroupHost } from "./cgroup.js";
 import { isValidCgroupName } from "./cgroup-detect.js";
+import { requireRoot } from "./root.js";
 import { SANDBOX_UID_BASE, SANDBOX_UID_COUNT } from "./uids.js";
 
 /** Namespace sandboxes, then microVM QEMU processes: two blocks of SANDBOX_UID_COUNT. */
@@ -183,6 +186,7 @@ export interface ReapReport {
 export async function reapOrphanSandboxes(
   options: { recorded?: readonly string[]; host?: CgroupHost; ownerExe?: string } = {},
 ): Promise<ReapReport> {
+  requireRoot();
   const host = options.host ?? detectCgroups();
   const ownerExe = options.ownerExe ?? readlinkSync("/proc/self/exe");
   const recorded = new Set(options.recorded ?? []);
