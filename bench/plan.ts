@@ -1,5 +1,5 @@
 import type { RuntimeName } from "../src/schema/exec.js";
-import { SESSIONS_ROWS, type SessionsPlan } from "./sessions.js";
+import { SESSIONS_ROWS, STEPS, type SessionsPlan } from "./sessions.js";
 import type { SecretsPlan } from "./secrets.js";
 import type { TtiPlan } from "./tti.js";
 import type { FirstMinutesPlan } from "./first-minutes.js";
@@ -7,9 +7,13 @@ import type { FirstCallsPlan } from "./first-calls.js";
 import type { PlotPlan } from "./plot-steps.js";
 import type { WorkloadId } from "./workloads.js";
 
-/** How much of what to measure: the full run (~15 min on 2 cores) or the CI smoke (< 2 min). */
+/**
+ * How much of what to measure: the full run (~15 min on 2 cores), a quick one (a few calls per
+ * cell), or the smoke `npm test` runs (one call per cell: every system and phase works, no number
+ * means anything).
+ */
 export interface Plan {
-  mode: "full" | "quick";
+  mode: "full" | "quick" | "smoke";
   /** Timed samples per (system, runtime, workload); a system missing here uses `default`. */
   samples: Record<WorkloadId, { default: number } & Record<string, number>>;
   /** Untimed calls before the timed ones (default 1); 0 where every call is a fresh process. */
@@ -75,7 +79,7 @@ export const FULL: Plan = {
   idleWindowMs: 5_000,
   idleServers: ["namespace", "microvm"],
   tti: { sequentialN: 100, burstN: 100 },
-  sessions: { rows: SESSIONS_ROWS, printN: 20 },
+  sessions: { rows: SESSIONS_ROWS, printN: 20, steps: STEPS.length },
   firstMinutes: { runtimes: ALL, everyMs: 2000, windowMs: 120_000, settledMs: 40_000 },
   firstCalls: { runtimes: ALL, calls: 3, rounds: 3 },
   plot: { n: 10, gapMs: 3000 },
@@ -123,11 +127,36 @@ export const QUICK: Plan = {
   idleServers: ["namespace"],
   // Quick: the phases run only when named (--with or --only), smaller.
   tti: { sequentialN: 10, burstN: 20 },
-  sessions: { rows: SESSIONS_ROWS / 10, printN: 5 },
+  sessions: { rows: SESSIONS_ROWS / 10, printN: 5, steps: STEPS.length },
   firstMinutes: { runtimes: ALL, everyMs: 2000, windowMs: 120_000, settledMs: 20_000 },
   firstCalls: { runtimes: ALL, calls: 3, rounds: 2 },
   plot: { n: 10, gapMs: 3000 },
   secrets: { requests: 30 },
+};
+
+/**
+ * The test suite's run (test/bench/*.test.ts): the quick run's systems, runtimes and workloads,
+ * each measured by one call, no warm-up, the timed windows cut to a second.
+ */
+export const SMOKE: Plan = {
+  ...QUICK,
+  mode: "smoke",
+  samples: {
+    print: { default: 1 },
+    realistic: { default: 1 },
+    product: { default: 1 },
+    pandas: { default: 1 },
+  },
+  warmup: { default: 0 },
+  coldSamples: 1,
+  throughput: { ...QUICK.throughput, durationMs: 1_000 },
+  idleWindowMs: 1_000,
+  tti: { sequentialN: 1, burstN: 2 },
+  sessions: { rows: SESSIONS_ROWS / 20, printN: 1, steps: 1 },
+  firstMinutes: { ...QUICK.firstMinutes, windowMs: 10_000, settledMs: 5_000 },
+  firstCalls: { ...QUICK.firstCalls, calls: 1, rounds: 1 },
+  plot: { n: 1, gapMs: 0 },
+  secrets: { requests: 1 },
 };
 
 /** Samples of a workload of the latency rows (the phases, tti and sessions, have their own). */

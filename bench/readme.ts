@@ -86,7 +86,7 @@ function what(r: BenchResults): string {
 /** The README's speed section for one results file (its path as the README links it). */
 export function renderSpeedBlock(r: BenchResults, file: string): string {
   const link = `bench/results/${basename(file)}`;
-  const report = `bench/results/latest${r.mode === "quick" ? "-quick" : ""}.md`;
+  const report = `bench/results/latest${r.mode === "full" ? "" : `-${r.mode}`}.md`;
   const L = [
     `From [${link}](${link}) (${what(r)}; its report: [${report}](${report})): ${runLine(r)}`,
     "",

@@ -14,6 +14,6 @@ if (!file) {
 }
 const results = JSON.parse(readFileSync(file, "utf8")) as BenchResults;
 const out = outDir ?? dirname(file);
-const suffix = results.mode === "quick" ? "-quick" : "";
+const suffix = results.mode === "full" ? "" : `-${results.mode}`;
 writeFileSync(join(out, `latest${suffix}.md`), renderMarkdown(results));
 writeFileSync(join(out, `latest${suffix}.svg`), renderSvg(results));

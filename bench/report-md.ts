@@ -3,6 +3,11 @@ import type { BenchResults, LatencyRow } from "./results.js";
 import { phaseSections } from "./report-phases.js";
 import { baselineRatios, burst, checkTargets, find, phaseTargets, warmP50 } from "./targets.js";
 import { RUNTIMES } from "../src/runtimes/names.js";
+import { FULL, QUICK, SMOKE } from "./plan.js";
+
+/** Seconds of the idle window of a run's mode (plan.ts). */
+const idleSeconds = (r: BenchResults) =>
+  ({ full: FULL, quick: QUICK, smoke: SMOKE })[r.mode].idleWindowMs / 1000;
 
 const fmt = (s: Summary | null | undefined) =>
   s
@@ -189,7 +194,7 @@ export function renderMarkdown(r: BenchResults): string {
       : ["- Idle warm VMs: not measured."]),
     ...Object.entries(r.cost.poolKinds).flatMap(([sys, kinds]) => [
       "",
-      `Idle pooled sandboxes of \`${sys}\`, per kind (runtime/flavour; jails: network mode first), over ${r.mode === "full" ? "5" : "2"} s:`,
+      `Idle pooled sandboxes of \`${sys}\`, per kind (runtime/flavour; jails: network mode first), over ${idleSeconds(r)} s:`,
       "",
       "| kind | ready | RSS MB each | PSS MB each | cgroup charge MB each | CPU % of a core each |",
       "| --- | ---: | ---: | ---: | ---: | ---: |",
@@ -202,7 +207,7 @@ export function renderMarkdown(r: BenchResults): string {
     ...(r.cost.idleServers?.length
       ? [
           "",
-          `An idle server once its pools are full (its whole process tree over ${r.mode === "full" ? "5" : "2"} s): the default pooling keeps python3.13 and node24 only once called; the baseline pools every runtime from the start.`,
+          `An idle server once its pools are full (its whole process tree over ${idleSeconds(r)} s): the default pooling keeps python3.13 and node24 only once called; the baseline pools every runtime from the start.`,
           "",
           "| backend | pooling | runtimes pooled | sandboxes ready | pools full after s | processes | PSS MB | RSS MB | CPU % of a core |",
           "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",

@@ -78,7 +78,7 @@ export function sessionsTable(r: BenchResults): string[] {
     return `| ${b.backend} | ${sec(b.fresh)} | ${b.fresh ? mb(b.fresh.bytesSent) : "–"} | ${sec(b.session)} | ${b.session ? mb(b.session.bytesSent) : "–"} | ${x === undefined ? "–" : `${x}×`} | ${bound === undefined ? "–" : `${bound}×`} | ${ms(b.freshPrint, "p50")} | ${ms(b.sessionPrint, "p50")} | ${vsNs} |`;
   });
   return [
-    `| backend | 11 fresh calls | sent | one session | sent | session faster by | at most (its code's time alone) | fresh \`print(1)\` p50 ms | session cell p50 ms | cell ÷ namespace fresh |`,
+    `| backend | ${s.steps + 1} fresh calls | sent | one session | sent | session faster by | at most (its code's time alone) | fresh \`print(1)\` p50 ms | session cell p50 ms | cell ÷ namespace fresh |`,
     "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ...rows,
   ];

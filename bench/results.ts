@@ -33,7 +33,7 @@ export interface LatencyRow {
 export interface BenchResults {
   format: 1;
   date: string;
-  mode: "full" | "quick";
+  mode: "full" | "quick" | "smoke";
   /** The benchmark's command-line arguments (absent in runs before they were kept). */
   args?: string[];
   host: HostInfo;

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// `npm run bench [-- --quick] [--out DIR] [--only id,id] [--with tti,sessions,first-minutes,first-calls,plot] [--tti-n N]
+// `npm run bench [-- --quick | --smoke] [--out DIR] [--only id,id] [--with tti,sessions,first-minutes,first-calls,plot] [--tti-n N]
 // [--tti-burst N] [--sessions-mb N] [--tti-systems id,id] [--baseline OTHER/dist/bench/server.js]`:
 // measures ScratchRun end to end through the MCP stdio client,
 // side by side with the floor and the peers, in one run on one machine.
@@ -20,7 +20,7 @@ import type { Manifest } from "../src/images/manifest.js";
 import { normaliseDistribution } from "../src/images/preimport.js";
 import { RUNTIMES, type RuntimeName } from "../src/schema/exec.js";
 import { measureLatency, measureThroughput } from "./measure.js";
-import { FULL, QUICK, runtimesFor, samplesFor, workloadsFor, type Plan } from "./plan.js";
+import { FULL, QUICK, SMOKE, runtimesFor, samplesFor, workloadsFor, type Plan } from "./plan.js";
 import { hwmKb, idleCost, treeRssSampler } from "./proc.js";
 import { REPO_ROOT } from "./peers.js";
 import { renderMarkdown } from "./report-md.js";
@@ -240,6 +240,8 @@ async function main(): Promise<void> {
   const { values } = parseArgs({
     options: {
       quick: { type: "boolean", default: false },
+      // One call per cell, for the test suite: everything runs, nothing is measured (plan.ts).
+      smoke: { type: "boolean", default: false },
       out: { type: "string", default: join(REPO_ROOT, "bench/results") },
       only: { type: "string" },
       with: { type: "string" },
@@ -253,7 +255,9 @@ async function main(): Promise<void> {
       baseline: { type: "string" },
     },
   });
-  const base = values.quick ? QUICK : FULL;
+  const base = values.smoke ? SMOKE : values.quick ? QUICK : FULL;
+  /** A quick or smoke run: its phases only when named, its files named for its mode. */
+  const short = base.mode !== "full";
   const count = (v: string | undefined, name: string, fallback: number) => {
     if (v === undefined) return fallback;
     const n = Number(v);
@@ -278,9 +282,9 @@ async function main(): Promise<void> {
   if (baseline !== undefined && !existsSync(baseline))
     throw new Error(`--baseline ${baseline}: no such file (another build's dist/bench/server.js)`);
   const extra = new Set(values.with ? values.with.split(",") : []);
-  // The phases (tti, sessions) run in a full run unless --only leaves them out; in a quick run
-  // only when named.
-  const phase = (name: string) => (only ? only.has(name) : !values.quick || extra.has(name));
+  // The phases (tti, sessions) run in a full run unless --only leaves them out; in a quick or
+  // smoke run only when named.
+  const phase = (name: string) => (only ? only.has(name) : !short || extra.has(name));
   const started = Date.now();
   const rootfs = findRootfs();
   if (!rootfs.ok) throw new Error(`runtime image missing: ${rootfs.error}`);
@@ -441,19 +445,14 @@ async function main(): Promise<void> {
   results.durationSec = Math.round((Date.now() - started) / 1000);
   if (results.host.loadAvg) results.host.loadAvg.end = loadavg()[0] ?? 0;
   mkdirSync(values.out, { recursive: true });
-  if (!values.quick) results.baseline = previousRun(values.out, results.host.hostname);
+  if (!short) results.baseline = previousRun(values.out, results.host.hostname);
+  const suffix = short ? `-${plan.mode}` : "";
   const day = results.date.slice(0, 10);
-  const jsonPath = join(
-    values.out,
-    `${day}-${results.host.hostname}${values.quick ? "-quick" : ""}.json`,
-  );
+  const jsonPath = join(values.out, `${day}-${results.host.hostname}${suffix}.json`);
   writeFileSync(jsonPath, `${JSON.stringify(results, null, 1)}\n`);
   const md = renderMarkdown(results);
-  writeFileSync(join(values.out, values.quick ? "latest-quick.md" : "latest.md"), md);
-  writeFileSync(
-    join(values.out, values.quick ? "latest-quick.svg" : "latest.svg"),
-    renderSvg(results),
-  );
+  writeFileSync(join(values.out, `latest${suffix}.md`), md);
+  writeFileSync(join(values.out, `latest${suffix}.svg`), renderSvg(results));
   process.stdout.write(`${md}\n${jsonPath}\n`);
 }
 

@@ -22,6 +22,8 @@ export interface SessionsPlan {
   rows: number;
   /** print(1) calls per side. */
   printN: number;
+  /** Analysis steps each arm runs (the first of STEPS; all ten but in the smoke). */
+  steps: number;
 }
 
 /** Rows of the issue's ~20 MB CSV (20.2 MB; 4.7 MiB gzipped). */
@@ -142,10 +144,15 @@ const execArgs = (code: string, extra: Record<string, unknown> = {}) => ({
 });
 
 /** (a) 11 fresh calls: each sends the data, reads it, and (but the first) draws its step. */
-async function freshArm(system: McpSystem, gzip: Buffer, rows: number): Promise<SessionArm> {
+async function freshArm(
+  system: McpSystem,
+  gzip: Buffer,
+  rows: number,
+  steps: number,
+): Promise<SessionArm> {
   const files = { "sales.csv.gz": { base64: gzip.toString("base64") } };
   const out: Outcome[] = [];
-  for (let step = 0; step <= STEPS.length; step++) {
+  for (let step = 0; step <= steps; step++) {
     await system.waitWarm(300_000);
     const code =
       step === 0 ? `${LOAD}\nprint("loaded", len(df))` : `${LOAD}\n${STEPS[step - 1] ?? ""}`;
@@ -160,7 +167,12 @@ async function freshArm(system: McpSystem, gzip: Buffer, rows: number): Promise<
 }
 
 /** (b) One session: start, the load (the only call with the data), 10 cells, end. */
-async function sessionArm(system: McpSystem, gzip: Buffer, rows: number): Promise<SessionArm> {
+async function sessionArm(
+  system: McpSystem,
+  gzip: Buffer,
+  rows: number,
+  steps: number,
+): Promise<SessionArm> {
   const out: Outcome[] = [];
   const start = await timedTool(
     system,
@@ -172,7 +184,7 @@ async function sessionArm(system: McpSystem, gzip: Buffer, rows: number): Promis
   const id = start.structured?.session_id;
   if (typeof id !== "string") return arm(out);
   try {
-    for (let step = 0; step <= STEPS.length; step++) {
+    for (let step = 0; step <= steps; step++) {
       const args = execArgs(
         step === 0 ? `${LOAD}\nprint("loaded", len(df))` : (STEPS[step - 1] ?? ""),
         step === 0
@@ -239,11 +251,11 @@ export async function sessionsOfBackend(
   log(
     `sessions ${backend} print(1): fresh p50 ${freshPrint?.p50 ?? "-"} ms, session cell p50 ${sessionPrint?.p50 ?? "-"} ms${pair.error ? ` (${pair.error.slice(0, 200)})` : ""}`,
   );
-  const fresh = await freshArm(system, gzip, plan.rows);
+  const fresh = await freshArm(system, gzip, plan.rows, plan.steps);
   log(
     `sessions ${backend} fresh: ${fresh.totalMs} ms, ${fresh.bytesSent} bytes sent, errors ${fresh.errors}${fresh.firstError ? ` ${fresh.firstError.slice(0, 200)}` : ""}`,
   );
-  const session = await sessionArm(system, gzip, plan.rows);
+  const session = await sessionArm(system, gzip, plan.rows, plan.steps);
   log(
     `sessions ${backend} session: ${session.totalMs} ms, ${session.bytesSent} bytes sent, errors ${session.errors}${session.firstError ? ` ${session.firstError.slice(0, 200)}` : ""}`,
   );
@@ -283,7 +295,7 @@ export async function benchSessions(
     csvBytes,
     gzipBytes: gzip.length,
     rows: plan.rows,
-    steps: STEPS.length,
+    steps: plan.steps,
     printN: plan.printN,
     backends,
   };
