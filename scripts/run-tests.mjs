@@ -1,9 +1,11 @@
 #!/usr/bin/env node
 // Runs the compiled test files one file at a time (they share the host: cgroups, netns, leak
-// checks), with node's own test runner. Arguments narrow the set: substrings of file paths.
-// --unit runs only the pure tests (*.unit.test.ts).
-import { existsSync, readdirSync, statSync } from "node:fs";
-import { join } from "node:path";
+// checks), with node's own test runner, and ends with the ten slowest files and their seconds.
+// Arguments narrow the set: substrings of file paths. --unit runs only the pure tests
+// (*.unit.test.ts).
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, relative } from "node:path";
 import { spawnSync } from "node:child_process";
 
 function find(dir) {
@@ -35,11 +37,53 @@ if (files.length === 0) {
 }
 // Each test's server builds its own microVM templates (what it measures and counts), unless a
 // test keeps them itself (test/microvm/template-store.test.ts).
-const r = spawnSync(process.execPath, ["--test", "--test-concurrency=1", ...files], {
-  stdio: "inherit",
-  env: {
-    ...process.env,
-    SCRATCHRUN_TEMPLATE_CACHE: process.env.SCRATCHRUN_TEMPLATE_CACHE ?? "off",
+// The reporter you would get without one named, and beside it one that times each file.
+const reporter = process.stdout.isTTY ? "spec" : "tap";
+const timingDir = mkdtempSync(join(tmpdir(), "sr-test-timing-"));
+const timingFile = join(timingDir, "seconds.json");
+const timingReporter = join(import.meta.dirname ?? "scripts", "test-timing-reporter.mjs");
+const r = spawnSync(
+  process.execPath,
+  [
+    "--test",
+    "--test-concurrency=1",
+    `--test-reporter=${reporter}`,
+    "--test-reporter-destination=stdout",
+    `--test-reporter=${timingReporter}`,
+    `--test-reporter-destination=${timingFile}`,
+    ...files,
+  ],
+  {
+    stdio: "inherit",
+    env: {
+      ...process.env,
+      SCRATCHRUN_TEMPLATE_CACHE: process.env.SCRATCHRUN_TEMPLATE_CACHE ?? "off",
+    },
   },
-});
+);
+printSlowest(timingFile);
+rmSync(timingDir, { recursive: true, force: true });
 process.exit(r.status ?? 1);
+
+/** The ten files that took longest, slowest first, with their seconds. */
+function printSlowest(path) {
+  let seconds;
+  try {
+    seconds = JSON.parse(readFileSync(path, "utf8"));
+  } catch {
+    return; // the run ended before the reporter wrote (killed): nothing to say
+  }
+  const rows = Object.entries(seconds)
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, 10);
+  if (rows.length === 0) return;
+  const total = Object.values(seconds).reduce((a, b) => a + b, 0);
+  const width = Math.max(...rows.map(([, s]) => s.toFixed(1).length));
+  console.log(
+    `\nslowest test files (of ${Object.keys(seconds).length}, ${Math.round(total)} s in all):`,
+  );
+  for (const [file, s] of rows)
+    console.log(
+      `  ${s.toFixed(1).padStart(width)} s  ${relative(join(process.cwd(), "dist"), file)}`,
+    );
+}
