@@ -35,8 +35,11 @@ if (files.length === 0) {
   console.error("no test files matched");
   process.exit(1);
 }
-// Each test's server builds its own microVM templates (what it measures and counts), unless a
-// test keeps them itself (test/microvm/template-store.test.ts).
+// Test servers share the microVM templates setup keeps (SCRATCHRUN_TEMPLATE_CACHE=on: the key
+// names everything a template is made from, so a kept one is what the server would build). The
+// tests that measure or count template building make their own: in-process backends without a
+// store (test/microvm/), their own directories (test/microvm/template-store.test.ts,
+// test/e2e/templates.test.ts); another image's servers keep theirs off (test/e2e/custom-image).
 // The reporter you would get without one named, and beside it one that times each file.
 const reporter = process.stdout.isTTY ? "spec" : "tap";
 const timingDir = mkdtempSync(join(tmpdir(), "sr-test-timing-"));
@@ -57,7 +60,7 @@ const r = spawnSync(
     stdio: "inherit",
     env: {
       ...process.env,
-      SCRATCHRUN_TEMPLATE_CACHE: process.env.SCRATCHRUN_TEMPLATE_CACHE ?? "off",
+      SCRATCHRUN_TEMPLATE_CACHE: process.env.SCRATCHRUN_TEMPLATE_CACHE ?? "on",
     },
   },
 );

@@ -16,6 +16,9 @@ for (const backend of TEST_BACKENDS) {
     const h = serverForSuite(backend, {
       SCRATCHRUN_IMAGES: CUSTOM_IMAGES_DIR,
       SCRATCHRUN_IMAGE_CONFIG: CUSTOM_CONFIG,
+      // Its templates are this image's: kept, each would take the default image's slot in the
+      // store the other suites share (one file per slot), and they would build theirs again.
+      SCRATCHRUN_TEMPLATE_CACHE: "off",
     });
 
     test("bash: the extra Debian package's program is on PATH", async () => {
