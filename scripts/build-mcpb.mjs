@@ -2,7 +2,7 @@
 // Builds the desktop bundle (MCPB, remote mode): the npm package installed with its production
 // dependencies (no optional ones: SQLite is for `scratchrun serve`, not for the relay), the
 // manifest from mcpb/, packed and validated by the @anthropic-ai/mcpb tool.
-//   node scripts/build-mcpb.mjs [--tarball scratchrun-mcp-server-X.tgz] [--out file.mcpb]
+//   node scripts/build-mcpb.mjs [--tarball scratchrun-mcp-X.tgz] [--out file.mcpb]
 // Without --tarball it runs `npm pack` first (needs `npm run build`). Prints the bundle's path.
 import { spawnSync } from "node:child_process";
 import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";

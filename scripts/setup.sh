@@ -8,7 +8,7 @@
 #   5. the microVM guest (kernel, initramfs, root disk), cached
 #   6. the microVM snapshot templates the server's pools start from (scratchrun templates), kept
 # Run as root. Progress is printed for each step; the image build shows mmdebstrap's own output.
-# In a package npm installed (no tsconfig.json: `npx @scratchrun/mcp-server setup` or
+# In a package npm installed (no tsconfig.json: `npx -y scratchrun-mcp setup` or
 # `scratchrun setup` run this), npm has installed the dependencies and dist/ is prebuilt.
 set -euo pipefail
 exec 1>&2  # stdout stays clean: `npm start` hands it to the MCP server for JSON-RPC
@@ -92,5 +92,5 @@ node dist/src/bin/scratchrun.js templates ||
 if [ "$checkout" = 1 ]; then
   step "ready: start the stdio MCP server with: npx --no-install scratchrun-mcp"
 else
-  step "ready: an MCP client as root starts local mode with: npx -y @scratchrun/mcp-server (scratchrun doctor checks the host)"
+  step "ready: an MCP client as root starts local mode with: npx -y scratchrun-mcp (scratchrun doctor checks the host)"
 fi

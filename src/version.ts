@@ -8,7 +8,7 @@ export const VERSION: string = (() => {
         name?: string;
         version?: string;
       };
-      if (pkg.name === "@scratchrun/mcp-server" && pkg.version) return pkg.version;
+      if (pkg.name === "scratchrun-mcp" && pkg.version) return pkg.version;
     } catch {
       // try the next location
     }

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
-// `scratchrun-mcp` and `mcp-server` (what `npx @scratchrun/mcp-server` runs): the stdio MCP server,
-// or, given a command first (`npx @scratchrun/mcp-server setup`), that `scratchrun` command.
+// `scratchrun-mcp` (what `npx -y scratchrun-mcp` runs): the stdio MCP server, or, given a command
+// first (`npx -y scratchrun-mcp setup`), that `scratchrun` command.
 import { runMcpStdio } from "../cli/mcp.js";
 import { unknownSettingWarnings } from "../schema/settings/unknown.js";
 

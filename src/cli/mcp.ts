@@ -62,7 +62,7 @@ async function startRemote(options: NonNullable<ReturnType<typeof remoteOptionsF
 const CLOSE_BOUND_MS = 30_000;
 
 /**
- * The stdio MCP server: what `npx -y @scratchrun/mcp-server` runs. Logs go to stderr only;
+ * The stdio MCP server: what `npx -y scratchrun-mcp` runs. Logs go to stderr only;
  * stdout carries JSON-RPC. With SCRATCHRUN_URL set it forwards every call to that ScratchRun
  * server (remote mode) instead of running sandboxes here. Everything that can fail at start
  * (configuration, a missing build, an unreachable server) fails before the client's initialize

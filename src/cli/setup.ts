@@ -5,7 +5,7 @@ import { withImageConfig } from "../images/config-load.js";
 import { PACKAGE_ROOT } from "../images/paths.js";
 
 /**
- * `scratchrun setup` / `npx @scratchrun/mcp-server setup`: runs scripts/setup.sh (apt packages,
+ * `scratchrun setup` / `npx -y scratchrun-mcp setup`: runs scripts/setup.sh (apt packages,
  * the guest agent, the runtime image, the microVM guest; idempotent), its progress on stderr.
  */
 export function runSetup(argv: string[], root: string = PACKAGE_ROOT): Promise<number> {

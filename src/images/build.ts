@@ -133,7 +133,7 @@ async function buildNew(
   await removeAbandonedBuilds(root, log);
   const tmp = join(root, `${BUILDING_PREFIX}${hash}-${process.pid}`);
   const npmStage = join(root, `${BUILDING_PREFIX}npm-${hash}-${process.pid}`);
-  const node24Stage = join(root, `${BUILDING_PREFIX}node24-${hash}-${process.pid}`);
+  const nodeStage = join(root, `${BUILDING_PREFIX}node-${hash}-${process.pid}`);
   try {
     const config = sources.imageConfig ?? null;
     if (config) log(`image config ${config.path}: ${describeConfig(config)}`);
@@ -144,21 +144,25 @@ async function buildNew(
       npmLock = await fetchNpmPackages(config.npm, npmStage, log);
     }
     // Also first: a registry that does not answer, or a tarball that is not the pin, fails now.
-    const node24 =
-      "path" in sources.node24
-        ? sources.node24.path
-        : await pinnedNodeBinary({
-            pin: sources.node24,
-            cacheDir: nodeCacheDir(env),
-            workDir: node24Stage,
-            log,
-          });
+    const pinned = (label: "node20" | "node24") => {
+      const source = sources[label];
+      if ("path" in source) return Promise.resolve(source.path);
+      return pinnedNodeBinary({
+        label,
+        pin: source,
+        cacheDir: nodeCacheDir(env),
+        workDir: join(nodeStage, label),
+        log,
+      });
+    };
+    const node20 = await pinned("node20");
+    const node24 = await pinned("node24");
     log(`building image for recipe ${hash} in ${tmp}`);
     const manifest = await buildInto(
       tmp,
       hash,
       sources,
-      { config, npmLock, npmStage, env, wheelCache: wheelCacheDir(env), node24 },
+      { config, npmLock, npmStage, env, wheelCache: wheelCacheDir(env), node20, node24 },
       log,
     );
     await writeFile(join(tmp, MANIFEST_FILE), `${JSON.stringify(manifest, null, 2)}\n`);
@@ -174,7 +178,7 @@ async function buildNew(
   } finally {
     await rm(tmp, { recursive: true, force: true });
     await rm(npmStage, { recursive: true, force: true });
-    await rm(node24Stage, { recursive: true, force: true });
+    await rm(nodeStage, { recursive: true, force: true });
   }
 }
 
@@ -236,7 +240,8 @@ interface ConfigInputs {
   env: NodeJS.ProcessEnv;
   /** Where the lock's wheels are kept between builds. */
   wheelCache: string;
-  /** Node.js 24's binary on the host (the pinned package's, unpacked, or SCRATCHRUN_NODE24). */
+  /** Node.js 20's and 24's binaries on the host (the pinned packages', unpacked, or named). */
+  node20: string;
   node24: string;
 }
 
@@ -285,8 +290,8 @@ async function buildInto(
   await installPython(rootfs, "3.12", sources.python312Prefix, log);
   log(`copying CPython ${sources.python313Version} from ${sources.python313Prefix}`);
   await installPython(rootfs, "3.13", sources.python313Prefix, log);
-  log(`copying Node.js ${sources.node20Version} from ${sources.node20Path}`);
-  await installNode(rootfs, sources.node20Path, IN_IMAGE.node20, "node");
+  log(`copying Node.js ${sources.node20.version} (${inputs.node20})`);
+  await installNode(rootfs, inputs.node20, IN_IMAGE.node20, "node");
   log(`copying Node.js ${sources.node24.version} (${inputs.node24})`);
   await installNode(rootfs, inputs.node24, IN_IMAGE.node24, "node24");
   const missing = await missingSharedLibs(rootfs, await copiedElfObjects(rootfs));
@@ -350,10 +355,11 @@ async function buildInto(
     throw new Error(`python3.12 in the image reports ${runtimes["python3.12"].version}`);
   if (runtimes["python3.13"].version !== sources.python313Version)
     throw new Error(`python3.13 in the image reports ${runtimes["python3.13"].version}`);
-  if (runtimes.node24.version !== `v${sources.node24.version.replace(/^v/, "")}`)
-    throw new Error(
-      `node24 in the image reports ${runtimes.node24.version}, not ${sources.node24.version}`,
-    );
+  for (const label of ["node20", "node24"] as const)
+    if (runtimes[label].version !== `v${sources[label].version.replace(/^v/, "")}`)
+      throw new Error(
+        `${label} in the image reports ${runtimes[label].version}, not ${sources[label].version}`,
+      );
   let verified: VerifiedExtras | null = null;
   if (config) {
     verified = await verifyExtras(

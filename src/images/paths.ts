@@ -19,7 +19,7 @@ export function isSourceCheckout(root: string = PACKAGE_ROOT): boolean {
 export function setupCommand(root: string = PACKAGE_ROOT): string {
   return isSourceCheckout(root)
     ? "npm run setup (as root)"
-    : "npx @scratchrun/mcp-server setup (as root)";
+    : "npx -y scratchrun-mcp setup (as root)";
 }
 
 /** The recipe files of the runtime root filesystem (package list, pins, config). */
@@ -52,7 +52,7 @@ export function wheelCacheDir(env: NodeJS.ProcessEnv = process.env): string {
 }
 
 /**
- * Where the host's npm keeps the pinned Node.js tarballs between builds (images/rootfs/node24.json):
+ * Where the host's npm keeps the pinned Node.js tarballs between builds (images/rootfs/node20.json, node24.json):
  * `node` beside the images directory.
  */
 export function nodeCacheDir(env: NodeJS.ProcessEnv = process.env): string {

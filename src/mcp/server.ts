@@ -51,7 +51,6 @@ export const SERVER_INFO = {
   name: "scratchrun",
   title: "ScratchRun",
   version: VERSION,
-  websiteUrl: "https://scratchrun.dev",
   icons: SERVER_ICONS,
 } as const;
 

@@ -27,7 +27,7 @@ function sqliteMissing(cause: unknown): ScratchRunError {
     "NOT_READY",
     "SQLite is not available (the optional dependency better-sqlite3 is not installed or its native module was not built); `scratchrun serve` and `scratchrun keys` need it",
     {
-      fix: "Allow its install script and rebuild it: in a project, `npm install-scripts approve better-sqlite3 && npm rebuild better-sqlite3`; for a global install, `npm install -g @scratchrun/mcp-server --allow-scripts=better-sqlite3` (needs a prebuilt binary for this platform, or python3, make and a C++ compiler)",
+      fix: "Allow its install script and rebuild it: in a project, `npm install-scripts approve better-sqlite3 && npm rebuild better-sqlite3`; for a global install, `npm install -g scratchrun-mcp --allow-scripts=better-sqlite3` (needs a prebuilt binary for this platform, or python3, make and a C++ compiler)",
       cause,
     },
   );

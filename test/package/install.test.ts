@@ -9,7 +9,6 @@ import {
   readdirSync,
   readFileSync,
   rmSync,
-  writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -24,19 +23,47 @@ import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js"
 import { REPO_ROOT, textOf } from "../helpers/mcp-client.js";
 import { descendants } from "../helpers/procs.js";
 import { compileSchema, errorsOf } from "./json-schema.js";
+import { LocalRegistry } from "./npm-registry.js";
 
-// The package as a user gets it: `npm pack`, the tarball installed into an empty project outside
-// the repository (nothing resolves to the repository's node_modules), then started the way the
-// product page and the README say, by a real MCP client. One install serves every case. It is
-// installed with --ignore-scripts, which is what npm does to better-sqlite3 once it holds back
-// unapproved install scripts: the module is there, its native part is not.
+// The package as a user gets it: `npm pack`, the tarball published to a local stand-in for the npm
+// registry (npm-registry.ts: our package from the tarball, every dependency from the public registry),
+// then started exactly as the README says, `npx -y NAME …`, in an empty directory outside the
+// repository (nothing resolves to the repository's node_modules), by a real MCP client. NAME is
+// what package.json publishes; a request for it never leaves the test, so a package of that name
+// on the public registry (someone else's) can never stand in for ours. npm runs with
+// ignore-scripts, which is what it does to better-sqlite3 once it holds back unapproved install
+// scripts: the module is there, its native part is not.
 const NOBODY = 65534;
-const PKG = "node_modules/@scratchrun/mcp-server";
+const NAME = (JSON.parse(readFileSync(join(REPO_ROOT, "package.json"), "utf8")) as { name: string })
+  .name;
+
+/**
+ * The README's first five minutes, as printed (its first 40 lines): the MCP configs of paths 1
+ * (local) and 2 (remote), and path 1's setup command. The tests run exactly these.
+ */
+const README_TOP = readFileSync(join(REPO_ROOT, "README.md"), "utf8")
+  .split("\n")
+  .slice(0, 40)
+  .join("\n");
+interface McpConfig {
+  command: string;
+  args: string[];
+  env?: Record<string, string>;
+}
+const [LOCAL, REMOTE] = [...README_TOP.matchAll(/```json\n([\s\S]*?)```/g)].map(
+  (m) =>
+    (JSON.parse(m[1] ?? "") as { mcpServers: { scratchrun: McpConfig } }).mcpServers.scratchrun,
+) as [McpConfig, McpConfig];
+const SETUP = (/`(npx -y \S+ setup)`/.exec(README_TOP)?.[1] ?? "").split(" ");
 
 let base: HostSnapshot;
 let tmp: string;
+/** An empty directory every `npx` runs in, as a user's would. */
 let project: string;
 let tarball: string;
+let registry: LocalRegistry;
+/** Where npx installed the package for root (found after the first `npx -y NAME`). */
+let installed: string;
 let nobodyHome: string;
 let serve: { child: ChildProcess; url: string; exited: Promise<unknown> };
 let key: string;
@@ -53,6 +80,9 @@ function rootEnv(extra: Record<string, string> = {}): Record<string, string> {
     PATH: process.env.PATH ?? "/usr/bin:/bin",
     HOME: process.env.HOME ?? "/root",
     npm_config_update_notifier: "false",
+    npm_config_registry: registry.url,
+    npm_config_cache: join(tmp, "npm-root"),
+    npm_config_ignore_scripts: "true",
     ...Object.fromEntries(pass.flatMap((n) => (process.env[n] ? [[n, process.env[n]!]] : []))),
     ...extra,
   };
@@ -64,6 +94,8 @@ function nobodyEnv(extra: Record<string, string>): Record<string, string> {
     HOME: nobodyHome,
     npm_config_cache: join(nobodyHome, ".npm"),
     npm_config_update_notifier: "false",
+    npm_config_registry: registry.url,
+    npm_config_ignore_scripts: "true",
     ...extra,
   };
 }
@@ -117,7 +149,7 @@ async function connect(
 function serverProcess(pid: number): { uid: number; nativeModules: string[] } {
   const server = descendants(pid).find((p) => {
     try {
-      return /scratchrun-mcp\.js|\.bin\/mcp-server/.test(
+      return /scratchrun-mcp\.js|\.bin\/scratchrun-mcp/.test(
         readFileSync(`/proc/${p}/cmdline`, "utf8"),
       );
     } catch {
@@ -154,14 +186,22 @@ before(async () => {
     encoding: "utf8",
   });
   tarball = join(tmp, packed.trim().split("\n").at(-1)!);
+  registry = await new LocalRegistry(tarball, join(tmp, "registry.log")).start();
   project = join(tmp, "project");
   mkdirSync(project);
-  writeFileSync(join(project, "package.json"), '{ "name": "empty", "private": true }\n');
-  execFileSync(
-    "npm",
-    ["install", tarball, "--ignore-scripts", "--prefer-offline", "--no-audit", "--no-fund"],
-    { cwd: project, stdio: ["ignore", "ignore", "inherit"], env: rootEnv() },
-  );
+  // npx installs it (from the stand-in) on first use; `help` runs and exits.
+  const help = spawnSync("npx", ["-y", NAME, "help"], {
+    cwd: project,
+    env: rootEnv(),
+    encoding: "utf8",
+    timeout: 300_000,
+  });
+  assert.equal(help.status, 0, help.stderr);
+  assert.ok(registry.served(NAME), `npx fetched ${NAME} from the stand-in`);
+  const npx = join(tmp, "npm-root", "_npx");
+  const hash = readdirSync(npx).find((d) => existsSync(join(npx, d, "node_modules", NAME)));
+  assert.ok(hash, `npx installed ${NAME} under ${npx}`);
+  installed = join(npx, hash, "node_modules");
   nobodyHome = join(tmp, "nobody");
   mkdirSync(nobodyHome);
   chownSync(nobodyHome, NOBODY, NOBODY);
@@ -198,11 +238,25 @@ before(async () => {
 after(async () => {
   serve?.child.kill("SIGTERM");
   await serve?.exited;
+  await registry?.stop();
   rmSync(tmp, { recursive: true, force: true });
   await assertNoLeaks(base);
 });
 
 describe("the packed package", () => {
+  test("the README's first five minutes name this package: a local and a remote config, and setup", () => {
+    assert.deepEqual(LOCAL, { command: "npx", args: ["-y", NAME] });
+    assert.deepEqual(
+      { ...REMOTE, env: Object.keys(REMOTE.env ?? {}) },
+      {
+        command: "npx",
+        args: ["-y", NAME],
+        env: ["SCRATCHRUN_URL", "SCRATCHRUN_API_KEY"],
+      },
+    );
+    assert.deepEqual(SETUP, ["npx", "-y", NAME, "setup"]);
+  });
+
   test("holds what the installed server reads, no build output, and bins for npx", () => {
     const files = execFileSync("tar", ["tzf", tarball], { encoding: "utf8" }).split("\n");
     for (const f of [
@@ -222,24 +276,24 @@ describe("the packed package", () => {
       files.filter((f) => /^package\/(build|test|bench|node_modules)\/|\.map$/.test(f)),
       [],
     );
-    const pkg = JSON.parse(readFileSync(join(project, PKG, "package.json"), "utf8")) as {
+    const pkg = JSON.parse(readFileSync(join(installed, NAME, "package.json"), "utf8")) as {
       bin: Record<string, string>;
     };
-    // npx runs the bin named like the package (without its scope) when there are several.
-    assert.equal(pkg.bin["mcp-server"], "dist/src/bin/scratchrun-mcp.js");
-    assert.ok(existsSync(join(project, "node_modules/better-sqlite3/package.json")));
+    // npx runs the bin named like the package when there are several.
+    assert.equal(pkg.bin[NAME], "dist/src/bin/scratchrun-mcp.js");
+    assert.ok(existsSync(join(installed, "better-sqlite3/package.json")));
     assert.equal(
-      existsSync(join(project, "node_modules/better-sqlite3/build")),
+      existsSync(join(installed, "better-sqlite3/build")),
       false,
       "better-sqlite3 is installed unbuilt (else the remote cases prove nothing about it)",
     );
   });
 
-  test("remote mode, the product page's command with SCRATCHRUN_URL: no root, no build, nothing native", async () => {
+  test("remote mode, the README's path 2 config with a real URL and key: no root, no build, nothing native", async () => {
     const c = await connect(
-      "npx",
-      ["-y", "@scratchrun/mcp-server"],
-      nobodyEnv({ SCRATCHRUN_URL: serve.url, SCRATCHRUN_API_KEY: key }),
+      REMOTE.command,
+      REMOTE.args,
+      nobodyEnv({ ...REMOTE.env, SCRATCHRUN_URL: serve.url, SCRATCHRUN_API_KEY: key }),
       { uid: NOBODY },
     );
     try {
@@ -263,7 +317,7 @@ describe("the packed package", () => {
       assert.equal(proc.uid, NOBODY);
       assert.deepEqual(proc.nativeModules, [], "remote mode maps no native module");
       assert.match(c.stderr(), /scratchrun-mcp: ready \(remote http:\/\/127\.0\.0\.1:\d+/);
-      assert.equal(existsSync(join(project, PKG, "build")), false, "nothing was built");
+      assert.equal(existsSync(join(installed, NAME, "build")), false, "nothing was built");
     } finally {
       await c.client.close();
     }
@@ -272,7 +326,7 @@ describe("the packed package", () => {
   test("the product page's config as printed (key, no URL): one line naming SCRATCHRUN_URL, at once", async () => {
     const c = await connect(
       "npx",
-      ["-y", "@scratchrun/mcp-server"],
+      ["-y", NAME],
       nobodyEnv({ SCRATCHRUN_API_KEY: "sr_live_your_key_here" }),
       { uid: NOBODY },
     );
@@ -286,7 +340,7 @@ describe("the packed package", () => {
 
   test("remote mode with a wrong key: one line saying the key was refused", () => {
     const r = startFailure(
-      ["-y", "@scratchrun/mcp-server"],
+      ["-y", NAME],
       rootEnv({ SCRATCHRUN_URL: serve.url, SCRATCHRUN_API_KEY: "srk_000000000000_wrong" }),
     );
     assert.equal(r.status, 1);
@@ -295,7 +349,7 @@ describe("the packed package", () => {
   });
 
   test("serve and keys say in one line how to get SQLite when npm held back its build", () => {
-    const r = startFailure(["@scratchrun/mcp-server", "keys", "list"], rootEnv());
+    const r = startFailure(["-y", NAME, "keys", "list"], rootEnv());
     assert.equal(r.status, 1);
     assert.equal(r.stderr.split("\n").length, 1, r.stderr);
     assert.match(r.stderr, /better-sqlite3/);
@@ -303,20 +357,21 @@ describe("the packed package", () => {
   });
 
   test("local mode before setup: one line naming the setup command, and nothing is built", async () => {
-    const c = await connect("npx", ["-y", "@scratchrun/mcp-server"], rootEnv());
+    const c = await connect(LOCAL.command, LOCAL.args, rootEnv());
     assert.ok((await c.connected) instanceof Error, "initialize is refused, not left hanging");
     const lines = c.stderr().trim().split("\n");
     assert.equal(lines.length, 1, c.stderr());
     assert.match(lines[0]!, /^scratchrun-mcp: the sandbox agent is not built/);
-    assert.match(lines[0]!, /Run npx @scratchrun\/mcp-server setup \(as root\)/);
-    assert.equal(existsSync(join(project, PKG, "build")), false);
+    assert.ok(lines[0]!.includes(`Run npx -y ${NAME} setup (as root)`), lines[0]);
+    assert.equal(existsSync(join(installed, NAME, "build")), false);
   });
 
   test("self-host as the README says: setup (idempotent), then local mode on both backends", async () => {
     // npx's own cache lives under /root (0700): the sandbox uids cannot reach an agent built there.
     chmodSync(tmp, 0o700);
     try {
-      const first = spawnSync("npx", ["-y", "@scratchrun/mcp-server", "setup"], {
+      const [setupCommand = "npx", ...setupArgs] = SETUP;
+      const first = spawnSync(setupCommand, setupArgs, {
         cwd: project,
         env: rootEnv(),
         encoding: "utf8",
@@ -328,7 +383,7 @@ describe("the packed package", () => {
       assert.match(first.stderr, /==> runtime image/);
       assert.match(first.stderr, /==> microVM guest/);
       assert.match(first.stderr, /==> ready/);
-      const again = spawnSync("npx", ["-y", "@scratchrun/mcp-server", "setup"], {
+      const again = spawnSync(setupCommand, setupArgs, {
         cwd: project,
         env: rootEnv(),
         encoding: "utf8",
@@ -344,20 +399,20 @@ describe("the packed package", () => {
       mkdirSync(emptyCache);
       const unbuilt = await connect(
         "npx",
-        ["-y", "@scratchrun/mcp-server"],
+        ["-y", NAME],
         rootEnv({ SCRATCHRUN_VM_CACHE: emptyCache, SCRATCHRUN_NETWORK: "none" }),
       );
       assert.ok((await unbuilt.connected) instanceof Error, "initialize is refused, not delayed");
       const lines = unbuilt.stderr().trim().split("\n");
       assert.equal(lines.length, 1, unbuilt.stderr());
       assert.match(lines[0]!, /^scratchrun-mcp: the microVM kernel and initramfs are not built/);
-      assert.match(lines[0]!, /Run npx @scratchrun\/mcp-server setup/);
+      assert.ok(lines[0]!.includes(`Run npx -y ${NAME} setup`), lines[0]);
       assert.deepEqual(readdirSync(emptyCache), [], "nothing was built");
 
       for (const isolation of ["namespace", "microvm"]) {
         const c = await connect(
-          "npx",
-          ["-y", "@scratchrun/mcp-server"],
+          LOCAL.command,
+          LOCAL.args,
           rootEnv({
             SCRATCHRUN_ISOLATION: isolation,
             SCRATCHRUN_NETWORK: "none",
@@ -445,7 +500,10 @@ describe("the desktop bundle (MCPB, remote mode)", () => {
       .split("\n");
     assert.ok(names.includes("manifest.json"));
     assert.deepEqual(
-      names.filter((n) => /\.node$|better-sqlite3|mcp-server\/(guest|images|scripts)\//.test(n)),
+      names.filter(
+        (n) =>
+          /\.node$|better-sqlite3/.test(n) || new RegExp(`${NAME}/(guest|images|scripts)/`).test(n),
+      ),
       [],
     );
   });

