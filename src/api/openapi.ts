@@ -2,7 +2,7 @@ import { z } from "zod";
 import { execInputSchema } from "../schema/exec.js";
 import { VERSION } from "../version.js";
 import { sessionInfoSchema, sessionStartSchema } from "../schema/session.js";
-import { limitsWireSchema, wireErrorSchema, wireResultSchema } from "../http/wire.js";
+import { limitsWireSchema, wireErrorSchema, wireResultSchema } from "./wire.js";
 import { AUTH_PATHS, AUTH_SCHEMAS, AUTH_SCHEMES } from "./openapi-auth.js";
 import { CONSOLE_PATHS, CONSOLE_SCHEMAS } from "../console/openapi.js";
 

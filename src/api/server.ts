@@ -19,11 +19,12 @@ import { oauthRoutes } from "../oauth/routes.js";
 import { consoleRoutes } from "../console/routes.js";
 import { consoleApi } from "../console/api.js";
 import { messagePage, pageHeaders } from "../console/pages.js";
-import { SandboxTracker } from "../http/tracker.js";
+import { SandboxTracker } from "../store/sandbox-tracker.js";
 import { VERSION } from "../version.js";
 import { FailureLimiter, parseBearer } from "../http/auth.js";
 import { readJsonBody } from "../http/body.js";
-import { listen, routedServer, sendError, sendJson } from "../http/json-server.js";
+import { listen, routedServer } from "../http/json-server.js";
+import { sendError, sendJson } from "../http/respond.js";
 import type { Logger } from "../http/log.js";
 import { McpSessions, type McpSessionLimits } from "./mcp-http.js";
 import { Metrics, type GaugeSource } from "../http/metrics.js";
@@ -38,7 +39,7 @@ import {
   type Caller,
   type ServiceEngine,
 } from "./service.js";
-import { limitsToWire, outcomeToWire } from "../http/wire.js";
+import { limitsToWire, outcomeToWire } from "./wire.js";
 
 /**
  * What an API replica (`serve --role api`) serves from instead of a local engine and SQLite: the

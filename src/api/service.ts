@@ -14,7 +14,7 @@ import { SessionRecorder, sessionLost, type SessionPlacement } from "./session-r
 import type { Logger } from "../http/log.js";
 import type { Metrics } from "../http/metrics.js";
 import type { KeyLimits, KeyQuota } from "../policy/quota.js";
-import type { SandboxTracker } from "../http/tracker.js";
+import type { SandboxTracker } from "../store/sandbox-tracker.js";
 
 /** A refusal the client should retry later: HTTP 429 with Retry-After, MCP "BUSY: ...". */
 export class RetryLater extends ScratchRunError {

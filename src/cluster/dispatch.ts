@@ -1,5 +1,5 @@
 import { Agent, request, type IncomingMessage } from "node:http";
-import { wireToError, wireToOutcome } from "../http/wire.js";
+import { wireToError, wireToOutcome } from "../api/wire.js";
 import type { EngineOptions, ExecuteOptions } from "../engine/engine.js";
 import { cancelledOutcome, type ExecOutcome } from "../engine/result.js";
 import { ScratchRunError } from "../errors.js";

@@ -23,7 +23,7 @@
  */
 import { createHash, timingSafeEqual } from "node:crypto";
 import { z } from "zod";
-import { wireResultSchema } from "../http/wire.js";
+import { wireResultSchema } from "../api/wire.js";
 import { ERROR_CODES } from "../errors.js";
 import { ISOLATIONS, RUNTIMES } from "../schema/exec.js";
 import { setting } from "../schema/settings/read.js";

@@ -1,5 +1,5 @@
 import { sessionLost } from "../api/session-records.js";
-import { wireToError } from "../http/wire.js";
+import { wireToError } from "../api/wire.js";
 import type { Logger } from "../http/log.js";
 import type { ExecuteOptions } from "../engine/engine.js";
 import { ScratchRunError } from "../errors.js";

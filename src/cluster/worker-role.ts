@@ -2,7 +2,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import type { Logger } from "../http/log.js";
 import { reapOrphanSandboxes } from "../jail/reap.js";
 import { drainBoundMs } from "../api/server.js";
-import { SandboxTracker } from "../http/tracker.js";
+import { SandboxTracker } from "../store/sandbox-tracker.js";
 import type { Engine } from "../engine/engine.js";
 import { openDatabase } from "../store/db.js";
 import { scratchrunHome } from "../store/home.js";

@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { readJsonBody } from "../http/body.js";
-import { sendError, sendJson } from "../http/json-server.js";
+import { sendError, sendJson } from "../http/respond.js";
 import type { Logger } from "../http/log.js";
 import type { Engine } from "../engine/engine.js";
 import { isScratchRunError } from "../errors.js";

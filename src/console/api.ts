@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { readJsonBody } from "../http/body.js";
-import { sendError, sendJson } from "../http/json-server.js";
+import { sendError, sendJson } from "../http/respond.js";
 import type { PolicyPatch } from "../policy/key-policy.js";
 import type { KeyInfo, KeyStore } from "../store/keys.js";
 import type { Grant, OAuthStore } from "../store/oauth.js";

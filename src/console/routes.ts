@@ -2,7 +2,7 @@ import { randomBytes, timingSafeEqual } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { FailureLimiter } from "../http/auth.js";
 import { readFormBody, readJsonBody } from "../http/body.js";
-import { sendError, sendJson } from "../http/json-server.js";
+import { sendError, sendJson } from "../http/respond.js";
 import type { OAuthConfig } from "../oauth/authorization.js";
 import { isLocalPath, withParams } from "../oauth/uris.js";
 import type { KeyInfo, KeyStore } from "../store/keys.js";

@@ -1,40 +1,13 @@
 /**
  * What both HTTP servers (the API's, src/api/server.ts, and a worker's,
- * src/cluster/worker-server.ts) answer and listen with: JSON bodies that are never cached, the
- * wire's error shape, a route's outcome counted in the metrics (and an unexpected failure logged
- * and answered 500), and a listener with the service's timeouts.
+ * src/cluster/worker-server.ts) listen with: a route's outcome counted in the metrics (and an
+ * unexpected failure logged and answered 500), and a listener with the service's timeouts.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Logger } from "./log.js";
 import type { Metrics } from "./metrics.js";
-import type { WireError } from "./wire.js";
-
-export function sendJson(
-  res: ServerResponse,
-  status: number,
-  body: unknown,
-  headers: Record<string, string> = {},
-): void {
-  const text = JSON.stringify(body);
-  res.writeHead(status, {
-    "Content-Type": "application/json",
-    "Content-Length": String(Buffer.byteLength(text)),
-    "Cache-Control": "no-store",
-    ...headers,
-  });
-  res.end(text);
-}
-
-export function sendError(
-  res: ServerResponse,
-  status: number,
-  code: WireError["error"]["code"],
-  message: string,
-  headers: Record<string, string> = {},
-): void {
-  sendJson(res, status, { error: { code, message } }, headers);
-}
+import { sendError } from "./respond.js";
 
 /**
  * A server whose requests `route` answers; route resolves with the label its request is counted

@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { FailureLimiter } from "../http/auth.js";
 import { readFormBody, readJsonBody } from "../http/body.js";
-import { sendJson } from "../http/json-server.js";
+import { sendJson } from "../http/respond.js";
 import type { KeyStore } from "../store/keys.js";
 import type { OAuthStore } from "../store/oauth.js";
 import {

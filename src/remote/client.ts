@@ -5,7 +5,7 @@ import type { ExecOutcome } from "../engine/result.js";
 import { ScratchRunError } from "../errors.js";
 import type { ExecRequest } from "../schema/exec.js";
 import { DEFAULT_POLICY, type CallPolicy } from "../schema/policy.js";
-import { policyFromWire, wireToError, wireToOutcome } from "../http/wire.js";
+import { policyFromWire, wireToError, wireToOutcome } from "../api/wire.js";
 import { setting } from "../schema/settings/read.js";
 import type { SessionOps } from "../mcp/session-tools.js";
 import { namedSessionFields } from "../schema/validate.js";

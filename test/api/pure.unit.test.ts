@@ -6,7 +6,7 @@ import { requestIds } from "../../src/api/mcp-http.js";
 import { checkHostOrigin, isLoopbackBind, splitHostPort } from "../../src/api/origin.js";
 import { KeyQuota } from "../../src/policy/quota.js";
 import { isOwned, type ProcInfo } from "../../src/jail/reap.js";
-import { outcomeToWire, wireToError, wireToOutcome } from "../../src/http/wire.js";
+import { outcomeToWire, wireToError, wireToOutcome } from "../../src/api/wire.js";
 import type { ExecOutcome } from "../../src/engine/result.js";
 
 const LOOP = { bindHost: "127.0.0.1", port: 8787 };

@@ -1,6 +1,6 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { wireErrorSchema, wireToError } from "../../src/http/wire.js";
+import { wireErrorSchema, wireToError } from "../../src/api/wire.js";
 import { ERROR_CODES } from "../../src/errors.js";
 
 describe("wire errors: a remote error arrives as the error the engine threw", () => {

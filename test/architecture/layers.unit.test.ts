@@ -16,15 +16,15 @@ export const LAYERS = [
   "bin", // the executables
   "cli", // every command
   "compose", // engines and their networks built from the environment
+  "remote", // remote mode's client (it speaks the API's wire, api/wire.ts)
   "cluster", // the api and worker roles, dispatch, worker discovery
   "api", // the public service: REST, /mcp, OpenAPI
   "console", // sign-in, sessions, the consent page (server-rendered)
   "oauth", // the authorization server: metadata, authorize, token, register
-  "remote", // remote mode's client
   "mcp", // tools, results as MCP content
-  "http", // what the API's server and a worker's share: listener, body, auth, log, metrics, wire
   "store", // keys, runs, leases, quotas in SQLite or Postgres
   "engine", // execute(request) -> result
+  "http", // plumbing both servers share: router, body, refusals, auth, listener, log, metrics
   "backends", // pool, call path, microvm/, namespace/
   "protocol", // the host side of the guest agent's protocol
   "images", // rootfs and VM image builds, manifest, locator

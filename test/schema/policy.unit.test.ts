@@ -6,7 +6,7 @@ import fc from "fast-check";
 import { z } from "zod";
 import { drainBoundMs } from "../../src/api/server.js";
 import { DEFAULT_KEY_LIMITS } from "../../src/api/server.js";
-import { limitsToWire, policyFromWire } from "../../src/http/wire.js";
+import { limitsToWire, policyFromWire } from "../../src/api/wire.js";
 import { execToolDefinition } from "../../src/mcp/exec-tool.js";
 import { checkDomainPattern, checkDomainPatterns } from "../../src/policy/domains.js";
 import { hostCeiling, RECORDABLE_CEILING, type Ceiling } from "../../src/policy/host.js";

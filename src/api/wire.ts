@@ -1,6 +1,7 @@
 import { z } from "zod";
 import type { ExecOutcome, FileOut } from "../engine/result.js";
 import { ERROR_CODES, ScratchRunError, type ErrorCode } from "../errors.js";
+import { HTTP_ERROR_CODES } from "../http/respond.js";
 import type { CallerPolicy } from "../policy/resolve.js";
 import {
   execOutputShape,
@@ -24,14 +25,7 @@ export const wireResultSchema = z.strictObject({
 export type WireResult = z.infer<typeof wireResultSchema>;
 
 /** The engine's codes, then the ones only the HTTP layer answers with. */
-export const WIRE_ERROR_CODES = [
-  ...ERROR_CODES,
-  "UNAUTHORIZED",
-  "FORBIDDEN",
-  "NOT_FOUND",
-  "PAYLOAD_TOO_LARGE",
-  "UNSUPPORTED_MEDIA_TYPE",
-] as const;
+export const WIRE_ERROR_CODES = [...ERROR_CODES, ...HTTP_ERROR_CODES] as const;
 export const wireErrorSchema = z.strictObject({
   error: z.strictObject({ code: z.enum(WIRE_ERROR_CODES), message: z.string() }),
 });

@@ -1,5 +1,5 @@
 import { detectCgroups, listScratchrunCgroups, type CgroupHost } from "../jail/cgroup.js";
-import type { SandboxStore } from "../store/sandboxes.js";
+import type { SandboxStore } from "./sandboxes.js";
 import { ownedCgroups } from "../jail/reap.js";
 
 /**
