@@ -24,7 +24,7 @@ import { VERSION } from "../version.js";
 import { FailureLimiter, parseBearer } from "../http/auth.js";
 import { readJsonBody } from "../http/body.js";
 import { listen, routedServer } from "../http/json-server.js";
-import { sendError, sendJson } from "../http/respond.js";
+import { answerError, refuse, sendError, sendJson } from "../http/respond.js";
 import type { Logger } from "../http/log.js";
 import { McpSessions, type McpSessionLimits } from "./mcp-http.js";
 import { Metrics, type GaugeSource } from "../http/metrics.js";
@@ -34,7 +34,6 @@ import { KeyQuota, type KeyLimits } from "../policy/quota.js";
 import {
   ExecService,
   localAdmission,
-  RetryLater,
   type CallAdmission,
   type Caller,
   type ServiceEngine,
@@ -262,15 +261,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
 
   const exec = async (req: IncomingMessage, res: ServerResponse, caller: Caller) => {
     const body = await readJsonBody(req, bodyCap);
-    if (!body.ok) {
-      const code =
-        body.status === 413
-          ? "PAYLOAD_TOO_LARGE"
-          : body.status === 415
-            ? "UNSUPPORTED_MEDIA_TYPE"
-            : "INVALID_INPUT";
-      return sendError(res, body.status, code, body.message, { Connection: "close" });
-    }
+    if (!body.ok) return refuse(res, body.refusal);
     const controller = new AbortController();
     res.once("close", () => {
       if (!res.writableFinished) controller.abort();
@@ -282,29 +273,8 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
       });
       if (!res.destroyed) sendJson(res, 200, outcomeToWire(outcome));
     } catch (e) {
-      sendEngineError(res, e);
+      answerError(res, e);
     }
-  };
-
-  /** An engine's refusal as the REST API answers it; anything else is a logged 500. */
-  const sendEngineError = (res: ServerResponse, e: unknown) => {
-    if (res.destroyed) return;
-    if (e instanceof RetryLater)
-      return sendError(res, 429, "BUSY", e.message, { "Retry-After": String(e.retryAfterS) });
-    if (!isScratchRunError(e)) {
-      logger.error({ err: e instanceof Error ? e.message : String(e) }, "exec failed");
-      return sendError(res, 500, "INTERNAL", "Internal error");
-    }
-    const status =
-      {
-        INVALID_INPUT: 400,
-        NOT_READY: 503,
-        BUSY: 429,
-        WORKER_LOST: 502,
-        SESSION_NOT_FOUND: 404,
-        SESSION_LOST: 410,
-      }[e.code as string] ?? 500;
-    sendError(res, status, e.code, e.message, e.code === "NOT_READY" ? { "Retry-After": "2" } : {});
   };
 
   /** POST /v1/sessions and DELETE /v1/sessions/{id}: the caller's sessions. */
@@ -325,14 +295,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
     try {
       if (id === null) {
         const body = await readJsonBody(req, bodyCap);
-        if (!body.ok)
-          return sendError(
-            res,
-            body.status,
-            body.status === 413 ? "PAYLOAD_TOO_LARGE" : "INVALID_INPUT",
-            body.message,
-            { Connection: "close" },
-          );
+        if (!body.ok) return refuse(res, body.refusal);
         const controller = new AbortController();
         res.once("close", () => {
           if (!res.writableFinished) controller.abort();
@@ -340,7 +303,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
         sendJson(res, 201, await ops.start(body.value, controller.signal));
       } else sendJson(res, 200, await ops.end(id));
     } catch (e) {
-      sendEngineError(res, e);
+      answerError(res, e);
     }
   };
 
@@ -388,7 +351,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
       });
       if (!res.destroyed) sendJson(res, 200, outcomeToWire(outcome));
     } catch (e) {
-      sendEngineError(res, e);
+      answerError(res, e);
     }
   };
 
@@ -477,13 +440,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
       if (method === "POST") {
         const parsed = await readJsonBody(req, bodyCap);
         if (!parsed.ok) {
-          sendError(
-            res,
-            parsed.status,
-            parsed.status === 413 ? "PAYLOAD_TOO_LARGE" : "INVALID_INPUT",
-            parsed.message,
-            { Connection: "close" },
-          );
+          refuse(res, parsed.refusal);
           return path;
         }
         body = parsed.value;

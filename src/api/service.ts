@@ -13,18 +13,9 @@ import type { SessionInfo } from "../schema/session.js";
 import { SessionRecorder, sessionLost, type SessionPlacement } from "./session-records.js";
 import type { Logger } from "../http/log.js";
 import type { Metrics } from "../http/metrics.js";
+import { RetryLater } from "../http/respond.js";
 import type { KeyLimits, KeyQuota } from "../policy/quota.js";
 import type { SandboxTracker } from "../store/sandbox-tracker.js";
-
-/** A refusal the client should retry later: HTTP 429 with Retry-After, MCP "BUSY: ...". */
-export class RetryLater extends ScratchRunError {
-  constructor(
-    message: string,
-    readonly retryAfterS: number,
-  ) {
-    super("BUSY", message);
-  }
-}
 
 /** Seconds a client is told to wait when the engine's own queue is full or its deadline passed. */
 const ENGINE_BUSY_RETRY_S = 2;

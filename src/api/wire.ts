@@ -62,13 +62,19 @@ export function wireToOutcome(body: unknown): ExecOutcome {
 
 const ENGINE_CODES = new Set<string>(ERROR_CODES);
 
-/** An error body back into the error the engine would have thrown locally. */
+/**
+ * An error body back into the error the engine would have thrown locally. A body the server
+ * refused (too large, not JSON) is the request's fault, as the engine's INVALID_INPUT is: a
+ * worker's such refusal reaches the replica's caller as 400, not as a server to retry.
+ */
 export function wireToError(status: number, body: unknown): ScratchRunError {
   const parsed = wireErrorSchema.safeParse(body);
   if (!parsed.success)
     return new ScratchRunError("INTERNAL", `the ScratchRun server answered HTTP ${status}`);
   const { code, message } = parsed.data.error;
   if (ENGINE_CODES.has(code)) return new ScratchRunError(code as ErrorCode, message);
+  if (code === "PAYLOAD_TOO_LARGE" || code === "UNSUPPORTED_MEDIA_TYPE")
+    return new ScratchRunError("INVALID_INPUT", message);
   return new ScratchRunError("NOT_READY", `the ScratchRun server refused the call: ${message}`, {
     fix:
       code === "UNAUTHORIZED"

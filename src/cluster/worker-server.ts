@@ -3,7 +3,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { parseBearer } from "../http/auth.js";
 import { readJsonBody } from "../http/body.js";
 import { listen, routedServer } from "../http/json-server.js";
-import { sendError, sendJson } from "../http/respond.js";
+import { refuse, sendError, sendJson } from "../http/respond.js";
 import type { Logger } from "../http/log.js";
 import { Metrics } from "../http/metrics.js";
 import type { SandboxTracker } from "../store/sandbox-tracker.js";
@@ -113,7 +113,7 @@ export async function startWorkerServer(options: WorkerServerOptions): Promise<W
     if (draining)
       return sendError(res, 503, "NOT_READY", "The worker is draining", { Connection: "close" });
     const body = await readJsonBody(req, bodyCap);
-    if (!body.ok) return sendError(res, body.status, "INVALID_INPUT", body.message);
+    if (!body.ok) return refuse(res, body.refusal);
     const envelope = workerExecBodySchema.safeParse(body.value);
     if (!envelope.success) return sendError(res, 400, "INVALID_INPUT", "Malformed worker call");
     let request;

@@ -1,9 +1,8 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { readJsonBody } from "../http/body.js";
-import { sendError, sendJson } from "../http/respond.js";
+import { answerError, refuse, sendError, sendJson } from "../http/respond.js";
 import type { Logger } from "../http/log.js";
 import type { Engine } from "../engine/engine.js";
-import { isScratchRunError } from "../errors.js";
 import { ceilingPolicyOf } from "../policy/resolve.js";
 import { sessionDigest } from "../store/sessions.js";
 import {
@@ -12,14 +11,6 @@ import {
   workerSessionStartSchema,
   type EndedSession,
 } from "./protocol.js";
-
-/** HTTP statuses of the engine's refusals on the worker's session routes. */
-const STATUS: Record<string, number> = {
-  INVALID_INPUT: 400,
-  SESSION_NOT_FOUND: 404,
-  BUSY: 429,
-  NOT_READY: 503,
-};
 
 /**
  * A worker's sessions (docs/decisions/0013-sessions.md, "Cluster mode"): started and ended for
@@ -58,7 +49,7 @@ export class WorkerSessions {
   /** POST /v1/worker/sessions. */
   async start(req: IncomingMessage, res: ServerResponse, workerId: string): Promise<void> {
     const body = await readJsonBody(req, this.bodyCap);
-    if (!body.ok) return sendError(res, body.status, "INVALID_INPUT", body.message);
+    if (!body.ok) return refuse(res, body.refusal);
     const parsed = workerSessionStartSchema.safeParse(body.value);
     if (!parsed.success) return sendError(res, 400, "INVALID_INPUT", "Malformed session start");
     const { owner, request, egress_allow } = parsed.data;
@@ -80,33 +71,22 @@ export class WorkerSessions {
       }
       sendJson(res, 201, { session: info, worker_id: workerId });
     } catch (e) {
-      this.refuse(res, e, parsed.data.replica_id);
+      answerError(res, e);
     }
   }
 
   /** POST /v1/worker/sessions/end. */
   async end(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const body = await readJsonBody(req, this.bodyCap);
-    if (!body.ok) return sendError(res, body.status, "INVALID_INPUT", body.message);
+    if (!body.ok) return refuse(res, body.refusal);
     const parsed = workerSessionEndSchema.safeParse(body.value);
     if (!parsed.success) return sendError(res, 400, "INVALID_INPUT", "Malformed session end");
     try {
       const info = await this.engine.endSession(parsed.data.session_id, parsed.data.owner);
       sendJson(res, 200, { session: info });
     } catch (e) {
-      this.refuse(res, e, null);
+      answerError(res, e);
     }
-  }
-
-  private refuse(res: ServerResponse, e: unknown, replica: string | null): void {
-    if (!isScratchRunError(e)) {
-      this.logger.error(
-        { replica, err: e instanceof Error ? e.message : String(e) },
-        "session failed",
-      );
-      return sendError(res, 500, "INTERNAL", "Internal error");
-    }
-    sendError(res, STATUS[e.code] ?? 500, e.code, e.message);
   }
 
   close(): void {

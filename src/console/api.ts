@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { readJsonBody } from "../http/body.js";
-import { sendError, sendJson } from "../http/respond.js";
+import { refuse, sendError, sendJson } from "../http/respond.js";
 import type { PolicyPatch } from "../policy/key-policy.js";
 import type { KeyInfo, KeyStore } from "../store/keys.js";
 import type { Grant, OAuthStore } from "../store/oauth.js";
@@ -93,12 +93,7 @@ export function consoleApi(d: ConsoleApiDeps) {
   const readBody = async (req: IncomingMessage, res: ServerResponse, cap = SMALL_BODY) => {
     const body = await readJsonBody(req, cap);
     if (!body.ok) {
-      sendError(
-        res,
-        body.status,
-        body.status === 413 ? "PAYLOAD_TOO_LARGE" : "INVALID_INPUT",
-        body.message,
-      );
+      refuse(res, body.refusal);
       return null;
     }
     if (typeof body.value !== "object" || body.value === null || Array.isArray(body.value)) {

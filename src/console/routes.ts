@@ -332,7 +332,7 @@ export function consoleRoutes(d: ConsoleDeps) {
     if (path === "/console/signin" && method === "POST") {
       const form = await readFormBody(req, FORM_CAP_BYTES);
       if (!form.ok) {
-        sendPage(res, form.status, messagePage("Sign in", form.message));
+        sendPage(res, form.refusal.status, messagePage("Sign in", form.refusal.message));
         return path;
       }
       const f = form.value;

@@ -1,22 +1,22 @@
 import type { IncomingMessage } from "node:http";
+import type { Refusal } from "./respond.js";
 
-export type BodyResult =
-  { ok: true; value: unknown } | { ok: false; status: 400 | 413 | 415; message: string };
+/** A request body as read, or why it was refused (answered by `refuse`, or in a page's words). */
+export type Body<T> = { ok: true; value: T } | { ok: false; refusal: Refusal };
 
 /**
  * Reads a JSON request body of at most `capBytes`. Content-Length over the cap is refused before
  * reading; a chunked body is counted as it arrives and dropped at the cap.
  */
-export async function readJsonBody(req: IncomingMessage, capBytes: number): Promise<BodyResult> {
-  const type = (req.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
-  if (type !== "application/json")
-    return { ok: false, status: 415, message: "Content-Type must be application/json" };
+export async function readJsonBody(req: IncomingMessage, capBytes: number): Promise<Body<unknown>> {
+  if (mediaType(req) !== "application/json")
+    return refused(415, "UNSUPPORTED_MEDIA_TYPE", "Content-Type must be application/json");
   const body = await readCapped(req, capBytes);
   if (!body.ok) return body;
   try {
-    return { ok: true, value: JSON.parse(body.text) };
+    return { ok: true, value: JSON.parse(body.value) };
   } catch {
-    return { ok: false, status: 400, message: "Body is not valid JSON" };
+    return refused(400, "INVALID_INPUT", "Body is not valid JSON");
   }
 }
 
@@ -27,36 +27,32 @@ export async function readJsonBody(req: IncomingMessage, capBytes: number): Prom
 export async function readFormBody(
   req: IncomingMessage,
   capBytes: number,
-): Promise<
-  | { ok: true; value: Record<string, string> }
-  | { ok: false; status: 400 | 413 | 415; message: string }
-> {
-  const type = (req.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
-  if (type !== "application/x-www-form-urlencoded")
-    return {
-      ok: false,
-      status: 415,
-      message: "Content-Type must be application/x-www-form-urlencoded",
-    };
+): Promise<Body<Record<string, string>>> {
+  if (mediaType(req) !== "application/x-www-form-urlencoded")
+    return refused(
+      415,
+      "UNSUPPORTED_MEDIA_TYPE",
+      "Content-Type must be application/x-www-form-urlencoded",
+    );
   const body = await readCapped(req, capBytes);
   if (!body.ok) return body;
   const value: Record<string, string> = {};
-  for (const [k, v] of new URLSearchParams(body.text)) {
+  for (const [k, v] of new URLSearchParams(body.value)) {
     if (Object.hasOwn(value, k))
-      return { ok: false, status: 400, message: `parameter ${k} is given more than once` };
+      return refused(400, "INVALID_INPUT", `parameter ${k} is given more than once`);
     value[k] = v;
   }
   return { ok: true, value };
 }
 
+const mediaType = (req: IncomingMessage) =>
+  (req.headers["content-type"] ?? "").split(";")[0]!.trim().toLowerCase();
+
 /**
  * A body of at most `capBytes` as UTF-8 text. Content-Length over the cap is refused before
  * reading; a chunked body is counted as it arrives and dropped at the cap.
  */
-async function readCapped(
-  req: IncomingMessage,
-  capBytes: number,
-): Promise<{ ok: true; text: string } | { ok: false; status: 413; message: string }> {
+async function readCapped(req: IncomingMessage, capBytes: number): Promise<Body<string>> {
   const declared = req.headers["content-length"];
   if (declared !== undefined && Number(declared) > capBytes) return tooLarge(capBytes);
   const chunks: Buffer[] = [];
@@ -66,11 +62,15 @@ async function readCapped(
     if (size > capBytes) return tooLarge(capBytes);
     chunks.push(chunk);
   }
-  return { ok: true, text: Buffer.concat(chunks).toString("utf8") };
+  return { ok: true, value: Buffer.concat(chunks).toString("utf8") };
 }
 
-const tooLarge = (cap: number): { ok: false; status: 413; message: string } => ({
-  ok: false,
-  status: 413,
-  message: `Body is larger than ${cap} bytes`,
-});
+const tooLarge = (cap: number) =>
+  refused(413, "PAYLOAD_TOO_LARGE", `Body is larger than ${cap} bytes`);
+
+/**
+ * A body refused is answered on a connection that then closes: what is left of it (all of it,
+ * when the refusal came before reading) must not be read as the next request.
+ */
+const refused = (status: number, code: Refusal["code"], message: string) =>
+  ({ ok: false, refusal: { status, code, message, headers: { Connection: "close" } } }) as const;

@@ -108,9 +108,9 @@ export function oauthRoutes(d: OAuthRouteDeps) {
       if (!form.ok) {
         sendJson(
           res,
-          form.status,
-          { error: "invalid_request", error_description: form.message },
-          NO_STORE,
+          form.refusal.status,
+          { error: "invalid_request", error_description: form.refusal.message },
+          { ...NO_STORE, ...form.refusal.headers },
         );
         return path;
       }
@@ -146,10 +146,12 @@ export function oauthRoutes(d: OAuthRouteDeps) {
       d.registrations.recordFailure(addr);
       const body = await readJsonBody(req, REGISTER_CAP_BYTES);
       if (!body.ok) {
-        sendJson(res, body.status, {
-          error: "invalid_client_metadata",
-          error_description: body.message,
-        });
+        sendJson(
+          res,
+          body.refusal.status,
+          { error: "invalid_client_metadata", error_description: body.refusal.message },
+          body.refusal.headers,
+        );
         return path;
       }
       const out = await register(d.oauth, body.value);

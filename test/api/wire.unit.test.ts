@@ -22,6 +22,17 @@ describe("wire errors: a remote error arrives as the error the engine threw", ()
     assert.match(other.fix ?? "", /SCRATCHRUN_URL/);
   });
 
+  it("a body the server refused (too large, wrong media type) is the caller's INVALID_INPUT", () => {
+    for (const [status, code] of [
+      [413, "PAYLOAD_TOO_LARGE"],
+      [415, "UNSUPPORTED_MEDIA_TYPE"],
+    ] as const) {
+      const e = wireToError(status, { error: { code, message: "Body is larger than 9 bytes" } });
+      assert.equal(e.code, "INVALID_INPUT", code);
+      assert.equal(e.message, "Body is larger than 9 bytes");
+    }
+  });
+
   it("a body that is not an error document is INTERNAL naming the HTTP status", () => {
     const e = wireToError(502, "<html>bad gateway</html>");
     assert.equal(e.code, "INTERNAL");
