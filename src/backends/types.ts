@@ -75,6 +75,8 @@ export interface SessionJob {
 export interface RunOptions {
   signal: AbortSignal;
   onEvent?: (event: AgentEvent) => void;
+  /** The sandbox is not ready yet and the backend waits for `what` (a progress line). */
+  onWait?: (what: string) => void;
 }
 
 /** What a backend reports for one call, beyond the agent's own outcome. */

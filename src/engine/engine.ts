@@ -61,8 +61,11 @@ export interface EngineOptions {
 
 export type Progress =
   | { stage: "queued" }
-  /** `worker`: where an API replica placed the call (absent when the engine runs it here). */
-  | { stage: "starting"; worker?: string }
+  /**
+   * `worker`: where an API replica placed the call (absent when the engine runs it here);
+   * `waiting`: what the backend waits for before the sandbox is ready (a kept template's load).
+   */
+  | { stage: "starting"; worker?: string; waiting?: string }
   | { stage: "running" }
   | { stage: "collecting" }
   | { stage: "output"; stream: "stdout" | "stderr"; chunk: Uint8Array };
@@ -250,7 +253,11 @@ export class Engine {
           request: secrets ? withSecrets(agentRequest, secrets) : agentRequest,
           flavour: flavourFor(req, this.options.preimport?.[req.runtime]),
         },
-        { signal: controller.signal, onEvent: (e) => relay(e, options.onProgress) },
+        {
+          signal: controller.signal,
+          onEvent: (e) => relay(e, options.onProgress),
+          onWait: (waiting) => options.onProgress?.({ stage: "starting", waiting }),
+        },
       );
       return toExecOutcome(req, outcome, Date.now() - started, controller.signal.aborted);
     } finally {

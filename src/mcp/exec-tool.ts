@@ -216,6 +216,8 @@ async function runExecCall(
     ctx.sendProgress?.(last, message).catch(() => {});
   };
   let ticker: NodeJS.Timeout | undefined;
+  // What the ticker says is going on: a wait for the sandbox, then the code running.
+  let doing = "running";
   const sendLog = ctx.sendLog;
   const emit = sendLog
     ? (stream: "stdout" | "stderr", text: string) => void sendLog(stream, text).catch(() => {})
@@ -228,10 +230,13 @@ async function runExecCall(
       signal: ctx.signal,
       onProgress: (p) => {
         if (p.stage === "output") return lines?.push(p.stream, p.chunk);
-        progress(STAGE_MESSAGES[p.stage]);
-        if (p.stage === "running" && ctx.sendProgress && !ticker)
+        const waiting = p.stage === "starting" ? p.waiting : undefined;
+        progress(waiting ? `${STAGE_MESSAGES.starting}: ${waiting}` : STAGE_MESSAGES[p.stage]);
+        if (waiting) doing = waiting;
+        if (p.stage === "running") doing = "running";
+        if ((p.stage === "running" || waiting) && ctx.sendProgress && !ticker)
           ticker = setInterval(
-            () => progress(`running, ${Math.round((Date.now() - started) / 1000)} s elapsed`),
+            () => progress(`${doing}, ${Math.round((Date.now() - started) / 1000)} s elapsed`),
             PROGRESS_TICK_MS,
           );
         if (p.stage === "collecting") clearInterval(ticker);

@@ -141,6 +141,12 @@ const BURST = { extra: 1, takes: 2, windowMs: 20_000 } as const;
  * for the call runs it cold (~300 ms slower than a warmed one under TCG).
  */
 const AWAIT_REFILL_MS = 300;
+/**
+ * How long a call routed to a pre-imported interpreter waits for its template's load from the
+ * template store (about a second; longer only on a host whose disk or CPUs are busy) before it
+ * takes a plain interpreter, which then imports the stack within the call's own timeout_ms.
+ */
+const LOAD_WAIT_MS = 20_000;
 /** How long a shell call's use of another interpreter keeps it in its runtime's clones' warm-up. */
 const SHELL_STARTS_WINDOW_MS = 10 * 60_000;
 
@@ -291,21 +297,13 @@ export class MicrovmBackend implements Backend {
     if (!t) {
       if (this.closed)
         return Promise.reject(new ScratchRunError("NOT_READY", "the microVM backend is closed"));
-      const warm = warmInterpreter(runtime);
-      const prestart = prestartInterpreter(runtime);
-      const pre = flavour === "preimport" ? this.preimportFor(runtime, memoryMb) : undefined;
-      if (flavour === "preimport" && !pre)
+      const build = this.buildOf(runtime, memoryMb, flavour);
+      if (!build)
         return Promise.reject(new Error(`${runtime} at ${memoryMb} MB has no pre-import`));
-      const also = !prestart && warm ? shellStartPaths(runtime) : [];
-      const build = {
-        ...(prestart ? { prestart } : warm ? { warm } : {}),
-        ...(also.length ? { warmAlso: also } : {}),
-        ...(pre ? { preimport: preimportSpec(pre) } : {}),
-      };
       t = createTemplate(this.ctx, {
         ...this.kept(key, memoryMb, build),
         memoryMb,
-        timeoutMs: pre
+        timeoutMs: build.preimport
           ? Math.max(this.bootTimeoutMs, PREIMPORT_BOOT_TIMEOUT_MS)
           : this.bootTimeoutMs,
         signal: this.closing.signal,
@@ -338,6 +336,34 @@ export class MicrovmBackend implements Backend {
     return t;
   }
 
+  /** What a template of (runtime, memoryMb, flavour) runs; null: that flavour has no template. */
+  private buildOf(runtime: RuntimeName, memoryMb: number, flavour: Flavour) {
+    const warm = warmInterpreter(runtime);
+    const prestart = prestartInterpreter(runtime);
+    const pre = flavour === "preimport" ? this.preimportFor(runtime, memoryMb) : undefined;
+    if (flavour === "preimport" && !pre) return null;
+    const also = !prestart && warm ? shellStartPaths(runtime) : [];
+    return {
+      ...(prestart ? { prestart } : warm ? { warm } : {}),
+      ...(also.length ? { warmAlso: also } : {}),
+      ...(pre ? { preimport: preimportSpec(pre) } : {}),
+    };
+  }
+
+  /**
+   * Whether the template store keeps the template of (runtime, memoryMb, flavour) as this build
+   * would make it: its build is then a load from disk (about a second), not a boot.
+   */
+  private keptOnDisk(runtime: RuntimeName, memoryMb: number, flavour: Flavour): boolean {
+    const slot = `${runtime}/${memoryMb}/${flavour}`;
+    const build = this.buildOf(runtime, memoryMb, flavour);
+    const kept = build ? this.kept(slot, memoryMb, build).store : undefined;
+    return kept ? kept.store.has(slot, kept.key) : false;
+  }
+
+  /** Template store keys by slot: a key reads the files it is made from, once per backend. */
+  private readonly keptKeys = new Map<string, string>();
+
   /**
    * The template store's part of a template build: its slot and key (everything the template is
    * made from, src/backends/microvm/template-store.ts), for the pool's memory size only (calls
@@ -357,15 +383,18 @@ export class MicrovmBackend implements Backend {
       QEMU_BINARY,
       ...moduleFiles(),
     ];
-    const key = templateKey({
-      slot,
-      memoryMb,
-      files,
-      accel: this.ctx.accel,
-      tscKhz: this.ctx.tscKhz,
-      build,
-      version: VERSION,
-    });
+    const key =
+      this.keptKeys.get(slot) ??
+      templateKey({
+        slot,
+        memoryMb,
+        files,
+        accel: this.ctx.accel,
+        tscKhz: this.ctx.tscKhz,
+        build,
+        version: VERSION,
+      });
+    this.keptKeys.set(slot, key);
     return {
       store: { store, slot, key, madeFrom: files, saved: (e) => this.templateSaves.push(e) },
     };
@@ -498,6 +527,7 @@ export class MicrovmBackend implements Backend {
     job: SandboxJob,
     flavour: Flavour,
     signal: AbortSignal,
+    onWait?: (what: string) => void,
   ): Promise<MicroVm | null> {
     let vm = poolServes(job.egress, this.network?.defaultAllowlist ?? null)
       ? await this.pool.takeOrAwait(vmKind(job.runtime, flavour), job.memoryMb, signal, {
@@ -511,10 +541,16 @@ export class MicrovmBackend implements Backend {
     }
     if (!vm && this.mode === "restore") {
       let t = this.built.get(`${job.runtime}/${job.memoryMb}/${flavour}`) ?? null;
-      // A pre-imported template imports for seconds: the call goes on to the plain kind, and the
-      // build goes on for the calls after it.
       if (!t && flavour === "plain")
-        t = await this.waitForTemplate(job.runtime, job.memoryMb, signal);
+        t = await this.waitForTemplate(job.runtime, job.memoryMb, "plain", signal);
+      else if (!t && this.keptOnDisk(job.runtime, job.memoryMb, flavour)) {
+        // Kept on disk: loaded in about a second, where a plain interpreter imports the stack in
+        // the call for seconds (more than timeout_ms's default under TCG).
+        onWait?.(`loading ${job.runtime}'s pre-imported interpreter from disk`);
+        t = await this.waitForTemplate(job.runtime, job.memoryMb, flavour, signal, LOAD_WAIT_MS);
+      }
+      // A pre-imported template to build imports for seconds: the call goes on to the plain
+      // kind, and the build goes on for the calls after it.
       else if (!t) void this.template(job.runtime, job.memoryMb, flavour).catch(() => {});
       if (t)
         vm = await this.clone(t, job.memoryMb, signal, job.egress, "none", "call").catch(
@@ -525,21 +561,24 @@ export class MicrovmBackend implements Backend {
   }
 
   /**
-   * The plain template of (runtime, memoryMb), built now if need be, for a call that found none:
-   * its build runs at a call's CPU weight from then on. A plain template is a cold boot that
-   * stops at the agent's seed step, so the call waits about as long as its own cold boot would
-   * take, plus a clone's restore, and the calls after it find the template built instead of
-   * cold-booting beside it (two VMs booting on the same CPUs, each slower). Null when the build
-   * fails, the last one failed (it is retried in the background, not waited for), or the call is
-   * aborted meanwhile: the call cold-boots.
+   * The template of (runtime, memoryMb, flavour), built or loaded now if need be, for a call that
+   * found none: a build runs at a call's CPU weight from then on. A plain template is a cold boot
+   * that stops at the agent's seed step, so the call waits about as long as its own cold boot
+   * would take, plus a clone's restore, and the calls after it find the template built instead of
+   * cold-booting beside it (two VMs booting on the same CPUs, each slower). A pre-imported one is
+   * waited for only when kept on disk, for at most `boundMs`. Null when the build fails, the last
+   * one failed (it is retried in the background, not waited for), the bound passes or the call is
+   * aborted meanwhile: the call takes the next way (the plain kind, a cold boot).
    */
   private async waitForTemplate(
     runtime: RuntimeName,
     memoryMb: number,
+    flavour: Flavour,
     signal: AbortSignal,
+    boundMs?: number,
   ): Promise<Template | null> {
-    const key = `${runtime}/${memoryMb}/plain`;
-    const build = this.template(runtime, memoryMb, "plain");
+    const key = `${runtime}/${memoryMb}/${flavour}`;
+    const build = this.template(runtime, memoryMb, flavour);
     if (this.templateFailed.has(key)) {
       void build.catch(() => {});
       return null;
@@ -549,11 +588,13 @@ export class MicrovmBackend implements Backend {
       .get(key)
       ?.setCpuWeight(CPU_WEIGHT.call)
       .catch(() => {});
-    const aborted = new Promise<null>((resolve) => {
-      if (signal.aborted) resolve(null);
-      signal.addEventListener("abort", () => resolve(null), { once: true });
+    const stop =
+      boundMs === undefined ? signal : AbortSignal.any([signal, AbortSignal.timeout(boundMs)]);
+    const stopped = new Promise<null>((resolve) => {
+      if (stop.aborted) resolve(null);
+      stop.addEventListener("abort", () => resolve(null), { once: true });
     });
-    return Promise.race([build.catch(() => null), aborted]);
+    return Promise.race([build.catch(() => null), stopped]);
   }
 
   /**
@@ -563,10 +604,14 @@ export class MicrovmBackend implements Backend {
    * template is not built yet takes the plain kind. Then resumed to READY. A clone that fails to
    * come up is replaced by a cold boot.
    */
-  private async acquire(job: SandboxJob, signal: AbortSignal): Promise<MicroVm> {
+  private async acquire(
+    job: SandboxJob,
+    signal: AbortSignal,
+    onWait?: (what: string) => void,
+  ): Promise<MicroVm> {
     const preimported =
       job.flavour === "preimport" && this.preimportFor(job.runtime, job.memoryMb) !== undefined;
-    let vm = preimported ? await this.pooledOrRestored(job, "preimport", signal) : null;
+    let vm = preimported ? await this.pooledOrRestored(job, "preimport", signal, onWait) : null;
     const fromPreimport = vm !== null;
     vm ??= await this.pooledOrRestored(job, "plain", signal);
     if (vm) {
@@ -650,7 +695,7 @@ export class MicrovmBackend implements Backend {
     this.acquiring++;
     this.lastCallAt = Date.now();
     this.noteShellStarts(job);
-    const vm = await this.acquire(job, options.signal)
+    const vm = await this.acquire(job, options.signal, options.onWait)
       .catch((err: unknown) => {
         this.pool.refillNow();
         throw err;

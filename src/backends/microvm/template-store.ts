@@ -166,6 +166,11 @@ export class TemplateStore {
     return removed;
   }
 
+  /** Whether a template is kept under this key (a load may still find it not whole). */
+  has(slot: string, key: string): boolean {
+    return existsSync(this.path(slot, key));
+  }
+
   private path(slot: string, key: string): string {
     return join(this.dir, `${prefixOf(slot)}${key.slice(0, 32)}.template`);
   }
