@@ -36,6 +36,11 @@ export interface NetworkReport {
   refused?: Refusal[];
   /** Refusals beyond the distinct entries listed. */
   refusedDropped?: number;
+  /**
+   * Packets the filter let out that the host's own firewall then dropped (a forward chain after
+   * ScratchRun's, such as Docker's FORWARD policy): the call's public network did not work.
+   */
+  hostDropped?: number;
 }
 
 /** The egress side of a "public" sandbox network, as both backends' providers give it. */

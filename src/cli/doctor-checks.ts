@@ -14,6 +14,8 @@ import { EXTRAS, runtimeEntry } from "../runtimes/table.js";
 import { RUNTIMES, type RuntimeName } from "../schema/exec.js";
 import { AGENT_DIR, templateStoreFromEnv } from "../compose/engine-factory.js";
 import { egressBlocker } from "../compose/network.js";
+import { runCommand } from "../net/commands.js";
+import { dockerUserChain, forwardChains, linkPattern } from "../net/forward-guard.js";
 import { setting, settingOn } from "../schema/settings/read.js";
 
 export interface Check {
@@ -116,10 +118,21 @@ export async function runChecks(env: NodeJS.ProcessEnv = process.env): Promise<C
         ...DEFAULT_UPLINK,
         enableForwarding: settingOn("SCRATCHRUN_ENABLE_FORWARDING", env),
       });
-      return blocker
-        ? { ok: false, detail: `calls get network "none": ${blocker.problem}`, fix: blocker.fix }
-        : { ok: true, detail: 'network "public" available (nftables, forwarding on)' };
+      if (blocker)
+        return {
+          ok: false,
+          detail: `calls get network "none": ${blocker.problem}`,
+          fix: blocker.fix,
+        };
+      const on = readFileSync("/proc/sys/net/ipv4/ip_forward", "utf8").trim() === "1";
+      return {
+        ok: true,
+        detail: on
+          ? 'network "public" available (nftables, forwarding on)'
+          : 'network "public" available: forwarding is off, and the server turns it on at start, dropping forwarded traffic that is not a sandbox\'s (as dockerd does; SCRATCHRUN_ENABLE_FORWARDING=0 opts out)',
+      };
     }),
+    await forwardFirewallCheck(env),
     check("disk", true, () => {
       let dir = imagesDir(env);
       while (!existsSync(dir)) dir = join(dir, "..");
@@ -325,4 +338,55 @@ async function keptTemplatesCheck(env: NodeJS.ProcessEnv): Promise<Check> {
   } catch (e) {
     return { name, required: false, ok: false, detail: e instanceof Error ? e.message : String(e) };
   }
+}
+
+/**
+ * The host's own forward chains that drop by policy: Docker's, which the server opens for its
+ * links (DOCKER-USER), or another, which drops what the sandboxes send to the internet (each such
+ * call says so in its network_reason) until the operator lets the links through.
+ */
+async function forwardFirewallCheck(env: NodeJS.ProcessEnv): Promise<Check> {
+  const name = "host firewall (forwarding)";
+  if (setting("SCRATCHRUN_NETWORK", env) === "none")
+    return {
+      name,
+      required: false,
+      ok: true,
+      detail: "network disabled by SCRATCHRUN_NETWORK=none",
+    };
+  const prefix = setting("SCRATCHRUN_NET_PREFIX", env) ?? DEFAULT_UPLINK.prefix;
+  const listed = await runCommand(["/usr/sbin/nft", "-j", "list", "chains"]);
+  if (listed.code !== 0)
+    return {
+      name,
+      required: false,
+      ok: false,
+      detail: `nft cannot list the chains: ${listed.stderr.trim()}`,
+    };
+  const dropping = forwardChains(listed.stdout, (t) => t.startsWith(prefix)).filter(
+    (c) => c.policy === "drop",
+  );
+  const docker = dockerUserChain(listed.stdout, "ip") !== null;
+  const isDocker = (c: { family: string; table: string }) =>
+    docker && c.family === "ip" && c.table === "filter";
+  const others = dropping.filter((c) => !isDocker(c));
+  if (others.length === 0)
+    return {
+      name,
+      required: false,
+      ok: true,
+      detail: dropping.length
+        ? "Docker's FORWARD policy drops; the server lets its sandbox links through DOCKER-USER"
+        : "no forward chain drops by policy",
+    };
+  const pattern = linkPattern(prefix);
+  const named = others.map((c) => `${c.family} ${c.table} ${c.name}`).join(", ");
+  const first = others[0]!;
+  return {
+    name,
+    required: false,
+    ok: false,
+    detail: `${named} drop${others.length === 1 ? "s" : ""} forwarded traffic by policy: calls with network "public" reach nothing (each result's network_reason says so)`,
+    fix: `let the sandbox links through, e.g. nft insert rule ${first.family} ${first.table} ${first.name} iifname "${pattern}" accept; nft insert rule ${first.family} ${first.table} ${first.name} oifname "${pattern}" accept`,
+  };
 }

@@ -15,6 +15,7 @@ import {
   type SandboxNetwork,
   type UplinkConfig,
 } from "../net/index.js";
+import { prepareForwarding, type ForwardingState } from "../net/forwarding.js";
 import { EgressProxy, PROXY_UID_BASE, PROXY_UID_COUNT } from "../net/proxy/supervisor.js";
 import type { BrokerSpec } from "../net/proxy/control.js";
 import { setting, settingOn } from "../schema/settings/read.js";
@@ -99,9 +100,11 @@ export async function egressOf(
     async report() {
       const c = await net.counters();
       const r = proxy && current ? await proxy.collect(addrs) : null;
+      const hostDropped = c.forwarded - c.passed;
       return {
         blockedPackets: c.blocked + c.refused,
         ...(r ? { refused: r.refused, refusedDropped: r.dropped } : {}),
+        ...(hostDropped > 0 ? { hostDropped } : {}),
       };
     },
     async teardown() {
@@ -113,9 +116,10 @@ export async function egressOf(
 /**
  * Server-wide network setting. SCRATCHRUN_NETWORK=public requires egress and refuses to start
  * without it; =none forces "none" on every call; =auto (default) gives public egress when the host
- * can (nftables present, IP forwarding on in the uplink namespace) and says otherwise.
- * SCRATCHRUN_UPLINK_NETNS, SCRATCHRUN_DNS (comma list), SCRATCHRUN_NET_PREFIX,
- * SCRATCHRUN_NET_POOL_V6 and SCRATCHRUN_ENABLE_FORWARDING=1 configure the uplink.
+ * can (nftables present; IP forwarding on in the uplink namespace, or turned on here as dockerd
+ * does unless SCRATCHRUN_ENABLE_FORWARDING=0: src/net/forwarding.ts) and says otherwise, in
+ * every call's result too. SCRATCHRUN_UPLINK_NETNS, SCRATCHRUN_DNS (comma list),
+ * SCRATCHRUN_NET_PREFIX and SCRATCHRUN_NET_POOL_V6 configure the uplink.
  */
 export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Promise<NetworkPlan> {
   const allowlist = egressAllowlistFromEnv(env);
@@ -161,6 +165,22 @@ export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
       allowlist,
       summary: NONE_SUMMARY,
       reason: `${missing.problem}; ${missing.fix}`,
+    };
+  }
+  // Forwarding on (turned on here, guard first, where it was off), Docker's chain opened.
+  const forwarding = await prepareForwarding(uplink).catch((e: unknown) => {
+    throw new ScratchRunError("NOT_READY", `IP forwarding could not be set up: ${String(e)}`, {
+      fix: "check that nftables and sysctl work (scratchrun doctor), or SCRATCHRUN_NETWORK=none",
+    });
+  });
+  if (forwarding.forwarding === "off") {
+    const off = forwardingOff(uplink);
+    if (mode === "public") throw new ScratchRunError("NOT_READY", off.problem, { fix: off.fix });
+    return {
+      provider: null,
+      allowlist,
+      summary: NONE_SUMMARY,
+      reason: `${off.problem}; ${off.fix}`,
     };
   }
 
@@ -215,9 +235,10 @@ export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
   return {
     allowlist,
     summary: allowlist ? allowlistSummary(allowlist) : PUBLIC_SUMMARY,
-    reason: allowlist
-      ? `public egress through the nftables filter, limited to ${allowlist.entries.length} allowlisted names by the egress proxy`
-      : "public egress through the nftables filter",
+    reason:
+      (allowlist
+        ? `public egress through the nftables filter, limited to ${allowlist.entries.length} allowlisted names by the egress proxy`
+        : "public egress through the nftables filter") + forwardingNote(forwarding),
     provider: {
       defaultAllowlist: allowlist,
       async create(id: string, allow: DomainAllowlist | null) {
@@ -253,17 +274,40 @@ export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
   };
 }
 
+/** What the startup line adds about forwarding: what this start changed, what may drop. */
+export function forwardingNote(f: ForwardingState): string {
+  const notes: string[] = [];
+  if (f.forwarding === "turned-on")
+    notes.push(
+      "IP forwarding was off: turned on, with forwarded traffic that is not a sandbox's dropped (table inet scratchrun_forward)",
+    );
+  if (f.dockerUser.length > 0)
+    notes.push(
+      `the sandbox links let through Docker's DOCKER-USER chain (${f.dockerUser.join(", ")})`,
+    );
+  for (const c of f.dropping)
+    notes.push(
+      `warning: the forward chain ${c.family} ${c.table} ${c.name} drops by policy: sandbox packets it drops are reported in each call's network_reason`,
+    );
+  return notes.length ? `; ${notes.join("; ")}` : "";
+}
+
 /** What stops public egress on this host, if anything, and the fix. */
 export function egressBlocker(uplink: UplinkConfig): { problem: string; fix: string } | null {
   if (!existsSync("/usr/sbin/nft"))
     return { problem: "nftables is not installed", fix: "apt-get install -y nftables" };
   if (uplink.netns === null && !uplink.enableForwarding) {
     const forward = readFileSync("/proc/sys/net/ipv4/ip_forward", "utf8").trim();
-    if (forward !== "1")
-      return {
-        problem: "IPv4 forwarding is off on this host (net.ipv4.ip_forward=0)",
-        fix: "enable it (sysctl -w net.ipv4.ip_forward=1) or set SCRATCHRUN_ENABLE_FORWARDING=1, or SCRATCHRUN_NETWORK=none",
-      };
+    if (forward !== "1") return forwardingOff(uplink);
   }
   return null;
+}
+
+/** Forwarding is off and SCRATCHRUN_ENABLE_FORWARDING=0 keeps it so: the problem and the fix. */
+function forwardingOff(uplink: UplinkConfig): { problem: string; fix: string } {
+  const where = uplink.netns === null ? "this host" : `the uplink namespace ${uplink.netns}`;
+  return {
+    problem: `IP forwarding is off on ${where} (net.ipv4.ip_forward=0) and SCRATCHRUN_ENABLE_FORWARDING=0 keeps the server from turning it on`,
+    fix: "the operator can turn it on (sysctl -w net.ipv4.ip_forward=1) or unset SCRATCHRUN_ENABLE_FORWARDING",
+  };
 }

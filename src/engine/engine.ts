@@ -208,6 +208,15 @@ export class Engine {
    * host's ceiling runs (refused before any sandbox starts).
    */
   async execute(request: ExecRequest, options: ExecuteOptions = {}): Promise<ExecOutcome> {
+    const outcome = await this.run(request, options);
+    // Asked for "public" (the default) where this server gives none: the result says why, since
+    // a client shows the result, not the server's stderr.
+    if (request.network === "public" && outcome.result.network === "none" && this.networkOff)
+      outcome.result.network_reason = `ran with network "none", not "public": ${this.networkOffReason}`;
+    return outcome;
+  }
+
+  private async run(request: ExecRequest, options: ExecuteOptions): Promise<ExecOutcome> {
     const beyond = policyViolations(request, this.ceilingPolicy);
     if (beyond.length)
       throw new ScratchRunError("INVALID_INPUT", `Invalid request: ${beyond.join("; ")}`);
@@ -278,8 +287,19 @@ export class Engine {
   }
 
   private effectiveNetwork(req: { network: ExecRequest["network"] }): ExecRequest["network"] {
-    if (this.options.forceNetworkNone || !this.options.publicNetworkAvailable) return "none";
+    if (this.networkOff) return "none";
     return req.network;
+  }
+
+  /** Every call runs with network "none" here, whatever it asks. */
+  private get networkOff(): boolean {
+    return this.options.forceNetworkNone === true || !this.options.publicNetworkAvailable;
+  }
+
+  /** Why every call runs with network "none" here, with the operator's fix. */
+  private get networkOffReason(): string {
+    if (this.options.forceNetworkNone) return "network is disabled on this server";
+    return this.options.networkReason ?? "this server gives calls no network";
   }
 
   /** What network a call asking for "public" really gets on this server. */

@@ -171,8 +171,19 @@ export function toExecOutcome(
     result.network_blocked_packets = net.blockedPackets;
     if (net.refused) result.network_refused = net.refused.map((r) => ({ ...r }));
     if (net.refusedDropped) result.network_refused_omitted = net.refusedDropped;
+    if (net.hostDropped) result.network_reason = hostDroppedReason(net.hostDropped);
   }
   return { result, files };
+}
+
+/** Why a "public" call's packets did not all leave: the host's firewall, after ours. */
+export function hostDroppedReason(packets: number): string {
+  return (
+    `the host's own firewall dropped ${packets} packet${packets === 1 ? "" : "s"} this sandbox ` +
+    "sent after ScratchRun's filter let them out (a forward chain whose policy drops, such as " +
+    "Docker's, ufw's or firewalld's), so the internet was not reachable; the server's operator " +
+    "can let the sandbox links through it (scratchrun doctor names the chain)"
+  );
 }
 
 /**

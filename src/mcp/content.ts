@@ -67,6 +67,7 @@ export function summaryText(outcome: ExecOutcome, tag?: string): string {
     `${verdict} · ${r.duration_ms} ms · isolation: ${r.isolation} · network: ${r.network}`,
   );
   if (r.message) lines.push(oneLine(r.message));
+  if (r.network_reason) lines.push(oneLine(`network: ${r.network_reason}`));
   const refused = refusedLine(r.network_refused ?? [], r.network_refused_omitted ?? 0);
   if (refused) lines.push(refused);
   for (const f of r.files) {

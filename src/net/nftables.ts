@@ -61,6 +61,16 @@ export interface EgressPolicy {
 /** Names of the named counters the ruleset creates (sum with parseCounters). */
 export const COUNTER_BLOCKED = "blocked";
 export const COUNTER_LINK = "link_dropped";
+/**
+ * Packets from the sandbox this filter accepted for forwarding, and of those the ones every other
+ * forward chain let through too (counted by a chain after all of them): the difference is what
+ * the host's own firewall dropped (Docker's FORWARD policy, ufw, firewalld), which a call's
+ * result reports.
+ */
+export const COUNTER_FORWARDED = "forwarded";
+export const COUNTER_PASSED = "passed";
+/** After every filter and security chain (0, 50, SELinux's 225), before conntrack's confirm. */
+const LATE_PRIORITY = 1000;
 
 const IFNAME = /^[A-Za-z0-9_.-]{1,15}$/;
 const TABLE = /^[A-Za-z][A-Za-z0-9_-]{0,62}$/;
@@ -155,8 +165,8 @@ export function renderEgressRuleset(policy: EgressPolicy): string {
   fromSandbox.push(`ip daddr @host4 ${DROP}`, `ip6 daddr @host6 ${DROP}`);
   if (policy.proxy) fromSandbox.push(...proxyRefuseRules());
   else {
-    fromSandbox.push(`ip saddr ${s4} accept`);
-    if (s6 !== null) fromSandbox.push(`ip6 saddr ${s6} accept`);
+    fromSandbox.push(`ip saddr ${s4} counter name "${COUNTER_FORWARDED}" accept`);
+    if (s6 !== null) fromSandbox.push(`ip6 saddr ${s6} counter name "${COUNTER_FORWARDED}" accept`);
   }
   fromSandbox.push(DROP);
 
@@ -202,6 +212,10 @@ export function renderEgressRuleset(policy: EgressPolicy): string {
     `table inet ${t} {`,
     `\tcounter ${COUNTER_BLOCKED} {`,
     `\t}`,
+    `\tcounter ${COUNTER_FORWARDED} {`,
+    `\t}`,
+    `\tcounter ${COUNTER_PASSED} {`,
+    `\t}`,
     ...(policy.proxy ? [`\tcounter ${COUNTER_REFUSED} {`, `\t}`] : []),
     ...setBlock("blocked4", "ipv4_addr", blocked4),
     ...setBlock("blocked6", "ipv6_addr", blocked6),
@@ -216,6 +230,12 @@ export function renderEgressRuleset(policy: EgressPolicy): string {
     `\t}`,
     `\tchain from_sandbox {`,
     ...ind(fromSandbox),
+    `\t}`,
+    `\tchain forward_late {`,
+    ...ind([
+      `type filter hook forward priority ${LATE_PRIORITY}; policy accept;`,
+      `iifname "${dev}" counter name "${COUNTER_PASSED}" accept`,
+    ]),
     `\t}`,
     `\tchain to_sandbox {`,
     ...ind([`ct state established,related accept`, DROP]),
@@ -253,6 +273,10 @@ export function renderEgressTeardown(table: string): string {
 export interface EgressCounters {
   /** Packets dropped for destination (blocked range, host, inbound, catch-all). */
   blocked: number;
+  /** Packets this filter accepted for forwarding (COUNTER_FORWARDED). */
+  forwarded: number;
+  /** Of those, the ones every later forward chain of the host let through (COUNTER_PASSED). */
+  passed: number;
   /** Packets refused because the sandbox's egress goes through the allowlist proxy only. */
   refused: number;
   /** Frames dropped at the link: spoofed source, non-IP, stray neighbour traffic. */
@@ -261,7 +285,7 @@ export interface EgressCounters {
 
 /** Reads the two counters of `table` from `nft -j list counters` output. Missing: zero. */
 export function parseCounters(json: string, table: string): EgressCounters {
-  const out: EgressCounters = { blocked: 0, refused: 0, linkDropped: 0 };
+  const out: EgressCounters = { blocked: 0, forwarded: 0, passed: 0, refused: 0, linkDropped: 0 };
   let doc: unknown;
   try {
     doc = JSON.parse(json);
@@ -275,6 +299,8 @@ export function parseCounters(json: string, table: string): EgressCounters {
     if (!c || c.table !== table || typeof c.packets !== "number") continue;
     if (c.family === "inet" && c.name === COUNTER_BLOCKED) out.blocked += c.packets;
     if (c.family === "inet" && c.name === COUNTER_REFUSED) out.refused += c.packets;
+    if (c.family === "inet" && c.name === COUNTER_FORWARDED) out.forwarded += c.packets;
+    if (c.family === "inet" && c.name === COUNTER_PASSED) out.passed += c.packets;
     if (c.family === "netdev" && c.name === COUNTER_LINK) out.linkDropped += c.packets;
   }
   return out;

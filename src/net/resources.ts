@@ -4,6 +4,7 @@
  * checks in tests and to reap what a crashed server left behind.
  */
 import { inNetns, mustRun, runCommand } from "./commands.js";
+import { GUARD_TABLE } from "./forward-guard.js";
 import { renderEgressTeardown } from "./nftables.js";
 import type { UplinkConfig } from "./uplink.js";
 
@@ -50,10 +51,13 @@ async function listTables(u: UplinkConfig): Promise<string[]> {
   const doc = JSON.parse(out) as {
     nftables?: Array<{ table?: { family?: string; name?: string } }>;
   };
-  return (doc.nftables ?? [])
-    .flatMap((i) => (i.table ? [i.table] : []))
-    .filter((t) => (t.name ?? "").startsWith(u.prefix))
-    .map((t) => `${t.family} ${t.name}`);
+  return (
+    (doc.nftables ?? [])
+      .flatMap((i) => (i.table ? [i.table] : []))
+      // The forwarding guard is the host's, whatever prefix its name happens to start with.
+      .filter((t) => (t.name ?? "").startsWith(u.prefix) && t.name !== GUARD_TABLE)
+      .map((t) => `${t.family} ${t.name}`)
+  );
 }
 
 /** Everything with this uplink's prefix that exists now, live sandboxes included. */

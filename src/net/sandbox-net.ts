@@ -19,6 +19,7 @@ import {
   type EgressCounters,
 } from "./nftables.js";
 import type { ProxyPorts } from "./nftables-proxy.js";
+import { forwardingKeys, prepareForwarding, readSysctl } from "./forwarding.js";
 import { hostWatch, readHostBlockSet } from "./host-watch.js";
 import {
   hostLinkName,
@@ -110,19 +111,18 @@ function sysctl(ns: string | null, key: string, value: string): Promise<string> 
   return mustRun(inNetns(ns, "sysctl", ["-qw", `${key}=${value}`]));
 }
 
-async function readSysctl(ns: string | null, key: string): Promise<string> {
-  return (await mustRun(inNetns(ns, "sysctl", ["-n", key]))).trim();
-}
-
+/**
+ * Forwarding is on in the uplink namespace: a server turned it on at start (forwarding.ts), and
+ * one that finds it turned off since turns it on again the same way, guard first, unless the
+ * operator keeps forwarding (SCRATCHRUN_ENABLE_FORWARDING=0).
+ */
 async function ensureForwarding(u: UplinkConfig): Promise<void> {
-  const keys = ["net.ipv4.ip_forward", ...(u.poolV6 ? ["net.ipv6.conf.all.forwarding"] : [])];
-  for (const key of keys) {
-    if (u.enableForwarding) await sysctl(u.netns, key, "1");
-    else if ((await readSysctl(u.netns, key)) !== "1") {
-      throw new ScratchRunError("NOT_READY", `${key} is 0, so sandboxes cannot reach the network`, {
-        fix: `set ${key}=1 on the host (or network: "none"), or enableForwarding in the uplink config`,
-      });
-    }
+  for (const key of forwardingKeys(u)) {
+    if ((await readSysctl(u.netns, key)) === "1") continue;
+    if (u.enableForwarding && (await prepareForwarding(u)).forwarding !== "off") return;
+    throw new ScratchRunError("NOT_READY", `${key} is 0, so sandboxes cannot reach the network`, {
+      fix: `set ${key}=1 on the host (or network: "none"), or unset SCRATCHRUN_ENABLE_FORWARDING=0`,
+    });
   }
 }
 

@@ -342,6 +342,12 @@ export const execOutputShape = {
     .optional(),
   /** Refusals beyond the distinct entries listed in network_refused. */
   network_refused_omitted: z.number().int().optional(),
+  /**
+   * Why the call's network is not what it asked for: "none" where it asked for "public" (this
+   * server or host gives no network, and the operator's fix), or "public" whose packets the
+   * host's own firewall dropped after ScratchRun's filter let them through.
+   */
+  network_reason: z.string().optional(),
   /** A session's call: the session after it (docs/decisions/0013-sessions.md). */
   session: z
     .object({

@@ -7,6 +7,7 @@ import { describe, test } from "node:test";
 import { TemplateStore } from "../../src/backends/microvm/template-store.js";
 import { findRootfs } from "../../src/images/locate.js";
 import { REPO_ROOT } from "../helpers/mcp-client.js";
+import { DOCKER, HOST_FIREWALL } from "../net/other-link.js";
 
 const CLI = join(REPO_ROOT, "dist/src/bin/scratchrun.js");
 const doctor = (env: Record<string, string> = {}) =>
@@ -30,6 +31,7 @@ describe("scratchrun doctor", () => {
       "kvm",
       "qemu",
       "network egress",
+      "host firewall \\(forwarding\\)",
       "disk",
     ])
       assert.match(
@@ -123,5 +125,42 @@ describe("scratchrun doctor", () => {
   test("SCRATCHRUN_NETWORK=none is reported as a choice, not a problem", () => {
     const r = doctor({ SCRATCHRUN_NETWORK: "none" });
     assert.match(r.stdout, /^ok\s+network egress: disabled by SCRATCHRUN_NETWORK=none/m);
+    assert.match(r.stdout, /^ok\s+host firewall \(forwarding\): network disabled by/m);
+  });
+
+  test("a forward chain that drops by policy is named with its fix; Docker's is opened by the server (in a namespace of the test's own)", () => {
+    const ns = `srt${process.pid}-doc`;
+    const inNs = (args: string[], input?: string) =>
+      spawnSync("/usr/sbin/ip", ["netns", "exec", ns, ...args], { input, encoding: "utf8" });
+    spawnSync("/usr/sbin/ip", ["netns", "add", ns]);
+    try {
+      const nft = (script: string) =>
+        assert.equal(inNs(["/usr/sbin/nft", "-f", "-"], script).status, 0);
+      const inside = () =>
+        inNs([process.execPath, CLI, "doctor"], undefined)
+          .stdout.split("\n")
+          .filter((l) => l.includes("host firewall"));
+      assert.match(
+        inside()[0] ?? "",
+        /^ok\s+host firewall \(forwarding\): no forward chain drops by policy/,
+      );
+      nft(DOCKER);
+      assert.match(
+        inside()[0] ?? "",
+        /^ok\s+.*Docker's FORWARD policy drops; the server lets its sandbox links through DOCKER-USER/,
+      );
+      nft(HOST_FIREWALL);
+      const r = inNs([process.execPath, CLI, "doctor"]).stdout;
+      assert.match(
+        r,
+        /^warn\s+host firewall \(forwarding\): inet hostfw forward drops forwarded traffic by policy/m,
+      );
+      assert.match(
+        r,
+        /fix: let the sandbox links through, e\.g\. nft insert rule inet hostfw forward iifname "sr-h\*" accept/,
+      );
+    } finally {
+      spawnSync("/usr/sbin/ip", ["netns", "del", ns]);
+    }
   });
 });

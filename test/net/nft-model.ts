@@ -18,6 +18,8 @@ export interface Packet {
   ct: "new" | "established";
   /** The interface it came in on (iifname rules); default: the sandbox's link. */
   iif?: string;
+  /** The interface it leaves by (oifname rules); default: the uplink's ("$uplink"). */
+  oif?: string;
   /** The local socket's uid (meta skuid; output chains). */
   uid?: number;
   /** conntrack says the connection was destination-NATed (redirected). */
@@ -86,7 +88,7 @@ function addrMatch(model: Model, spec: string, addr: string, family: 4 | 6): boo
 }
 
 const TOKEN =
-  /^(meta nfproto (ipv4|ipv6)|(ip6?) (saddr|daddr) (!= )?(@\S+|\{[^}]*\}|[0-9a-f.:/]+)|(tcp|udp|th) dport (\d+|\{[^}]*\})|icmpv6 type \{([^}]*)\}|ip6 hoplimit (\d+)|ct state (\S+)|meta l4proto (\w+|\{[^}]*\})|ct status dnat|iifname (!= )?"([^"]+)"|meta skuid (\d+)|counter name "[a-z_]+"|counter|accept|drop|return|reject( with (tcp reset|icmpx admin-prohibited))?|redirect to :(\d+)|jump (\S+))( |$)/;
+  /^(meta nfproto (ipv4|ipv6)|(ip6?) (saddr|daddr) (!= )?(@\S+|\{[^}]*\}|[0-9a-f.:/]+)|(tcp|udp|th) dport (\d+|\{[^}]*\})|icmpv6 type \{([^}]*)\}|ip6 hoplimit (\d+)|ct state (\S+)|meta l4proto (\w+|\{[^}]*\})|ct status dnat|iifname (!= )?"([^"]+)"|meta skuid (\d+)|counter name "[a-z_]+"|counter|accept|drop|return|reject( with (tcp reset|icmpx admin-prohibited))?|redirect to :(\d+)|jump (\S+)|oifname (!= )?"([^"]+)")( |$)/;
 
 const list = (spec: string): string[] =>
   spec.startsWith("{")
@@ -130,6 +132,13 @@ export function evalRule(model: Model, rule: string, p: Packet): Verdict | null 
     }
     if (m[15]) {
       if (p.uid !== Number(m[15])) return null;
+      continue;
+    }
+    if (m[21]) {
+      const pattern = m[21];
+      const oif = p.oif ?? "$uplink";
+      const hit = pattern.endsWith("*") ? oif.startsWith(pattern.slice(0, -1)) : oif === pattern;
+      if (hit === Boolean(m[20])) return null;
       continue;
     }
     if (m[2]) {

@@ -145,14 +145,43 @@ describe("renderEgressRuleset: shape", () => {
         { counter: { family: "inet", name: "blocked", table: "sr-test", packets: 5 } },
         { counter: { family: "netdev", name: "link_dropped", table: "sr-test", packets: 2 } },
         { counter: { family: "inet", name: "blocked", table: "sr-other", packets: 99 } },
+        { counter: { family: "inet", name: "forwarded", table: "sr-test", packets: 7 } },
+        { counter: { family: "inet", name: "passed", table: "sr-test", packets: 4 } },
+        { counter: { family: "inet", name: "passed", table: "sr-other", packets: 50 } },
       ],
     });
-    assert.deepEqual(parseCounters(json, "sr-test"), { blocked: 5, refused: 0, linkDropped: 2 });
+    assert.deepEqual(parseCounters(json, "sr-test"), {
+      blocked: 5,
+      forwarded: 7,
+      passed: 4,
+      refused: 0,
+      linkDropped: 2,
+    });
     assert.deepEqual(parseCounters("not json", "sr-test"), {
       blocked: 0,
+      forwarded: 0,
+      passed: 0,
       refused: 0,
       linkDropped: 0,
     });
+  });
+
+  it("counts what it forwards, and what passed every later forward chain, for its own link only", () => {
+    assert.match(script, /ip saddr 10\.250\.0\.30 counter name "forwarded" accept/);
+    assert.match(script, /ip6 saddr fd5c:5252:0:7::2 counter name "forwarded" accept/);
+    const late = model.chains.get("forward_late");
+    assert.deepEqual(late, ['iifname "sr-h7" counter name "passed" accept']);
+    assert.match(
+      script,
+      /chain forward_late \{\n\t\ttype filter hook forward priority 1000; policy accept;/,
+    );
+    // After every filter chain (priority 0) a host's firewall has, Docker's FORWARD included.
+    const proxied = renderEgressRuleset({ ...base, proxy: { dns: 5353, http: 8080, tls: 8443 } });
+    assert.doesNotMatch(
+      proxied,
+      /counter name "forwarded" accept/,
+      "proxied: nothing is forwarded",
+    );
   });
 });
 

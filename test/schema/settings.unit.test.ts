@@ -105,12 +105,14 @@ describe("the settings schema", () => {
     assert.equal(settingOn("SCRATCHRUN_PREIMPORT", {}), true);
     assert.equal(settingOn("SCRATCHRUN_PREIMPORT", { SCRATCHRUN_PREIMPORT: "0" }), false);
     assert.equal(settingOn("SCRATCHRUN_PREIMPORT", { SCRATCHRUN_PREIMPORT: "no" }), true);
-    assert.equal(settingOn("SCRATCHRUN_ENABLE_FORWARDING", {}), false);
+    assert.equal(settingOn("SCRATCHRUN_ENABLE_FORWARDING", {}), true);
     assert.equal(
-      settingOn("SCRATCHRUN_ENABLE_FORWARDING", { SCRATCHRUN_ENABLE_FORWARDING: "1" }),
-      true,
+      settingOn("SCRATCHRUN_ENABLE_FORWARDING", { SCRATCHRUN_ENABLE_FORWARDING: "0" }),
+      false,
     );
+    assert.equal(settingOn("SCRATCHRUN_DEBUG_JAIL", {}), false);
     assert.equal(settingOn("SCRATCHRUN_DEBUG_JAIL", { SCRATCHRUN_DEBUG_JAIL: "true" }), false);
+    assert.equal(settingOn("SCRATCHRUN_DEBUG_JAIL", { SCRATCHRUN_DEBUG_JAIL: "1" }), true);
   });
 });
 

@@ -127,10 +127,10 @@ export const SETTINGS = {
   },
   SCRATCHRUN_ENABLE_FORWARDING: {
     kind: "flag",
-    on: "1",
-    unset: "unset",
+    off: "0",
+    unset: "on",
     readers: ["server"],
-    doc: "`1` lets the server turn on `net.ipv4.ip_forward` for `public` egress",
+    doc: "where `net.ipv4.ip_forward` is off the server turns it on at start for `public` egress, as dockerd does, and first drops forwarded traffic that is not a sandbox's (it stays on, as Docker leaves it, after the server stops); on a host whose firewall drops forwarded traffic by policy it lets the sandboxes' links through Docker's `DOCKER-USER` chain; `0` changes none of this (calls get `none` while forwarding is off, and their results say why)",
   },
   SCRATCHRUN_DNS: {
     kind: "list",
