@@ -307,6 +307,8 @@ out["unbound_query"] = get(f"http://a.wild.test/u?key={tok}")
 out["unbound_header"] = get("http://a.wild.test/v", {"Authorization": f"Bearer {tok}"})
 out["in_path"] = get(f"https://allowed.test/{tok}")
 out["host_mismatch"] = get("https://allowed.test/x", {"Host": "a.wild.test", "Authorization": f"Bearer {tok}"})
+out["echoed_header"] = get("https://allowed.test/w", {"X-Request-Id": tok})
+out["echoed_query"] = get(f"https://allowed.test/w?page={tok}")
 out["unbound_tls"] = tls("a.wild.test", unverified())
 out["bound_tls"] = tls("allowed.test", ssl.create_default_context())
 print(json.dumps(out))`,
@@ -315,7 +317,16 @@ print(json.dumps(out))`,
       const out = JSON.parse(s.stdout) as Record<string, [unknown, unknown]>;
       const why = () =>
         `${JSON.stringify(out)}\n${JSON.stringify(s.network_refused)}\n${fx.web.since(mark, "allowed")}`;
-      for (const k of ["unbound_query", "unbound_header", "in_path", "host_mismatch"])
+      // A bound host gets a value only in a credential field: where it might echo one (a request
+      // id, a page number), the placeholder is refused.
+      for (const k of [
+        "unbound_query",
+        "unbound_header",
+        "in_path",
+        "host_mismatch",
+        "echoed_header",
+        "echoed_query",
+      ])
         assert.equal(out[k]?.[0], 403, `${k}: ${why()}`);
       // Not terminated: the client sees the web host's own certificate.
       assert.equal(out.unbound_tls?.[0], webCertSha, JSON.stringify(out.unbound_tls));
@@ -329,7 +340,7 @@ print(json.dumps(out))`,
       assert.ok(has("allowed.test", 443, "secret_placeholder"), JSON.stringify(refused));
       assert.ok(has("a.wild.test", 443, "host_mismatch"), JSON.stringify(refused));
       const seen = fx.web.since(mark, "allowed");
-      assert.doesNotMatch(seen, /path=\/(u|v|x)\b|scratchrun-secret-/, seen);
+      assert.doesNotMatch(seen, /path=\/(u|v|x|w)\b|scratchrun-secret-/, seen);
       assert.ok(!seen.includes(VALUE));
     });
 

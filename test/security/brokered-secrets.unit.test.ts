@@ -11,7 +11,12 @@ import { Engine } from "../../src/engine/engine.js";
 import { CA_BUNDLE_ENV, CA_BUNDLE_PATH, PLACEHOLDER_PREFIX } from "../../src/engine/secrets.js";
 import { isScratchRunError } from "../../src/errors.js";
 import { allowlistOf, parseAllowlist } from "../../src/net/allowlist.js";
-import { substituteHead, type HeldSecret } from "../../src/net/proxy/substitute.js";
+import {
+  isCredentialField,
+  scrubValue,
+  substituteHead,
+  type HeldSecret,
+} from "../../src/net/proxy/substitute.js";
 import { LeafIssuer, newCallCa, publicKeyId, serialNumber } from "../../src/net/proxy/x509.js";
 import { LIMITS } from "../../src/schema/limits.js";
 
@@ -24,14 +29,14 @@ const SECRETS: HeldSecret[] = [
 const basic = (s: string) => `Basic ${Buffer.from(s, "latin1").toString("base64")}`;
 
 describe("substituteHead: placeholders become values only for their hosts", () => {
-  it("headers, Basic credentials and the query of a bound host get the value", () => {
+  it("credential headers, Basic credentials and credential query parameters of a bound host get the value", () => {
     const r = substituteHead(
       "api.test",
-      `/p/x?a=${P1}&b=1`,
+      `/p/x?api_key=${P1}&b=1`,
       [
         "Authorization",
         `Bearer ${P1}`,
-        "X-Two",
+        "X-Api-Key",
         `${P1},${P1}`,
         "Proxy-Authorization",
         basic(`u:${P1}`),
@@ -39,14 +44,61 @@ describe("substituteHead: placeholders become values only for their hosts", () =
       SECRETS,
     );
     assert.ok(r.ok);
-    assert.equal(r.target, `/p/x?a=${encodeURIComponent("v@lue one&x")}&b=1`);
+    assert.equal(r.target, `/p/x?api_key=${encodeURIComponent("v@lue one&x")}&b=1`);
     assert.deepEqual(r.headers.slice(0, 4), [
       "Authorization",
       "Bearer v@lue one&x",
-      "X-Two",
+      "X-Api-Key",
       "v@lue one&x,v@lue one&x",
     ]);
     assert.equal(r.headers[5], basic("u:v@lue one&x"));
+  });
+
+  it("only credential fields get the value: a placeholder anywhere a host might echo is refused", () => {
+    // Headers and parameters hosts hand back (request ids, CORS, redirects keeping the query).
+    const echoed: Array<[string, string[]]> = [
+      ["/", ["X-Request-Id", P1]],
+      ["/", ["Origin", `https://${P1}`]],
+      ["/", ["Referer", `https://x.test/?k=${P1}`]],
+      ["/", ["Cookie", `s=${P1}`]],
+      ["/", ["X-HTTP-Method-Override", P1]],
+      ["/", ["Accept", P1]],
+      [`/docs?page=${P1}`, []],
+      [`/?next=/x%3Fkey%3D${P1}`, []],
+      [`/?${P1}=1`, []],
+      [`/?q=${P1}&key=1`, []],
+    ];
+    for (const [target, headers] of echoed)
+      assert.deepEqual(
+        substituteHead("api.test", target, headers, SECRETS),
+        { ok: false },
+        `${target} ${headers.join(": ")}`,
+      );
+    // Credential names, however a service spells them.
+    for (const field of [
+      "X-Auth-Token",
+      "PRIVATE-TOKEN",
+      "Ocp-Apim-Subscription-Key",
+      "X-Goog-Api-Key",
+      "apikey",
+      "X-Amz-Security-Token",
+    ])
+      assert.ok(isCredentialField(field), field);
+    for (const field of ["X-Request-Id", "Origin", "page", "Cookie", "Keyboard", "Tokenizer"])
+      assert.ok(!isCredentialField(field), field);
+    for (const param of ["key", "api_key", "access_token", "token", "sig", "api%5Fkey"]) {
+      const r = substituteHead("api.test", `/?${param}=${P1}`, [], SECRETS);
+      assert.ok(r.ok, param);
+      assert.equal(r.target, `/?${param}=${encodeURIComponent("v@lue one&x")}`);
+    }
+  });
+
+  it("a response header reflecting a value, as written or percent-encoded, goes back as its placeholder", () => {
+    const v = "v@lue one&x";
+    assert.equal(scrubValue(`/docs/?key=${encodeURIComponent(v)}`, SECRETS), `/docs/?key=${P1}`);
+    assert.equal(scrubValue(`Bearer ${v}, ${v}`, SECRETS), `Bearer ${P1}, ${P1}`);
+    assert.equal(scrubValue("second-value", SECRETS), P2);
+    assert.equal(scrubValue("nothing here", SECRETS), "nothing here");
   });
 
   it("a placeholder going to a host it is not bound to is refused, wherever it sits in the head", () => {
@@ -181,6 +233,7 @@ class RecordingBackend implements Backend {
         // The code printed a value it got back from a bound host: redacted like an env value.
         stdout: new TextEncoder().encode("echoed: s3cret-token-value\n"),
         stderr: new Uint8Array(),
+        shown: [],
         files: [],
         failure: null,
         startedAfterMs: 1,

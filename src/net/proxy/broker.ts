@@ -18,7 +18,7 @@ import { allowlistOf, isAllowed, normaliseHostname, type DomainAllowlist } from 
 import type { BrokerSpec } from "./control.js";
 import type { RefusalReason } from "./reasons.js";
 import { checkBrokeredRequest, type BodyFraming } from "./request-rules.js";
-import { substituteHead, type HeldSecret } from "./substitute.js";
+import { scrubValue, substituteHead, type HeldSecret } from "./substitute.js";
 import { LeafIssuer, publicKeyId } from "./x509.js";
 
 /** What a broker needs from the proxy: where a name may be dialled, and the refusal record. */
@@ -57,11 +57,16 @@ function framingHeaders(framing: BodyFraming): string[] {
   return close;
 }
 
+/**
+ * `raw`'s end-to-end headers. A header the sender names in Connection is hop-by-hop too, except
+ * Host: the rules checked the one Host a request has, and that Host is what goes on.
+ */
 function endToEnd(raw: readonly string[]): string[] {
   const named = new Set<string>();
   for (let i = 0; i + 1 < raw.length; i += 2)
     if ((raw[i] as string).toLowerCase() === "connection")
       for (const t of (raw[i + 1] as string).split(",")) named.add(t.trim().toLowerCase());
+  named.delete("host");
   const out: string[] = [];
   for (let i = 0; i + 1 < raw.length; i += 2) {
     const k = (raw[i] as string).toLowerCase();
@@ -113,6 +118,29 @@ interface Route {
   port: 80 | 443;
 }
 
+/** When the upstream connection of `up` is closed (or it never got one). */
+function closed(up: http.ClientRequest): Promise<void> {
+  return new Promise((done) => {
+    up.once("socket", (s: net.Socket) => {
+      if (s.destroyed) done();
+      else s.once("close", () => done());
+    });
+    up.once("close", () => {
+      if (!up.socket || up.socket.destroyed) done();
+    });
+  });
+}
+
+/**
+ * Requests of one client connection waiting for their turn: each goes upstream only when the one
+ * before it has been answered, so a connection holds one upstream connection at a time (the
+ * bound admission.ts keeps counts one per accepted connection). Past this many waiting, the
+ * connection is cut: pipelining thousands of requests must not open thousands of upstreams.
+ */
+const MAX_WAITING = 256;
+/** Leaf contexts kept per call (a wildcard binding could name any number of hosts). */
+const MAX_CONTEXTS = 64;
+
 export class Broker {
   private readonly secrets: HeldSecret[];
   private readonly issuer: LeafIssuer;
@@ -120,6 +148,7 @@ export class Broker {
   private readonly routes = new WeakMap<object, Route>();
   private readonly server: http.Server;
   private readonly upstreams = new Set<http.ClientRequest>();
+  private readonly turns = new WeakMap<object, { tail: Promise<void>; waiting: number }>();
   private readonly open = new Set<Duplex | net.Socket>();
 
   constructor(
@@ -135,10 +164,7 @@ export class Broker {
     const ca = new X509Certificate(spec.caCertPem);
     const caName = /^CN=(.*)$/m.exec(ca.subject)?.[1] ?? "";
     this.issuer = new LeafIssuer(caKey, caName, publicKeyId(ca.publicKey));
-    this.server = http.createServer(
-      { requestTimeout: 0 },
-      (req, res) => void this.forward(req, res),
-    );
+    this.server = http.createServer({ requestTimeout: 0 }, (req, res) => this.inTurn(req, res));
     this.server.on("clientError", (_e, s) => s.destroy());
     // A tunnel through a bound connection would carry anything: refused and named.
     this.server.on("connect", (req: http.IncomingMessage, sock: Duplex) => {
@@ -180,6 +206,10 @@ export class Broker {
   private contextFor(name: string): tls.SecureContext {
     let c = this.contexts.get(name);
     if (!c) {
+      if (this.contexts.size >= MAX_CONTEXTS) {
+        const oldest = this.contexts.keys().next().value;
+        if (oldest !== undefined) this.contexts.delete(oldest);
+      }
       const leaf = this.issuer.leaf(name);
       c = tls.createSecureContext({
         cert: leaf.certPem,
@@ -200,7 +230,8 @@ export class Broker {
     this.deps.refuse(host, route.port, reason);
     const status = reason === "untrusted_upstream" || reason === "unreachable" ? 502 : 403;
     const body = `ScratchRun egress: refused ${host ?? "(no host name)"} (${reason})\n`;
-    res.writeHead(status, {
+    // The reason phrase given: a failed writeHead may have left the upstream's (unwritable) one.
+    res.writeHead(status, http.STATUS_CODES[status] ?? "", {
       "Content-Type": "text/plain; charset=utf-8",
       "Content-Length": Buffer.byteLength(body),
       Connection: "close",
@@ -209,7 +240,34 @@ export class Broker {
     res.end(body);
   }
 
-  private async forward(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+  /** Forwards `req` once every earlier request of its connection has been answered. */
+  private inTurn(req: http.IncomingMessage, res: http.ServerResponse): void {
+    const sock = req.socket;
+    const turn = this.turns.get(sock) ?? { tail: Promise.resolve(), waiting: 0 };
+    this.turns.set(sock, turn);
+    if (turn.waiting >= MAX_WAITING) {
+      const route = this.routes.get(sock);
+      if (route) this.deps.refuse(route.name, route.port, "connection_limit");
+      return void sock.destroy();
+    }
+    turn.waiting += 1;
+    turn.tail = turn.tail.then(() => {
+      turn.waiting -= 1;
+      // The turn ends when the answer is done and the upstream connection, if one was made, is
+      // closed: only then does the next request of this connection dial.
+      let upstream: Promise<void> = Promise.resolve();
+      const answered = new Promise<void>((done) => res.once("close", () => done()));
+      // Nothing may throw into the proxy, whose other sandboxes' connections would die too.
+      this.forward(req, res, (up) => (upstream = closed(up))).catch(() => res.destroy());
+      return answered.then(() => upstream);
+    });
+  }
+
+  private async forward(
+    req: http.IncomingMessage,
+    res: http.ServerResponse,
+    dialed: (up: http.ClientRequest) => void,
+  ): Promise<void> {
     const route = this.routes.get(req.socket);
     if (!route) return void req.socket.destroy();
     const method = req.method ?? "GET";
@@ -255,14 +313,26 @@ export class Broker {
         : {}),
     };
     const up = (route.port === 443 ? https : http).request(options, (answer) => {
-      res.writeHead(
-        answer.statusCode ?? 502,
-        answer.statusMessage ?? "",
-        endToEnd(answer.rawHeaders) as unknown as http.OutgoingHttpHeaders,
+      // A reflected credential field goes back as the placeholder the code sent.
+      const headers = endToEnd(answer.rawHeaders).map((v, i) =>
+        i % 2 === 1 ? scrubValue(v, this.secrets) : v,
       );
+      try {
+        res.writeHead(
+          answer.statusCode ?? 502,
+          answer.statusMessage ?? "",
+          headers as unknown as http.OutgoingHttpHeaders,
+        );
+      } catch {
+        // A status line Node will not write again (a code under 100, a control character in
+        // the reason): no usable answer, as if none came.
+        answer.destroy();
+        return this.refuse(res, route, route.name, "unreachable");
+      }
       answer.pipe(res);
       answer.on("error", () => res.destroy());
     });
+    dialed(up);
     this.upstreams.add(up);
     up.once("close", () => this.upstreams.delete(up));
     up.on("error", (e: NodeJS.ErrnoException) => {
