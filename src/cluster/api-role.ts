@@ -152,7 +152,7 @@ export async function startApiReplica(o: ApiReplicaOptions): Promise<ApiReplica>
       oauth: store.oauth,
       replicaId,
       admission,
-      readiness: () => ({ ready: true, status: "ready" }),
+      readiness: () => ({ status: "ready" }),
       admissionTouchesKey: true,
       gauges: [
         {

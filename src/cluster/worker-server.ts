@@ -1,14 +1,16 @@
 import { randomBytes } from "node:crypto";
-import type { IncomingMessage, ServerResponse } from "node:http";
 import { parseBearer } from "../http/auth.js";
 import { readJsonBody } from "../http/body.js";
-import { listen, routedServer } from "../http/json-server.js";
-import { refuse, sendError, sendJson } from "../http/respond.js";
+import { listen, routedServer } from "../http/listener.js";
+import { closeSignal, refuse, sendError, sendJson } from "../http/respond.js";
 import type { Logger } from "../http/log.js";
 import { Metrics } from "../http/metrics.js";
+import { probeRoutes } from "../http/probes.js";
+import { router, type Exchange, type Handler, type Route } from "../http/router.js";
 import type { SandboxTracker } from "../store/sandbox-tracker.js";
 import { outcomeToWire } from "../api/wire.js";
 import type { Engine } from "../engine/engine.js";
+import { engineGauges, engineReadiness } from "../engine/health.js";
 import { isScratchRunError } from "../errors.js";
 import { RUNTIMES } from "../schema/exec.js";
 import { parseExecRequest } from "../schema/validate.js";
@@ -62,6 +64,7 @@ export async function startWorkerServer(options: WorkerServerOptions): Promise<W
   const workerId = randomBytes(8).toString("hex");
   const bodyCap = options.bodyCapBytes ?? 16 * 1024 * 1024;
   const metrics = new Metrics();
+  for (const gauge of engineGauges(engine)) metrics.addGauge(gauge);
   let inFlight = 0;
   let draining = false;
   const deadlines = new Map<symbol, number>();
@@ -86,32 +89,12 @@ export async function startWorkerServer(options: WorkerServerOptions): Promise<W
     sessions: sessions.status(),
   });
 
-  metrics.addGauge({
-    name: "scratchrun_sandboxes_active",
-    help: "Calls holding a sandbox slot.",
-    read: () => [{ labels: {}, value: engine.admission.active }],
-  });
-  metrics.addGauge({
-    name: "scratchrun_queue_depth",
-    help: "Calls waiting for a sandbox slot.",
-    read: () => [{ labels: {}, value: engine.admission.queued }],
-  });
-  metrics.addGauge({
-    name: "scratchrun_pool_ready",
-    help: "Warm sandboxes ready per runtime.",
-    labelNames: ["runtime"],
-    read: () =>
-      RUNTIMES.map((r) => ({ labels: { runtime: r }, value: engine.backend.pooled(r).ready })),
-  });
-
   const untrack = tracker
     ? engine.backend.onSandboxReady(() => void tracker.sandboxRunning())
     : null;
   if (tracker) void tracker.sandboxRunning();
 
-  const exec = async (req: IncomingMessage, res: ServerResponse) => {
-    if (draining)
-      return sendError(res, 503, "NOT_READY", "The worker is draining", { Connection: "close" });
+  const exec = async ({ req, res }: Exchange) => {
     const body = await readJsonBody(req, bodyCap);
     if (!body.ok) return refuse(res, body.refusal);
     const envelope = workerExecBodySchema.safeParse(body.value);
@@ -128,10 +111,7 @@ export async function startWorkerServer(options: WorkerServerOptions): Promise<W
       metrics.refused.inc({ reason: "busy" });
       return sendError(res, 429, "BUSY", "The worker has no free slot", { "Retry-After": "1" });
     }
-    const controller = new AbortController();
-    res.once("close", () => {
-      if (!res.writableFinished) controller.abort();
-    });
+    const signal = closeSignal(res);
     res.writeHead(200, { "Content-Type": "application/x-ndjson", "Cache-Control": "no-store" });
     const emit = (e: WorkerEvent) => {
       if (!res.destroyed) res.write(`${JSON.stringify(e)}\n`);
@@ -143,7 +123,7 @@ export async function startWorkerServer(options: WorkerServerOptions): Promise<W
     deadlines.set(call, started + request.timeout_ms + 60_000);
     try {
       const outcome = await engine.execute(request, {
-        signal: controller.signal,
+        signal,
         ...(envelope.data.egress_allow ? { egressAllow: envelope.data.egress_allow } : {}),
         ...(envelope.data.owner ? { owner: envelope.data.owner } : {}),
         onProgress: (p) => {
@@ -165,7 +145,7 @@ export async function startWorkerServer(options: WorkerServerOptions): Promise<W
           replica: envelope.data.replica_id,
           runtime: request.runtime,
           exit_reason: outcome.result.exit_reason,
-          cancelled: controller.signal.aborted,
+          cancelled: signal.aborted,
           ms: Date.now() - started,
         },
         "call finished",
@@ -184,54 +164,49 @@ export async function startWorkerServer(options: WorkerServerOptions): Promise<W
     }
   };
 
-  const route = async (req: IncomingMessage, res: ServerResponse): Promise<string> => {
-    const path = (req.url ?? "/").split("?")[0]!;
-    const method = req.method ?? "GET";
-    if (path === "/healthz" && method === "GET") {
-      sendJson(res, 200, { status: "ok" });
-      return path;
-    }
-    if (path === "/readyz" && method === "GET") {
-      const warming =
-        RUNTIMES.some((r) => engine.backend.pooled(r).target > 0) &&
-        RUNTIMES.every((r) => engine.backend.pooled(r).ready === 0);
-      const state = draining ? "draining" : warming ? "warming" : "ready";
-      sendJson(res, state === "ready" ? 200 : 503, {
-        status: state,
-        worker_id: workerId,
-        pools: engine.backend.pools(),
-      });
-      return path;
-    }
-    if (path === "/metrics" && method === "GET") {
-      const text = await metrics.render();
-      res.writeHead(200, { "Content-Type": metrics.contentType });
-      res.end(text);
-      return path;
-    }
-    const known = Object.values(WORKER_PATHS) as string[];
-    if (!known.includes(path)) {
-      sendError(res, 404, "NOT_FOUND", `No route ${path}`);
-      return "unknown";
-    }
-    if (!tokenMatches(parseBearer(req.headers.authorization), options.token)) {
-      sendError(res, 401, "UNAUTHORIZED", "This endpoint is for ScratchRun API replicas");
-      return path;
-    }
-    if (path === WORKER_PATHS.status && method === "GET") sendJson(res, 200, status());
-    else if (path === WORKER_PATHS.info && method === "GET")
-      sendJson(res, 200, { runtimes: engine.options.runtimes });
-    else if (path === WORKER_PATHS.exec && method === "POST") await exec(req, res);
-    else if (path === WORKER_PATHS.sessions && method === "POST") {
-      if (draining)
-        sendError(res, 503, "NOT_READY", "The worker is draining", { Connection: "close" });
-      else await sessions.start(req, res, workerId);
-    } else if (path === WORKER_PATHS.sessionEnd && method === "POST") await sessions.end(req, res);
-    else sendError(res, 405, "NOT_FOUND", `${method} is not allowed on ${path}`);
-    return path;
+  /** The rows only API replicas may call: their shared secret first, then (a call) not draining. */
+  const replicas = (handle: Handler, refusedWhileDraining = false): Handler => {
+    return (x) => {
+      if (!tokenMatches(parseBearer(x.req.headers.authorization), options.token))
+        return sendError(
+          x.res,
+          401,
+          "UNAUTHORIZED",
+          "This endpoint is for ScratchRun API replicas",
+        );
+      if (refusedWhileDraining && draining)
+        return sendError(x.res, 503, "NOT_READY", "The worker is draining", {
+          Connection: "close",
+        });
+      return handle(x);
+    };
   };
+  const routes: Route[] = [
+    ...probeRoutes(metrics, () => ({
+      ...engineReadiness(engine),
+      ...(draining ? { status: "draining" } : {}),
+      worker_id: workerId,
+    })),
+    {
+      method: "GET",
+      path: WORKER_PATHS.status,
+      handle: replicas(({ res }) => sendJson(res, 200, status())),
+    },
+    {
+      method: "GET",
+      path: WORKER_PATHS.info,
+      handle: replicas(({ res }) => sendJson(res, 200, { runtimes: engine.options.runtimes })),
+    },
+    { method: "POST", path: WORKER_PATHS.exec, handle: replicas(exec, true) },
+    {
+      method: "POST",
+      path: WORKER_PATHS.sessions,
+      handle: replicas((x) => sessions.start(x, workerId), true),
+    },
+    { method: "POST", path: WORKER_PATHS.sessionEnd, handle: replicas((x) => sessions.end(x)) },
+  ];
 
-  const server = routedServer(route, metrics, logger);
+  const server = routedServer(router(routes), metrics, logger);
   // Replicas poll the status about once a second with fetch, which keeps its connection alive.
   server.keepAliveTimeout = 65_000;
   const { port, url } = await listen(server, options.host, options.port);

@@ -1,6 +1,6 @@
-import type { IncomingMessage, ServerResponse } from "node:http";
 import { readJsonBody } from "../http/body.js";
-import { answerError, refuse, sendError, sendJson } from "../http/respond.js";
+import { answerError, closeSignal, refuse, sendError, sendJson } from "../http/respond.js";
+import type { Exchange } from "../http/router.js";
 import type { Logger } from "../http/log.js";
 import type { Engine } from "../engine/engine.js";
 import { ceilingPolicyOf } from "../policy/resolve.js";
@@ -47,25 +47,22 @@ export class WorkerSessions {
   }
 
   /** POST /v1/worker/sessions. */
-  async start(req: IncomingMessage, res: ServerResponse, workerId: string): Promise<void> {
+  async start({ req, res }: Exchange, workerId: string): Promise<void> {
     const body = await readJsonBody(req, this.bodyCap);
     if (!body.ok) return refuse(res, body.refusal);
     const parsed = workerSessionStartSchema.safeParse(body.value);
     if (!parsed.success) return sendError(res, 400, "INVALID_INPUT", "Malformed session start");
     const { owner, request, egress_allow } = parsed.data;
-    const controller = new AbortController();
-    res.once("close", () => {
-      if (!res.writableFinished) controller.abort();
-    });
+    const signal = closeSignal(res);
     try {
       const info = await this.engine.startSession(request, {
         owner,
         policy: this.ceiling,
         ...(egress_allow ? { egressAllow: egress_allow } : {}),
-        signal: controller.signal,
+        signal,
       });
       // The replica went away before the answer: nobody holds the id, so nobody may keep it.
-      if (res.destroyed || controller.signal.aborted) {
+      if (res.destroyed || signal.aborted) {
         await this.engine.endSession(info.session_id, owner).catch(() => {});
         return;
       }
@@ -76,7 +73,7 @@ export class WorkerSessions {
   }
 
   /** POST /v1/worker/sessions/end. */
-  async end(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  async end({ req, res }: Exchange): Promise<void> {
     const body = await readJsonBody(req, this.bodyCap);
     if (!body.ok) return refuse(res, body.refusal);
     const parsed = workerSessionEndSchema.safeParse(body.value);

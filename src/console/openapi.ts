@@ -1,4 +1,4 @@
-import { RUNS_PAGE_MAX, USAGE_DAYS_MAX } from "./api.js";
+import { RUNS_PAGE_MAX, USAGE_DAYS_MAX } from "./history.js";
 
 /**
  * The OpenAPI paths and schemas of the console's own routes (api.ts): what its pages call, and

@@ -16,6 +16,9 @@ const FILES: Record<string, { file: string; type: string }> = {
   "/console/app.css": { file: "app.css", type: "text/css; charset=utf-8" },
 };
 
+/** Every path the console's files are served at. */
+export const STATIC_PATHS: readonly string[] = Object.keys(FILES);
+
 export const APP_CSP =
   "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 

@@ -1,3 +1,8 @@
+/**
+ * The one body reader every server's routes use: a JSON or form body within a cap. It decides
+ * each refusal once (its status, its code, and a connection that closes after it); the wire
+ * answers it with `refuse`, an OAuth endpoint or a console form in its own words.
+ */
 import type { IncomingMessage } from "node:http";
 import type { Refusal } from "./respond.js";
 

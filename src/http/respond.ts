@@ -97,3 +97,12 @@ export function answerError(res: ServerResponse, e: unknown): void {
   if (!isScratchRunError(e)) throw e;
   refuse(res, refusalOf(e));
 }
+
+/** Aborted when the client goes away before its answer is written whole (a call then ends). */
+export function closeSignal(res: ServerResponse): AbortSignal {
+  const controller = new AbortController();
+  res.once("close", () => {
+    if (!res.writableFinished) controller.abort();
+  });
+  return controller.signal;
+}

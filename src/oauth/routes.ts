@@ -1,7 +1,8 @@
-import type { IncomingMessage, ServerResponse } from "node:http";
+import type { ServerResponse } from "node:http";
 import type { FailureLimiter } from "../http/auth.js";
 import { readFormBody, readJsonBody } from "../http/body.js";
 import { sendJson } from "../http/respond.js";
+import type { Exchange, Handler, Route } from "../http/router.js";
 import type { KeyStore } from "../store/keys.js";
 import type { OAuthStore } from "../store/oauth.js";
 import {
@@ -54,111 +55,102 @@ const CORS_PREFLIGHT = {
   "Access-Control-Max-Age": "600",
 };
 
+/** The rows of CROSS_ORIGIN_PATHS say so to any origin, and answer its preflight. */
+function crossOrigin(routes: Route[]): Route[] {
+  const preflight: Handler = ({ res }) => {
+    res.writeHead(204, CORS_PREFLIGHT);
+    res.end();
+  };
+  return routes.flatMap((r): Route[] => {
+    if (!CROSS_ORIGIN_PATHS.has(r.path)) return [r];
+    const handle: Handler = (x) => {
+      x.res.setHeader("Access-Control-Allow-Origin", "*");
+      return r.handle(x);
+    };
+    return [
+      { ...r, handle },
+      { ...r, method: "OPTIONS", handle: preflight },
+    ];
+  });
+}
+
 /**
  * The authorization server's HTTP routes: the two metadata documents, /oauth/authorize,
- * /oauth/token and /oauth/register. Returns the route's label, or null when the path is not one.
+ * /oauth/token and /oauth/register.
  */
-export function oauthRoutes(d: OAuthRouteDeps) {
-  return async (
-    req: IncomingMessage,
-    res: ServerResponse,
-    path: string,
-    method: string,
-  ): Promise<string | null> => {
-    const addr = req.socket.remoteAddress ?? "unknown";
-    if (CROSS_ORIGIN_PATHS.has(path)) {
-      if (method === "OPTIONS") {
-        res.writeHead(204, CORS_PREFLIGHT);
-        res.end();
-        return path === `${PRM_PATH}/mcp` ? PRM_PATH : path;
-      }
-      res.setHeader("Access-Control-Allow-Origin", "*");
-    }
-    if ((path === PRM_PATH || path === `${PRM_PATH}/mcp`) && method === "GET") {
-      sendJson(res, 200, protectedResourceMetadata(d.config));
-      return PRM_PATH;
-    }
-    if (path === ASM_PATH && method === "GET") {
-      sendJson(res, 200, authorizationServerMetadata(d.config));
-      return path;
-    }
-    if (path === "/oauth/authorize" && method === "GET") {
-      const query = new URL(req.url ?? "/", "http://x").searchParams;
-      const out = await authorize(d.oauth, d.config, query);
-      if (out.kind === "page") d.authorizePage(res, out.status, out.message);
-      else {
+export function oauthRoutes(d: OAuthRouteDeps): Route[] {
+  const metadata: Handler = ({ res }) => sendJson(res, 200, protectedResourceMetadata(d.config));
+  return crossOrigin([
+    { method: "GET", path: PRM_PATH, handle: metadata },
+    { method: "GET", path: `${PRM_PATH}/mcp`, label: PRM_PATH, handle: metadata },
+    {
+      method: "GET",
+      path: ASM_PATH,
+      handle: ({ res }) => sendJson(res, 200, authorizationServerMetadata(d.config)),
+    },
+    {
+      method: "GET",
+      path: "/oauth/authorize",
+      handle: async ({ res, query }) => {
+        const out = await authorize(d.oauth, d.config, query);
+        if (out.kind === "page") return d.authorizePage(res, out.status, out.message);
         const to = out.kind === "redirect" ? out.to : `/oauth/consent?request=${out.requestId}`;
         res.writeHead(302, { Location: to, ...NO_STORE, "Referrer-Policy": "no-referrer" });
         res.end();
-      }
-      return path;
-    }
-    if (path === "/oauth/token" && method === "POST") {
-      const wait = d.failures.retryAfterS(addr);
-      if (wait > 0) {
-        sendJson(
-          res,
-          429,
-          { error: "slow_down", error_description: "Too many failed requests; wait and retry" },
-          { "Retry-After": String(wait) },
-        );
-        return path;
-      }
-      const form = await readFormBody(req, FORM_CAP_BYTES);
-      if (!form.ok) {
-        sendJson(
-          res,
-          form.refusal.status,
-          { error: "invalid_request", error_description: form.refusal.message },
-          { ...NO_STORE, ...form.refusal.headers },
-        );
-        return path;
-      }
-      const out = await token(
-        d.oauth,
-        d.config,
-        form.value,
-        async (id) => (await d.keys.active(id)) !== null,
-      );
-      if (out.ok) sendJson(res, 200, out.tokens, NO_STORE);
-      else {
-        d.failures.recordFailure(addr);
-        sendJson(
-          res,
-          out.status,
-          { error: out.error, error_description: out.description },
-          NO_STORE,
-        );
-      }
-      return path;
-    }
-    if (path === "/oauth/register" && method === "POST") {
-      const wait = d.registrations.retryAfterS(addr);
-      if (wait > 0) {
-        sendJson(
-          res,
-          429,
-          { error: "slow_down", error_description: "Too many registrations from this address" },
-          { "Retry-After": String(wait) },
-        );
-        return path;
-      }
-      d.registrations.recordFailure(addr);
-      const body = await readJsonBody(req, REGISTER_CAP_BYTES);
-      if (!body.ok) {
-        sendJson(
-          res,
-          body.refusal.status,
-          { error: "invalid_client_metadata", error_description: body.refusal.message },
-          body.refusal.headers,
-        );
-        return path;
-      }
-      const out = await register(d.oauth, body.value);
-      if (out.ok) sendJson(res, 201, out.body, NO_STORE);
-      else sendJson(res, 400, { error: out.error, error_description: out.description });
-      return path;
-    }
-    return null;
-  };
+      },
+    },
+    { method: "POST", path: "/oauth/token", handle: (x) => tokenRoute(d, x) },
+    { method: "POST", path: "/oauth/register", handle: (x) => registerRoute(d, x) },
+  ]);
+}
+
+/** An error as RFC 6749 (§5.2) and RFC 7591 (§3.2.2) shape it. */
+function oauthError(
+  res: ServerResponse,
+  status: number,
+  error: string,
+  description: string,
+  headers: Record<string, string> = {},
+): void {
+  sendJson(res, status, { error, error_description: description }, headers);
+}
+
+const slowDown = (res: ServerResponse, waitS: number, description: string) =>
+  oauthError(res, 429, "slow_down", description, { "Retry-After": String(waitS) });
+
+/** POST /oauth/token: a failed request counts against its address. */
+async function tokenRoute(d: OAuthRouteDeps, { req, res }: Exchange): Promise<void> {
+  const addr = req.socket.remoteAddress ?? "unknown";
+  const wait = d.failures.retryAfterS(addr);
+  if (wait > 0) return slowDown(res, wait, "Too many failed requests; wait and retry");
+  const form = await readFormBody(req, FORM_CAP_BYTES);
+  if (!form.ok) {
+    const { status, message, headers } = form.refusal;
+    return oauthError(res, status, "invalid_request", message, { ...NO_STORE, ...headers });
+  }
+  const out = await token(
+    d.oauth,
+    d.config,
+    form.value,
+    async (id) => (await d.keys.active(id)) !== null,
+  );
+  if (out.ok) return sendJson(res, 200, out.tokens, NO_STORE);
+  d.failures.recordFailure(addr);
+  oauthError(res, out.status, out.error, out.description, NO_STORE);
+}
+
+/** POST /oauth/register: open to anyone, so every registration counts against its address. */
+async function registerRoute(d: OAuthRouteDeps, { req, res }: Exchange): Promise<void> {
+  const addr = req.socket.remoteAddress ?? "unknown";
+  const wait = d.registrations.retryAfterS(addr);
+  if (wait > 0) return slowDown(res, wait, "Too many registrations from this address");
+  d.registrations.recordFailure(addr);
+  const body = await readJsonBody(req, REGISTER_CAP_BYTES);
+  if (!body.ok) {
+    const { status, message, headers } = body.refusal;
+    return oauthError(res, status, "invalid_client_metadata", message, headers);
+  }
+  const out = await register(d.oauth, body.value);
+  if (out.ok) sendJson(res, 201, out.body, NO_STORE);
+  else oauthError(res, 400, out.error, out.description);
 }

@@ -1,0 +1,145 @@
+import type { ServerResponse } from "node:http";
+import { sendError, sendJson } from "../http/respond.js";
+import type { Route } from "../http/router.js";
+import type { PolicyPatch } from "../policy/key-policy.js";
+import type { KeyInfo } from "../store/keys.js";
+import type { Grant } from "../store/oauth.js";
+import type { ConsoleSession } from "../store/users.js";
+import { noKey, readObject, visibleKeys, type ConsoleContext } from "./context.js";
+
+export function keyJson(k: KeyInfo) {
+  return {
+    id: k.id,
+    name: k.name,
+    owner_id: k.ownerId,
+    created_at: k.createdAt,
+    last_used_at: k.lastUsedAt,
+    policy: k.policy,
+  };
+}
+
+/** A grant as the console's routes answer it (the key's page and the grants list). */
+export function grantJson(g: Grant) {
+  return {
+    id: g.id,
+    key_id: g.keyId,
+    client_id: g.clientId,
+    client_name: g.clientName,
+    resource: g.resource,
+    scope: g.scope,
+    created_at: g.createdAt,
+    revoked_at: g.revokedAt,
+    revoked_reason: g.revokedReason,
+  };
+}
+
+/**
+ * The keys page: the keys a person may see (create, revoke, change a policy) and the OAuth
+ * grants of those keys (list, revoke). A key another user holds is "not found", never
+ * "forbidden", so its id says nothing.
+ */
+export function keyRoutes(c: ConsoleContext): Route[] {
+  const { d } = c;
+  const mine = async (s: ConsoleSession, id: string) =>
+    (await visibleKeys(d.keys, s)).find((k) => k.id === id) ?? null;
+  /** The same checks as `scratchrun keys`: the store parses a policy and throws a TypeError. */
+  const asInput = (res: ServerResponse, e: unknown) => {
+    if (!(e instanceof TypeError)) throw e;
+    sendError(res, 400, "INVALID_INPUT", e.message);
+  };
+  return [
+    {
+      method: "GET",
+      path: "/v1/console/keys",
+      handle: c.signedIn(async ({ res }, s) =>
+        sendJson(res, 200, { keys: (await visibleKeys(d.keys, s)).map(keyJson) }),
+      ),
+    },
+    {
+      method: "POST",
+      path: "/v1/console/keys",
+      handle: c.signedIn(async (x, s) => {
+        const b = await readObject(x);
+        if (!b) return;
+        if (typeof b.name !== "string")
+          return sendError(
+            x.res,
+            400,
+            "INVALID_INPUT",
+            'name is required: {"name": "...", "policy": {...}}',
+          );
+        if (b.policy !== undefined && (typeof b.policy !== "object" || Array.isArray(b.policy)))
+          return sendError(
+            x.res,
+            400,
+            "INVALID_INPUT",
+            "policy is an object (or null: the server's settings)",
+          );
+        try {
+          const policy = (b.policy as PolicyPatch | null | undefined) ?? null;
+          const k = await d.keys.create(b.name, policy, Date.now(), s.user.id);
+          sendJson(x.res, 201, { id: k.id, name: b.name, key: k.key, policy: k.policy });
+        } catch (e) {
+          asInput(x.res, e);
+        }
+      }),
+    },
+    {
+      method: "DELETE",
+      path: "/v1/console/keys/{key_id}",
+      handle: c.signedIn(async ({ res, params }, s) => {
+        const k = await mine(s, params.key_id!);
+        if (!k) return noKey(res);
+        sendJson(res, 200, { id: k.id, revoked: (await d.keys.revoke(k.id)).includes(k.id) });
+      }),
+    },
+    {
+      method: "PUT",
+      path: "/v1/console/keys/{key_id}/policy",
+      handle: c.signedIn(async (x, s) => {
+        const k = await mine(s, x.params.key_id!);
+        if (!k) return noKey(x.res);
+        const b = await readObject(x);
+        if (!b) return;
+        try {
+          // The same patch as `scratchrun keys update` (null clears a field), checked as a whole.
+          const u = await d.keys.updatePolicy(k.id, b as PolicyPatch);
+          if (!u) noKey(x.res);
+          else sendJson(x.res, 200, { id: u.id, policy: u.policy });
+        } catch (e) {
+          asInput(x.res, e);
+        }
+      }),
+    },
+    {
+      method: "GET",
+      path: "/v1/console/keys/{key_id}/grants",
+      handle: c.signedIn(async ({ res, params }, s) => {
+        const k = await mine(s, params.key_id!);
+        if (!k) return noKey(res);
+        sendJson(res, 200, { grants: (await d.oauth.grantsFor([k.id])).map(grantJson) });
+      }),
+    },
+    {
+      method: "GET",
+      path: "/v1/console/grants",
+      handle: c.signedIn(async ({ res }, s) => {
+        const keys = await visibleKeys(d.keys, s);
+        const grants = await d.oauth.grantsFor(keys.map((k) => k.id));
+        sendJson(res, 200, { grants: grants.map(grantJson) });
+      }),
+    },
+    {
+      method: "DELETE",
+      path: "/v1/console/grants/{grant_id}",
+      handle: c.signedIn(async ({ res, params }, s) => {
+        const g = await d.oauth.grant(params.grant_id!);
+        const keys = await visibleKeys(d.keys, s);
+        if (!g || !keys.some((k) => k.id === g.keyId))
+          return sendError(res, 404, "NOT_FOUND", "No grant of your keys has this id");
+        const revoked = await d.oauth.revokeGrant(g.id, `revoked by ${s.user.name}`);
+        sendJson(res, 200, { id: g.id, revoked });
+      }),
+    },
+  ];
+}

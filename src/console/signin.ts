@@ -1,0 +1,157 @@
+import { readFormBody, readJsonBody } from "../http/body.js";
+import { sendError, sendJson } from "../http/respond.js";
+import type { Route } from "../http/router.js";
+import { isLocalPath } from "../oauth/uris.js";
+import { SESSION_MS, type ConsoleSession } from "../store/users.js";
+import { FORM_CAP_BYTES, sameSecret, type ConsoleContext } from "./context.js";
+import { parseCookies, setCookie } from "./cookies.js";
+import { messagePage } from "./pages.js";
+
+type SignIn =
+  | { ok: true; cookie: string; session: ConsoleSession }
+  | { ok: false; status: number; message: string; retryAfterS: number };
+
+/**
+ * Signing in and out with a console user's password: the page and its form (CSRF by double
+ * submit: the form's token is also in a cookie of its own), the form that signs out, and the
+ * same as JSON (`/v1/console/session`, openapi.json).
+ */
+export function signinRoutes(c: ConsoleContext): Route[] {
+  const { d, secure, signinName } = c;
+
+  /** Checks a sign-in and, when it holds, the Set-Cookie of its session. */
+  const signIn = async (addr: string, name: string, password: string): Promise<SignIn> => {
+    const wait = d.signinFailures.retryAfterS(addr);
+    if (wait > 0)
+      return {
+        ok: false,
+        status: 429,
+        message: `Too many failed sign-ins from here; wait ${wait} s`,
+        retryAfterS: wait,
+      };
+    const r = await d.users.signIn(name, password);
+    if (!r.ok) {
+      d.signinFailures.recordFailure(addr);
+      return r.reason === "locked"
+        ? {
+            ok: false,
+            status: 429,
+            message: `This account is locked after repeated wrong passwords; try again in ${Math.ceil((r.retryAfterS ?? 60) / 60)} min`,
+            retryAfterS: r.retryAfterS ?? 60,
+          }
+        : { ok: false, status: 401, message: "Wrong user or password", retryAfterS: 0 };
+    }
+    return {
+      ok: true,
+      cookie: c.sessionCookie(r.session),
+      session: { user: r.user, csrf: r.csrf, expiresAt: Date.now() + SESSION_MS },
+    };
+  };
+
+  return [
+    {
+      method: "GET",
+      path: "/console/signin",
+      handle: ({ res, query }) => {
+        const next = query.get("next") ?? "/console";
+        c.showSignin(res, isLocalPath(next) ? next : "/console");
+      },
+    },
+    {
+      method: "POST",
+      path: "/console/signin",
+      handle: async ({ req, res }) => {
+        const form = await readFormBody(req, FORM_CAP_BYTES);
+        if (!form.ok)
+          return c.sendPage(res, form.refusal.status, messagePage("Sign in", form.refusal.message));
+        const f = form.value;
+        const next = f.next && isLocalPath(f.next) ? f.next : "/console";
+        if (!sameSecret(f.csrf, parseCookies(req.headers.cookie).get(signinName)))
+          return c.showSignin(
+            res,
+            next,
+            403,
+            "The form expired or did not come from this page; sign in again",
+          );
+        const r = await signIn(
+          req.socket.remoteAddress ?? "unknown",
+          f.name ?? "",
+          f.password ?? "",
+        );
+        if (!r.ok) {
+          if (r.retryAfterS > 0) res.setHeader("Retry-After", String(r.retryAfterS));
+          return c.showSignin(res, next, r.status, r.message);
+        }
+        c.seeOther(res, next, {
+          "Set-Cookie": [
+            r.cookie,
+            setCookie(signinName, "", { secure, maxAgeS: 0, sameSite: "Strict" }),
+          ],
+        });
+      },
+    },
+    {
+      method: "POST",
+      path: "/console/signout",
+      handle: async ({ req, res }) => {
+        const form = await readFormBody(req, FORM_CAP_BYTES);
+        const cookie = parseCookies(req.headers.cookie).get(c.cookieName);
+        const s = await c.sessionOf(req);
+        if (form.ok && s && cookie && sameSecret(form.value.csrf, s.csrf))
+          await d.users.signOut(cookie);
+        else if (s)
+          return c.sendPage(
+            res,
+            403,
+            messagePage("Sign out", "The form did not come from this console"),
+          );
+        c.seeOther(res, "/console/signin", { "Set-Cookie": c.clearedSession() });
+      },
+    },
+    {
+      method: "POST",
+      path: "/v1/console/session",
+      handle: async ({ req, res }) => {
+        const body = await readJsonBody(req, FORM_CAP_BYTES);
+        const b = body.ok ? (body.value as Record<string, unknown> | null) : null;
+        if (!b || typeof b.name !== "string" || typeof b.password !== "string")
+          return sendError(
+            res,
+            400,
+            "INVALID_INPUT",
+            'The body is {"name": "...", "password": "..."} as application/json',
+          );
+        const r = await signIn(req.socket.remoteAddress ?? "unknown", b.name, b.password);
+        if (!r.ok)
+          return sendError(
+            res,
+            r.status,
+            r.status === 429 ? "BUSY" : "UNAUTHORIZED",
+            r.message,
+            r.retryAfterS > 0 ? { "Retry-After": String(r.retryAfterS) } : {},
+          );
+        sendJson(
+          res,
+          200,
+          { user: r.session.user, csrf_token: r.session.csrf, expires_at: r.session.expiresAt },
+          { "Set-Cookie": r.cookie },
+        );
+      },
+    },
+    {
+      method: "GET",
+      path: "/v1/console/session",
+      handle: c.signedIn(({ res }, s) =>
+        sendJson(res, 200, { user: s.user, csrf_token: s.csrf, expires_at: s.expiresAt }),
+      ),
+    },
+    {
+      method: "DELETE",
+      path: "/v1/console/session",
+      handle: c.signedIn(async ({ req, res }) => {
+        await d.users.signOut(parseCookies(req.headers.cookie).get(c.cookieName)!);
+        sendJson(res, 200, { signed_out: true }, { "Set-Cookie": c.clearedSession() });
+      }),
+    },
+  ];
+}
