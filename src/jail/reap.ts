@@ -1,8 +1,10 @@
 /**
  * At server start: find and destroy sandboxes whose owning ScratchRun process is gone (crash,
  * kill -9). A sandbox is owned while its top process (the one whose parent is outside the
- * sandbox) is still the child of a live Node process; after its owner dies it is re-parented to
- * init. An empty cgroup says nothing about its owner (bwrap --die-with-parent empties a dead
+ * sandbox) is still the child of a live ScratchRun server, known by its pid and start time
+ * (servers.ts), whatever Node binary it runs on; after its owner dies it is re-parented to init.
+ * A server that does not record itself (an older version) is known as before, by running the same
+ * executable as this one. An empty cgroup says nothing about its owner (bwrap --die-with-parent empties a dead
  * server's cgroups; a live one's are empty while being set up), so empty ones are removed only
  * when this server recorded them as its own. Sandboxes of other live ScratchRun processes on the
  * host are left alone, unlike `reapOrphans` in jail/cgroup.ts, which takes every cgroup. Only
@@ -15,6 +17,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { detectCgroups, listScratchrunCgroups, type CgroupHost } from "./cgroup.js";
 import { isValidCgroupName } from "./cgroup-detect.js";
 import { requireRoot } from "./root.js";
+import { isServer, registerServer } from "./servers.js";
 import { SANDBOX_UID_BASE, SANDBOX_UID_COUNT } from "./uids.js";
 
 /** Namespace sandboxes, then microVM QEMU processes: two blocks of SANDBOX_UID_COUNT. */
@@ -49,13 +52,13 @@ export function readProc(pid: number): ProcInfo | null {
 
 /**
  * Pure decision: is a group of processes (one sandbox) still owned? Owned when some process of
- * the group, walking up its parents outside the group, reaches a live process running `ownerExe`
+ * the group, walking up its parents outside the group, reaches a live process `isOwner` accepts
  * before reaching init (pid 1) or a dead end.
  */
 export function isOwned(
   pids: readonly number[],
   lookup: (pid: number) => ProcInfo | null,
-  ownerExe: string,
+  isOwner: (p: ProcInfo) => boolean,
 ): boolean {
   const inGroup = new Set(pids);
   for (const pid of pids) {
@@ -64,7 +67,7 @@ export function isOwned(
       if (p.ppid <= 1) break;
       const parent = lookup(p.ppid);
       if (!parent) break;
-      if (!inGroup.has(parent.pid) && parent.exe === ownerExe) return true;
+      if (!inGroup.has(parent.pid) && isOwner(parent)) return true;
       p = parent;
     }
   }
@@ -187,13 +190,16 @@ export async function reapOrphanSandboxes(
   options: { recorded?: readonly string[]; host?: CgroupHost; ownerExe?: string } = {},
 ): Promise<ReapReport> {
   requireRoot();
+  // First, so a server starting beside this one's reap takes this one for a server too.
+  registerServer();
   const host = options.host ?? detectCgroups();
   const ownerExe = options.ownerExe ?? readlinkSync("/proc/self/exe");
+  const isOwner = (p: ProcInfo) => isServer(p.pid) || p.exe === ownerExe;
   const recorded = new Set(options.recorded ?? []);
   const orphans = new Map<string, string[]>();
   for (const [name, dirs] of await cgroupsByName(host)) {
     const pids = cgroupPids(dirs);
-    if (pids.length === 0 ? recorded.has(name) : !isOwned(pids, readProc, ownerExe))
+    if (pids.length === 0 ? recorded.has(name) : !isOwned(pids, readProc, isOwner))
       orphans.set(name, dirs);
   }
   for (const dirs of orphans.values()) await destroyGroup(dirs);
@@ -203,7 +209,7 @@ export async function reapOrphanSandboxes(
     if (!/^\d+$/.test(entry)) continue;
     const p = readProc(Number(entry));
     if (!p || p.zombie || p.uid < UID_MIN || p.uid >= UID_MAX) continue;
-    if (!isOwned([p.pid], readProc, ownerExe)) strays.push(p.pid);
+    if (!isOwned([p.pid], readProc, isOwner)) strays.push(p.pid);
   }
   strays.forEach(kill);
   return { cgroups: [...orphans.keys()].sort(), processes: strays };

@@ -173,6 +173,8 @@ describe("failed-authentication limiter", () => {
 
 describe("orphan ownership", () => {
   const NODE = "/usr/bin/node";
+  /** Owners as an older server knew them: by running the same executable. */
+  const byExe = (p: ProcInfo) => p.exe === NODE;
   const table = (rows: [number, number, string | null][]) => {
     const m = new Map<number, ProcInfo>(
       rows.map(([pid, ppid, exe]) => [pid, { pid, ppid, uid: 0, exe, zombie: false }]),
@@ -186,7 +188,31 @@ describe("orphan ownership", () => {
       [200, 100, "/usr/bin/bwrap"],
       [201, 200, "/usr/bin/bwrap"],
     ]);
-    assert.equal(isOwned([200, 201], procs, NODE), true);
+    assert.equal(isOwned([200, 201], procs, byExe), true);
+  });
+
+  test("a live server on another Node binary owns its sandboxes when known by identity, not by path", () => {
+    const procs = table([
+      [100, 1, "/opt/node24/bin/node"],
+      [200, 100, "/usr/bin/bwrap"],
+      [201, 200, "/usr/bin/bwrap"],
+    ]);
+    // By path, the other binary's sandboxes looked orphaned (and were killed).
+    assert.equal(isOwned([200, 201], procs, byExe), false);
+    const servers = new Set([100]);
+    assert.equal(
+      isOwned([200, 201], procs, (p) => servers.has(p.pid)),
+      true,
+    );
+    // A recorded server that died: its sandbox, re-parented to init, is an orphan.
+    const dead = table([
+      [200, 1, "/usr/bin/bwrap"],
+      [201, 200, "/usr/bin/bwrap"],
+    ]);
+    assert.equal(
+      isOwned([200, 201], dead, (p) => servers.has(p.pid)),
+      false,
+    );
   });
 
   test("after the server dies the sandbox is re-parented to init and is an orphan", () => {
@@ -194,7 +220,7 @@ describe("orphan ownership", () => {
       [200, 1, "/usr/bin/bwrap"],
       [201, 200, "/usr/bin/bwrap"],
     ]);
-    assert.equal(isOwned([200, 201], procs, NODE), false);
+    assert.equal(isOwned([200, 201], procs, byExe), false);
   });
 
   test("node inside the sandbox does not make it owned; a non-node parent does not either", () => {
@@ -203,17 +229,17 @@ describe("orphan ownership", () => {
       [201, 200, NODE],
       [202, 201, NODE],
     ]);
-    assert.equal(isOwned([200, 201, 202], inside, NODE), false);
+    assert.equal(isOwned([200, 201, 202], inside, byExe), false);
     const foreign = table([
       [50, 1, "/usr/sbin/sshd"],
       [200, 50, "/usr/bin/bwrap"],
     ]);
-    assert.equal(isOwned([200], foreign, NODE), false);
+    assert.equal(isOwned([200], foreign, byExe), false);
     const cycle = table([
       [200, 201, "/usr/bin/bwrap"],
       [201, 200, "/usr/bin/bwrap"],
     ]);
-    assert.equal(isOwned([200], cycle, NODE), false);
+    assert.equal(isOwned([200], cycle, byExe), false);
   });
 });
 

@@ -1,19 +1,24 @@
 /**
- * An ordinary user starting local mode (issue 46's uid-first fix): the refusal comes first, before
- * anything reads the host. A root stdio server with a pooled sandbox runs meanwhile; the user
+ * Starting beside a running server (issue 46). An ordinary user starting local mode (the uid-first
+ * fix): the refusal comes first, before anything reads the host. A root stdio server with a pooled sandbox runs meanwhile; the user
  * (made by the test with useradd) starts `scratchrun-mcp` and calls the orphan reaper directly.
  * Each says it must run as root, the reaper before it looks at one cgroup, and the root server's
  * sandboxes are exactly as they were. (The seconds each took are printed, not asserted: before the
- * fix the stdio start waited 10 s per live cgroup it took for an orphan.)
+ * fix the stdio start waited 10 s per live cgroup it took for an orphan.) And a root server on
+ * another Node binary: its start reaps orphans, and takes none of the running server's sandboxes
+ * for one (ownership by process identity, src/jail/servers.ts, not by executable path).
  */
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { assertNoLeaks, SANDBOX_UID_MAX, SANDBOX_UID_MIN, snapshot } from "../helpers/leaks.js";
 import { MCP_BIN, REPO_ROOT, startServer, type McpHarness } from "../helpers/mcp-client.js";
+
+/** Node 22 from the test legs' package (setup installs it): another binary than this test's. */
+const OTHER_NODE = join(REPO_ROOT, "test/node-legs/node_modules/node22/bin/node");
 
 const USER = `sr-nonroot-${randomBytes(3).toString("hex")}`;
 
@@ -65,6 +70,19 @@ function asUser(
   });
 }
 
+/** The running server's sandbox processes once its pool is filled (two readings apart agree). */
+async function settledSandboxes(): Promise<Map<number, string>> {
+  let live = sandboxProcesses();
+  for (let i = 0; i < 100; i++) {
+    await new Promise((r) => setTimeout(r, 300));
+    const again = sandboxProcesses();
+    if (live.size > 0 && JSON.stringify([...again]) === JSON.stringify([...live])) break;
+    live = again;
+  }
+  assert.ok(live.size > 0, "the root server holds a pooled sandbox");
+  return live;
+}
+
 describe("an ordinary user starting local mode beside a root server", { timeout: 300_000 }, () => {
   let h: McpHarness;
   let base: ReturnType<typeof snapshot>;
@@ -97,16 +115,7 @@ describe("an ordinary user starting local mode beside a root server", { timeout:
   });
 
   test("scratchrun-mcp and the reaper refuse at once with what to do; the root server's sandboxes are untouched", async () => {
-    // Wait for the root server's pool to hold its sandbox (the call's own has gone: two readings
-    // apart agree), then take its processes' identities.
-    let live = sandboxProcesses();
-    for (let i = 0; i < 100; i++) {
-      await new Promise((r) => setTimeout(r, 300));
-      const again = sandboxProcesses();
-      if (live.size > 0 && JSON.stringify([...again]) === JSON.stringify([...live])) break;
-      live = again;
-    }
-    assert.ok(live.size > 0, "the root server holds a pooled sandbox");
+    const live = await settledSandboxes();
 
     const mcp = await asUser(uid, gid, [MCP_BIN]);
     process.stderr.write(`non-root scratchrun-mcp: refused after ${mcp.seconds.toFixed(2)} s\n`);
@@ -138,3 +147,52 @@ catch (e) { console.log("refused", e.code, e.message); }`,
     assert.equal(s.stdout, "still\n");
   });
 });
+
+describe(
+  "a root server on another Node binary starting beside a running one",
+  { timeout: 300_000 },
+  () => {
+    let running: McpHarness;
+    let base: ReturnType<typeof snapshot>;
+
+    before(async () => {
+      base = snapshot();
+      running = await startServer({
+        SCRATCHRUN_ISOLATION: "namespace",
+        SCRATCHRUN_POOL_SIZE: "bash=1",
+      });
+      const { s } = await running.exec({ runtime: "bash", code: "echo ready" });
+      assert.equal(s.stdout, "ready\n");
+    });
+
+    after(async () => {
+      await running?.close();
+      await assertNoLeaks(base);
+    });
+
+    test("its start reaps none of the running server's sandboxes", async () => {
+      const live = await settledSandboxes();
+      assert.ok(existsSync(OTHER_NODE), `${OTHER_NODE} (setup installs the test legs' Node)`);
+      // The second server reaps orphans as it starts (src/cli/mcp.ts), on its own Node binary.
+      const other = await startServer(
+        { SCRATCHRUN_ISOLATION: "namespace", SCRATCHRUN_POOL_SIZE: "0" },
+        OTHER_NODE,
+      );
+      try {
+        const { s } = await other.exec({ runtime: "bash", code: "echo other" });
+        assert.equal(s.stdout, "other\n");
+        assert.match(
+          readlinkSync(`/proc/${other.serverPid()}/exe`),
+          /node22/,
+          "the second server runs on the other binary",
+        );
+      } finally {
+        await other.close();
+      }
+      const now = sandboxProcesses();
+      for (const [pid, start] of live) assert.equal(now.get(pid), start, `sandbox process ${pid}`);
+      const { s } = await running.exec({ runtime: "bash", code: "echo still" });
+      assert.equal(s.stdout, "still\n");
+    });
+  },
+);
