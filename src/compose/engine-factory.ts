@@ -287,6 +287,7 @@ async function engineOn(
     egressAllowlist: network.allowlist,
     networkNote: network.summary,
     networkReason: network.reason,
+    ...(network.unavailable ? { networkUnavailable: network.unavailable } : {}),
     onClose: async () => {
       await network.provider?.close();
       lease.release();

@@ -31,6 +31,12 @@ export interface NetworkPlan {
   summary: string;
   /** Why, with the operator's fix, for doctor and the startup log. */
   reason: string;
+  /**
+   * Set when this host keeps `public` from the calls though the operator did not turn it off
+   * (SCRATCHRUN_NETWORK=none is a choice the tool description states): each such call's result
+   * says why, with the operator's fix.
+   */
+  unavailable?: string;
 }
 
 const NONE_SUMMARY = 'none on this server (every call runs with network "none")';
@@ -165,6 +171,7 @@ export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
       allowlist,
       summary: NONE_SUMMARY,
       reason: `${missing.problem}; ${missing.fix}`,
+      unavailable: `${missing.problem}; ${missing.fix}`,
     };
   }
   // Forwarding on (turned on here, guard first, where it was off), Docker's chain opened.
@@ -181,6 +188,7 @@ export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
       allowlist,
       summary: NONE_SUMMARY,
       reason: `${off.problem}; ${off.fix}`,
+      unavailable: `${off.problem}; ${off.fix}`,
     };
   }
 

@@ -38,6 +38,11 @@ export interface EngineOptions {
   /** Why, with the operator's fix, for the startup log. */
   networkReason?: string;
   /**
+   * Why this host gives calls no network though the operator did not turn it off, with the
+   * operator's fix: every call that asked for "public" (the default) says so in its result.
+   */
+  networkUnavailable?: string;
+  /**
    * The server-wide policy: the schema callers without one of their own (stdio, `scratchrun run`,
    * API keys that set no maximum) get. Default: the product's (DEFAULT_POLICY).
    */
@@ -209,10 +214,12 @@ export class Engine {
    */
   async execute(request: ExecRequest, options: ExecuteOptions = {}): Promise<ExecOutcome> {
     const outcome = await this.run(request, options);
-    // Asked for "public" (the default) where this server gives none: the result says why, since
-    // a client shows the result, not the server's stderr.
-    if (request.network === "public" && outcome.result.network === "none" && this.networkOff)
-      outcome.result.network_reason = `ran with network "none", not "public": ${this.networkOffReason}`;
+    // Asked for "public" (the default) where this host gives none: the result says why, since a
+    // client shows the result, not the server's stderr. (An operator's SCRATCHRUN_NETWORK=none
+    // is stated in the tool description instead.)
+    const why = this.options.networkUnavailable;
+    if (why && request.network === "public" && outcome.result.network === "none")
+      outcome.result.network_reason = `ran with network "none", not "public": ${why}`;
     return outcome;
   }
 
@@ -287,19 +294,8 @@ export class Engine {
   }
 
   private effectiveNetwork(req: { network: ExecRequest["network"] }): ExecRequest["network"] {
-    if (this.networkOff) return "none";
+    if (this.options.forceNetworkNone || !this.options.publicNetworkAvailable) return "none";
     return req.network;
-  }
-
-  /** Every call runs with network "none" here, whatever it asks. */
-  private get networkOff(): boolean {
-    return this.options.forceNetworkNone === true || !this.options.publicNetworkAvailable;
-  }
-
-  /** Why every call runs with network "none" here, with the operator's fix. */
-  private get networkOffReason(): string {
-    if (this.options.forceNetworkNone) return "network is disabled on this server";
-    return this.options.networkReason ?? "this server gives calls no network";
   }
 
   /** What network a call asking for "public" really gets on this server. */

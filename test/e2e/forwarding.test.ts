@@ -97,7 +97,7 @@ for (const backend of TEST_BACKENDS) {
       assert.ok((await other.reachesPublic()).ok, "control: forwarded without the guard");
     });
 
-    test("SCRATCHRUN_ENABLE_FORWARDING=0 on a host whose forwarding is off: the call runs with none and its result says why, in the text a model reads too", async () => {
+    test("SCRATCHRUN_ENABLE_FORWARDING=0 on a host whose forwarding is off: the call runs with none and its result says why, in the text a model reads too (SCRATCHRUN_NETWORK=none: the operator's choice, no reason)", async () => {
       const { s, tcp, text } = await firstCall({ SCRATCHRUN_ENABLE_FORWARDING: "0" });
       assert.equal(s.network, "none");
       assert.equal(tcp.ok, false);
@@ -106,6 +106,12 @@ for (const backend of TEST_BACKENDS) {
         /^ran with network "none", not "public": IP forwarding is off on the uplink namespace .* SCRATCHRUN_ENABLE_FORWARDING=0 .*unset SCRATCHRUN_ENABLE_FORWARDING/,
       );
       assert.match(text, /^network: ran with network "none", not "public": IP forwarding is off/m);
+      // The operator's own SCRATCHRUN_NETWORK=none is the tool description's to state, not each
+      // result's.
+      const chosen = await firstCall({ SCRATCHRUN_NETWORK: "none" });
+      assert.equal(chosen.s.network, "none");
+      assert.equal(chosen.s.network_reason, undefined);
+      assert.doesNotMatch(chosen.text, /^network: /m);
     });
 
     test("Docker's FORWARD policy drop: the call still reaches a public host (its links let through DOCKER-USER)", async () => {
