@@ -59,6 +59,28 @@ describe("the agent's directory for jails", () => {
     assert.equal(readFileSync(join(staged, "agent"), "utf8"), "agent-v3");
   });
 
+  test("what jails use beside the agent is staged with it: the scripts, python/'s display modules", () => {
+    const priv = join(tmp, "private3");
+    const dir = agentIn(join(priv, "npx/build/guest"), "agent-v6");
+    mkdirSync(join(dir, "python"));
+    writeFileSync(join(dir, "prestart.py"), "pre", { mode: 0o444 });
+    writeFileSync(join(dir, "python/scratchrun_mpl.py"), "backend", { mode: 0o444 });
+    chmodSync(priv, 0o700);
+    const staged = jailReadableAgentDir(dir, cache);
+    assert.equal(readFileSync(join(staged, "prestart.py"), "utf8"), "pre");
+    assert.equal(readFileSync(join(staged, "python/scratchrun_mpl.py"), "utf8"), "backend");
+    assert.equal(statSync(join(staged, "python")).mode & 0o777, 0o755);
+    assert.equal(statSync(join(staged, "python/scratchrun_mpl.py")).mode & 0o777, 0o444);
+    // A module changed without a new agent is a new build too.
+    chmodSync(priv, 0o755);
+    chmodSync(join(dir, "python/scratchrun_mpl.py"), 0o644);
+    writeFileSync(join(dir, "python/scratchrun_mpl.py"), "backend v2");
+    chmodSync(priv, 0o700);
+    const again = jailReadableAgentDir(dir, cache);
+    assert.notEqual(again, staged);
+    assert.equal(readFileSync(join(again, "python/scratchrun_mpl.py"), "utf8"), "backend v2");
+  });
+
   test("a new build gets its own copy", () => {
     const priv = join(tmp, "private2");
     const dir = agentIn(join(priv, "g"), "agent-v4");
