@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/fsuid.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -22,6 +23,7 @@
 #include <unistd.h>
 
 #include "agent-contain.h"
+#include "agent-display.h"
 #include "agent-seccomp.h"
 #include "agent-wire.h"
 
@@ -239,6 +241,34 @@ static int pump(int host_out, struct stream *s, uint8_t *buf, int *idle) {
   return 0; /* past the cap: discarded */
 }
 
+/* What supervise() hands the display channel: the streams to forward before an output. */
+struct drain_ctx {
+  int host_out;
+  struct stream *streams;
+  uint8_t *buf;
+  struct run_result *res;
+  int *decided;
+};
+
+static void set_reason(struct run_result *res, int *decided, enum exit_reason r);
+
+/* Forwards what each stream's pipe holds now (and little more: a writer still printing is not
+ * waited for), so that an output about to be read lands after it. */
+static void drain_now(void *arg) {
+  struct drain_ctx *c = arg;
+  for (int i = 0; i < 2; i++) {
+    struct stream *s = &c->streams[i];
+    int avail = 0;
+    if (s->fd < 0 || ioctl(s->fd, FIONREAD, &avail) < 0 || avail <= 0) continue;
+    int flags = fcntl(s->fd, F_GETFL);
+    (void)fcntl(s->fd, F_SETFL, flags | O_NONBLOCK);
+    int idle = 0;
+    for (int reads = avail / MAX_CHUNK + 1; s->fd >= 0 && !idle && reads > 0; reads--)
+      if (pump(c->host_out, s, c->buf, &idle)) set_reason(c->res, c->decided, R_OUTPUT_LIMIT);
+    if (s->fd >= 0) (void)fcntl(s->fd, F_SETFL, flags);
+  }
+}
+
 /* Host frames while the code runs: only K is expected. Returns 1 when the run must stop. */
 static int host_says_stop(int host_in, uint8_t *hbuf, size_t *hlen, const char **why) {
   ssize_t n = read(host_in, hbuf + *hlen, 64 - *hlen);
@@ -331,6 +361,9 @@ static void supervise(int host_in, int host_out, const struct request *req,
   int32_t cell_status = 0;
   int note_fd = cell ? cell->note_r : -1;
   if (cell) cell->kept = 0;
+  struct display_run shown;
+  display_begin(&shown);
+  struct drain_ctx drain = {host_out, streams, buf, res, &decided};
 
   while (!main_done && !decided && !noted) {
     uint64_t now = now_ms();
@@ -339,14 +372,15 @@ static void supervise(int host_in, int host_out, const struct request *req,
       break;
     }
     uint64_t left = deadline - now;
-    struct pollfd pfd[5] = {
+    struct pollfd pfd[6] = {
         {host_in, POLLIN, 0},
         {streams[0].fd, POLLIN, 0},
         {streams[1].fd, POLLIN, 0},
         {sfd, POLLIN, 0},
         {note_fd, POLLIN, 0},
+        {display_fd(&shown), POLLIN, 0},
     };
-    int pr = poll(pfd, 5, left > 60000 ? 60000 : (int)left);
+    int pr = poll(pfd, 6, left > 60000 ? 60000 : (int)left);
     if (pr < 0) {
       if (errno == EINTR) continue;
       set_reason(res, &decided, R_KILLED);
@@ -363,6 +397,8 @@ static void supervise(int host_in, int host_out, const struct request *req,
     for (int i = 0; i < 2; i++)
       if (pfd[i + 1].revents && streams[i].fd >= 0 && pump(host_out, &streams[i], buf, NULL))
         set_reason(res, &decided, R_OUTPUT_LIMIT);
+    /* Before the child's exit: an output its writer placed is read before the loop ends. */
+    if (pfd[5].revents && !decided) display_ready(&shown, host_out, buf, drain_now, &drain);
     if (pfd[3].revents) {
       struct signalfd_siginfo si;
       while (read(sfd, &si, sizeof si) > 0) {
@@ -395,6 +431,7 @@ static void supervise(int host_in, int host_out, const struct request *req,
     /* The cell is over and the kernel keeps running: what it wrote is buffered in the pipes. */
     res->duration_ms = (uint32_t)(now_ms() - t0);
     close(sfd);
+    display_finish(&shown, host_out, buf, 0);
     for (int i = 0; i < 2; i++) {
       struct stream *s = &streams[i];
       int flags = fcntl(s->fd, F_GETFL);
@@ -443,7 +480,8 @@ static void supervise(int host_in, int host_out, const struct request *req,
   res->duration_ms = (uint32_t)(now_ms() - t0);
   close(sfd);
 
-  /* Everything that could write to the pipes is dead: drain what is buffered. */
+  /* Everything that could write to the pipes is dead: drain what is buffered, then the outputs
+   * whose writers died waiting (a figure shown as the process exits was placed before that). */
   for (int i = 0; i < 2; i++) {
     struct stream *s = &streams[i];
     if (s->fd < 0) continue;
@@ -453,6 +491,7 @@ static void supervise(int host_in, int host_out, const struct request *req,
       if (pump(host_out, s, buf, &idle)) set_reason(res, &decided, R_OUTPUT_LIMIT);
     if (s->fd >= 0) close(s->fd);
   }
+  display_finish(&shown, host_out, buf, 1);
   free(buf);
 
   if (!decided) {

@@ -22,6 +22,8 @@ enum frame_type {
   T_EXIT = 'X',
   T_FILE = 'F',
   T_DONE = 'D',
+  T_DISPLAY = 'Y',     /* bytes of one output on the display channel (agent-display.h) */
+  T_DISPLAY_END = 'Z', /* that output's end: one byte, enum display_end */
 };
 
 /* Writes all of buf, retrying on EINTR and partial writes. 0 on success, -1 on error. */

@@ -48,6 +48,7 @@
 #include <unistd.h>
 
 #include "agent-contain.h"
+#include "agent-display.h"
 #include "agent-files.h"
 #include "agent-prestart.h"
 #include "agent-request.h"
@@ -308,6 +309,10 @@ static int agent_main(const struct agent_opts *o) {
       return 2;
     }
   }
+
+  /* Before any code runs (the pre-started interpreter included), so only the agent holds it. */
+  if (display_open() < 0)
+    fprintf(stderr, "agent: no display channel: %s\n", strerror(errno)); /* calls run without */
 
   struct prestart ps;
   memset(&ps, 0, sizeof ps);

@@ -203,6 +203,7 @@ export function cancelledOutcome(
         exit: null,
         stdout: new Uint8Array(),
         stderr: new Uint8Array(),
+        shown: [],
         files: [],
         failure: { kind: "aborted", detail: "cancelled before a sandbox ran it" },
         startedAfterMs: null,

@@ -3,8 +3,15 @@
  * strict, incremental decoder for everything the agent sends. Every agent byte is hostile: the
  * decoder rejects a frame as soon as its header is wrong and never buffers more than one frame.
  */
-import type { AgentOutcome, AgentRequest, ReturnedFile, ReturnFileStatus } from "./types.js";
+import type {
+  AgentOutcome,
+  AgentRequest,
+  DisplayEnd,
+  ReturnedFile,
+  ReturnFileStatus,
+} from "./types.js";
 import { PROTOCOL_VERSION } from "./types.js";
+import { LIMITS } from "../schema/limits.js";
 
 const MiB = 1024 * 1024;
 /** Largest host → agent frame (length field value). */
@@ -43,6 +50,15 @@ export const FILE_STATUS_CODES: readonly ReturnFileStatus[] = [
   "error",
 ];
 
+/**
+ * Outputs the agent forwards in one call (`Z` frames with bytes before them): LIMITS.outputs's
+ * count, and one more for the note naming what the sandbox left out past it.
+ */
+export const MAX_DISPLAYS = LIMITS.outputs.maxCount + 1;
+
+/** The `Z` frame's byte, by wire number (guest/agent-display.h). */
+export const DISPLAY_END_CODES: readonly DisplayEnd[] = ["whole", "over", "cut"];
+
 export type AgentExit = NonNullable<AgentOutcome["exit"]>;
 
 /** One decoded agent → host frame. */
@@ -53,6 +69,8 @@ export type AgentFrame =
   | { type: "stderr"; data: Uint8Array }
   | { type: "exit"; exit: AgentExit }
   | { type: "file"; file: ReturnedFile }
+  | { type: "display"; data: Uint8Array }
+  | { type: "display_end"; end: DisplayEnd }
   | { type: "done" };
 
 const TYPE_BYTE = {
@@ -62,6 +80,8 @@ const TYPE_BYTE = {
   stderr: 0x45, // E
   exit: 0x58, // X
   file: 0x46, // F
+  display: 0x59, // Y
+  display_end: 0x5a, // Z
   done: 0x44, // D
 } as const;
 const REQUEST = 0x51; // Q
@@ -75,6 +95,8 @@ const MAX_LENGTH_BY_TYPE = new Map<number, number>([
   [TYPE_BYTE.stderr, 1 + MAX_OUTPUT_CHUNK],
   [TYPE_BYTE.exit, 1 + 19 + MAX_MESSAGE_BYTES],
   [TYPE_BYTE.file, MAX_AGENT_FRAME],
+  [TYPE_BYTE.display, 1 + MAX_OUTPUT_CHUNK],
+  [TYPE_BYTE.display_end, 1 + 1],
   [TYPE_BYTE.done, 1],
 ]);
 
@@ -315,6 +337,15 @@ export function parseAgentFrame(type: number, payload: Buffer): ParseResult {
       const kind = type === TYPE_BYTE.stdout ? "stdout" : "stderr";
       return { ok: true, frame: { type: kind, data: copy(payload) } };
     }
+    case TYPE_BYTE.display:
+      if (payload.length === 0 || payload.length > MAX_OUTPUT_CHUNK)
+        return bad("Y: chunk must be 1..65536 bytes");
+      return { ok: true, frame: { type: "display", data: copy(payload) } };
+    case TYPE_BYTE.display_end: {
+      const end = payload.length === 1 ? DISPLAY_END_CODES[payload[0] ?? 255] : undefined;
+      if (end === undefined) return bad("Z: payload must be one byte, 0..2");
+      return { ok: true, frame: { type: "display_end", end } };
+    }
     case TYPE_BYTE.exit:
       return parseExit(r);
     case TYPE_BYTE.file:
@@ -423,7 +454,10 @@ export function encodeAgentFrame(frame: AgentFrame): Buffer {
       break;
     case "stdout":
     case "stderr":
+    case "display":
       return frameOf(TYPE_BYTE[frame.type], Buffer.from(frame.data));
+    case "display_end":
+      return frameOf(TYPE_BYTE.display_end, Buffer.from([DISPLAY_END_CODES.indexOf(frame.end)]));
     case "exit": {
       const e = frame.exit;
       const head = Buffer.alloc(15);

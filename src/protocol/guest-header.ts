@@ -2,7 +2,7 @@
  * The constants the static guest agent shares with the host, rendered as a C header at build time
  * (scripts/build-guest.mjs writes it to build/guest/include/scratchrun-shared.h): the protocol's
  * version and frame bounds, the exit reasons and file statuses by wire number, the uid the code
- * runs as and its process cap. One source: guest/*.c include the header and define none of these.
+ * runs as and its process cap, the bounds of what the code displays (LIMITS.outputs). One source: guest/*.c include the header and define none of these.
  * Pure.
  */
 import { LIMITS } from "../schema/limits.js";
@@ -11,6 +11,7 @@ import {
   FILE_STATUS_CODES,
   KEEP_ID,
   MAX_AGENT_FRAME,
+  MAX_DISPLAYS,
   MAX_MESSAGE_BYTES,
   MAX_OUTPUT_CHUNK,
   MAX_PATH_BYTES,
@@ -38,6 +39,9 @@ export function guestConstants(): Record<string, number> {
     KEEP_ID,
     CODE_UID,
     SANDBOX_NPROC: LIMITS.pids,
+    MAX_DISPLAYS,
+    MAX_DISPLAY_BYTES: LIMITS.outputs.maxBytes,
+    MAX_DISPLAY_TOTAL: LIMITS.outputs.maxTotalBytes,
   };
 }
 

@@ -7,15 +7,18 @@ import {
   encodeKill,
   encodeRequest,
   FrameDecoder,
+  MAX_DISPLAYS,
   type AgentExit,
   type AgentFrame,
 } from "./codec.js";
+import { LIMITS } from "../schema/limits.js";
 import {
   PROTOCOL_VERSION,
   type AgentEvent,
   type AgentOutcome,
   type AgentRequest,
   type ReturnedFile,
+  type ShownEvent,
 } from "./types.js";
 
 export type SessionFailure = NonNullable<AgentOutcome["failure"]>;
@@ -151,6 +154,11 @@ export function runAgentSession(
     let stdoutBytes = 0;
     let stderrBytes = 0;
     let fileBytes = 0;
+    // The streams' runs and the display channel's outputs, in order; the output being received.
+    const shown: ShownEvent[] = [];
+    let display: { chunks: Uint8Array[]; bytes: number } | null = null;
+    let displays = 0;
+    let displayBytes = 0;
     const files: ReturnedFile[] = [];
     let exit: AgentExit | null = null;
     let started = false;
@@ -190,6 +198,7 @@ export function runAgentSession(
         exit,
         stdout: Buffer.concat(stdout, stdoutBytes),
         stderr: Buffer.concat(stderr, stderrBytes),
+        shown,
         files,
         failure,
         startedAfterMs,
@@ -240,6 +249,7 @@ export function runAgentSession(
               return "stdout beyond maxStdoutBytes";
             stdoutBytes += f.data.length;
             stdout.push(f.data);
+            streamRun("stdout", f.data.length);
             emit({ type: "stdout", chunk: f.data });
             return null;
           }
@@ -248,11 +258,21 @@ export function runAgentSession(
               return "stderr beyond maxStderrBytes";
             stderrBytes += f.data.length;
             stderr.push(f.data);
+            streamRun("stderr", f.data.length);
             emit({ type: "stderr", chunk: f.data });
             return null;
           }
-          if (f.type === "exit") return onExit(f.exit);
-          return `expected O, E or X, got ${f.type}`;
+          if (f.type === "display") return onDisplay(f.data);
+          if (f.type === "display_end") {
+            if (!display) displays++; // an output with no bytes forwarded (past a bound, or empty)
+            const content = Buffer.concat(display?.chunks ?? [], display?.bytes ?? 0);
+            shown.push({ kind: "display", content, end: f.end });
+            display = null;
+            return null;
+          }
+          if (f.type === "exit")
+            return display ? "X inside an output (Y without Z)" : onExit(f.exit);
+          return `expected O, E, Y, Z or X, got ${f.type}`;
         case "files":
           if (f.type === "file") return onFile(f.file);
           if (f.type === "done") {
@@ -265,6 +285,27 @@ export function runAgentSession(
         case "done":
           return null;
       }
+    };
+    /** A stream's bytes join its run when nothing came between them. */
+    const streamRun = (stream: "stdout" | "stderr", bytes: number) => {
+      const last = shown[shown.length - 1];
+      if (last?.kind === "stream" && last.stream === stream) last.bytes += bytes;
+      else shown.push({ kind: "stream", stream, bytes });
+    };
+    /** Bytes of an output: the agent forwards at most LIMITS.outputs of them. */
+    const onDisplay = (data: Uint8Array): string | null => {
+      if (!display) {
+        displays++;
+        if (displays > MAX_DISPLAYS) return "Y beyond the output count";
+        display = { chunks: [], bytes: 0 };
+      }
+      if (display.bytes + data.length > LIMITS.outputs.maxBytes)
+        return "Y beyond an output's bytes";
+      displayBytes += data.length;
+      if (displayBytes > LIMITS.outputs.maxTotalBytes) return "Y beyond the outputs' total bytes";
+      display.chunks.push(data);
+      display.bytes += data.length;
+      return null;
     };
     const expectedFiles = () =>
       exit && (exit.reason === "spawn_failed" || exit.reason === "setup_failed")

@@ -3,7 +3,7 @@
  * A backend provides a byte stream to an agent; `runAgentSession` drives it with these types.
  */
 
-export const PROTOCOL_VERSION = 3;
+export const PROTOCOL_VERSION = 4;
 
 /** What the host asks the agent to run: the `Q` frame, before encoding. */
 export interface AgentRequest {
@@ -58,6 +58,21 @@ export interface ReturnedFile {
   content: Uint8Array;
 }
 
+/**
+ * How an output on the display channel ended (`Z`): forwarded whole; past a bound (LIMITS.outputs:
+ * what came of it is dropped); cut off (its writer died, or a session's cell ended, mid-output).
+ */
+export type DisplayEnd = "whole" | "over" | "cut";
+
+/**
+ * What the code wrote and showed, in the order the agent forwarded it (docs/decisions/0017-outputs.md):
+ * a run of one stream (its bytes, which are in `stdout` / `stderr`), or one output of the display
+ * channel with its bytes as the code sent them (unparsed: the engine parses them).
+ */
+export type ShownEvent =
+  | { kind: "stream"; stream: "stdout" | "stderr"; bytes: number }
+  | { kind: "display"; content: Uint8Array; end: DisplayEnd };
+
 /** Everything one agent session produced. Produced by runAgentSession, never thrown. */
 export interface AgentOutcome {
   /** null when the agent never sent `X` (died, misbehaved, or the host deadline hit). */
@@ -72,6 +87,8 @@ export interface AgentOutcome {
   } | null;
   stdout: Uint8Array;
   stderr: Uint8Array;
+  /** The streams' runs and the displayed outputs, in order. */
+  shown: ShownEvent[];
   files: ReturnedFile[];
   /** Set when the session ended abnormally: protocol violation, EOF, host deadline, abort. */
   failure: null | {

@@ -21,6 +21,13 @@ export const LIMITS = {
    * messages over 10 MiB: 6 MiB of files is 8 MiB of base64.
    */
   returnFiles: { maxCount: 32, maxFileBytes: 4 * 1024 * 1024, maxTotalBytes: 6 * 1024 * 1024 },
+  /**
+   * What a call's code shows beside its streams (docs/decisions/0017-outputs.md): matplotlib
+   * figures, `display()`, a session cell's last expression. Bounded like returned files: outputs
+   * past `maxCount` are left out and named (a figure past it is never rendered), one output's
+   * forms together are at most `maxBytes`, a call's outputs together at most `maxTotalBytes`.
+   */
+  outputs: { maxCount: 20, maxBytes: 2 * 1024 * 1024, maxTotalBytes: 6 * 1024 * 1024 },
   /** One MCP answer never grows past this; files that would push it over are left out, said so. */
   answerBytes: { max: 9 * 1024 * 1024 },
   /** Largest JSON-RPC line the stdio server reads (a request's files are at most 8 MiB). */

@@ -160,6 +160,7 @@ class HeldBackend implements Backend {
             },
             stdout: new Uint8Array(),
             stderr: new Uint8Array(),
+            shown: [],
             files: [],
             failure: null,
             startedAfterMs: 1,

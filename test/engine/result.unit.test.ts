@@ -26,6 +26,7 @@ function outcome(agent: Partial<AgentOutcome>, extra: Partial<BackendOutcome> = 
       exit: null,
       stdout: new Uint8Array(),
       stderr: new Uint8Array(),
+      shown: [],
       files: [],
       failure: null,
       startedAfterMs: 1,

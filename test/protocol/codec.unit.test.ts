@@ -272,6 +272,10 @@ describe("FrameDecoder: valid streams", () => {
       type: "file",
       file: { path: "/tmp/big", status: "too_large", size: 2 ** 40, content: new Uint8Array() },
     },
+    { type: "display", data: new Uint8Array([123, 10]) },
+    { type: "display_end", end: "whole" },
+    { type: "display_end", end: "over" },
+    { type: "display_end", end: "cut" },
     { type: "done" },
   ];
   const stream = Buffer.concat(frames.map(encodeAgentFrame));
@@ -337,6 +341,14 @@ describe("FrameDecoder: valid streams", () => {
           content: fc.constant(new Uint8Array()),
         }),
       }),
+      fc.record({
+        type: fc.constant("display" as const),
+        data: fc.uint8Array({ minLength: 1, maxLength: 300 }),
+      }),
+      fc.record({
+        type: fc.constant("display_end" as const),
+        end: fc.constantFrom("whole" as const, "over" as const, "cut" as const),
+      }),
       fc.constant({ type: "done" as const }),
     );
     fc.assert(
@@ -392,6 +404,8 @@ describe("FrameDecoder: hostile streams", () => {
       ["D", 2],
       ["O", MAX_OUTPUT_CHUNK + 2],
       ["E", MAX_OUTPUT_CHUNK + 2],
+      ["Y", MAX_OUTPUT_CHUNK + 2],
+      ["Z", 3],
       ["X", 2000],
     ] as const) {
       const head = Buffer.alloc(5);
@@ -404,7 +418,7 @@ describe("FrameDecoder: hostile streams", () => {
   });
 
   it("rejects every unknown type byte", () => {
-    const known = new Set("RSOEXFD".split("").map((c) => c.charCodeAt(0)));
+    const known = new Set("RSOEXFDYZ".split("").map((c) => c.charCodeAt(0)));
     for (let t = 0; t < 256; t++) {
       if (known.has(t)) continue;
       expectError(raw(t), /unknown frame type/);
@@ -423,6 +437,10 @@ describe("FrameDecoder: hostile streams", () => {
     expectError(raw("D", [0]), /too large|D: payload/);
     expectError(raw("O"), /O\/E/);
     expectError(raw("E"), /O\/E/);
+    expectError(raw("Y"), /Y: chunk/);
+    expectError(raw("Z"), /Z: payload/);
+    expectError(raw("Z", [3]), /Z: payload/);
+    expectError(raw("Z", [255]), /Z: payload/);
   });
 
   it("rejects pid 0 and pids beyond 2^31-1", () => {
@@ -485,7 +503,7 @@ describe("FrameDecoder: hostile streams", () => {
   it("keeps the frames before an error and stays failed", () => {
     const good = encodeAgentFrame({ type: "ready", version: 1 });
     const d = new FrameDecoder();
-    const r = d.push(Buffer.concat([good, raw("Z")]));
+    const r = d.push(Buffer.concat([good, raw("?")]));
     assert.equal(r.frames.length, 1);
     assert.match(r.error ?? "", /unknown/);
     assert.match(d.push(good).error ?? "", /unknown/);

@@ -5,10 +5,12 @@ import {
   decodeRequest,
   encodeAgentFrame,
   encodeKill,
+  MAX_DISPLAYS,
   type AgentExit,
   type AgentFrame,
 } from "../../src/protocol/codec.js";
 import { runAgentSession, waitForReady } from "../../src/protocol/session.js";
+import { LIMITS } from "../../src/schema/limits.js";
 import { PROTOCOL_VERSION, type AgentEvent, type AgentRequest } from "../../src/protocol/types.js";
 
 // A scripted peer standing in for a misbehaving agent: the real agent cannot be made to break the
@@ -166,11 +168,11 @@ describe("runAgentSession: well-behaved agent", () => {
 describe("runAgentSession: protocol violations become failures", () => {
   const cases: [string, AgentFrame[], RegExp][] = [
     ["O before S", [out("x")], /expected S or X/],
-    ["S twice", [S, S], /expected O, E or X/],
+    ["S twice", [S, S], /expected O, E, Y, Z or X/],
     ["X exited without S", [exited()], /without S/],
     ["X spawn_failed after S", [S, exited({ reason: "spawn_failed" })], /after S/],
-    ["F before X", [S, file("/tmp/a")], /expected O, E or X/],
-    ["D before X", [S, D], /expected O, E or X/],
+    ["F before X", [S, file("/tmp/a")], /expected O, E, Y, Z or X/],
+    ["D before X", [S, D], /expected O, E, Y, Z or X/],
     ["D before all F", [S, exited(), file("/tmp/a"), D], /D after 1 of 2/],
     ["F with an unrequested path", [S, exited(), file("/etc/shadow")], /not requested/],
     ["F paths swapped", [S, exited(), file("/tmp/b"), file("/tmp/a")], /not requested/],
@@ -231,7 +233,7 @@ describe("runAgentSession: protocol violations become failures", () => {
   it("reports an undecodable stream", async () => {
     const p = peer();
     p.send(R);
-    p.sendRaw(Buffer.from([0, 0, 0, 2, 0x5a, 0]));
+    p.sendRaw(Buffer.from([0, 0, 0, 2, 0x3f, 0]));
     const o = await runAgentSession(p.io, request, opts());
     assert.equal(o.failure?.kind, "protocol");
     assert.match(o.failure?.detail ?? "", /unknown frame type/);
@@ -271,6 +273,74 @@ describe("runAgentSession: protocol violations become failures", () => {
     const o = await runAgentSession(p.io, request, opts());
     assert.equal(o.failure?.kind, "eof");
   });
+});
+
+describe("runAgentSession: the display channel's outputs (docs/decisions/0017-outputs.md)", () => {
+  const Y = (s: string | Buffer): AgentFrame => ({ type: "display", data: Buffer.from(s) });
+  const Z = (end: "whole" | "over" | "cut" = "whole"): AgentFrame => ({ type: "display_end", end });
+  const noFiles = { ...request, returnFiles: [] };
+
+  it("keeps the streams' runs and each output in the order they came", async () => {
+    const o = await scripted(
+      [S, out("a"), out("b"), Y("{"), Y("}\n"), Z(), err("e"), Z("over"), out("c"), exited(), D],
+      noFiles,
+    );
+    assert.equal(o.failure, null);
+    assert.deepEqual(
+      o.shown.map((e) =>
+        e.kind === "stream"
+          ? `${e.stream} ${e.bytes}`
+          : `display ${e.end} ${Buffer.from(e.content).toString()}`,
+      ),
+      ["stdout 2", "display whole {}\n", "stderr 1", "display over ", "stdout 1"],
+    );
+  });
+
+  it("counts an output past its bound that came with no bytes", async () => {
+    const frames = Array.from({ length: MAX_DISPLAYS + 5 }, () => Z("over"));
+    const o = await scripted([S, ...frames, exited(), D], noFiles);
+    assert.equal(o.failure, null);
+    assert.equal(o.shown.length, MAX_DISPLAYS + 5);
+  });
+
+  const cases: [string, AgentFrame[], RegExp][] = [
+    ["Y before S", [Y("x")], /expected S or X/],
+    ["Y after X", [S, exited(), Y("x")], /expected F or D|D after/],
+    ["X inside an output", [S, Y("x"), exited()], /X inside an output/],
+    [
+      "bytes past the outputs' count",
+      [S, ...Array.from({ length: MAX_DISPLAYS }, () => Z()), Y("x")],
+      /beyond the output count/,
+    ],
+    [
+      "one output past its bytes",
+      [
+        S,
+        ...Array.from({ length: LIMITS.outputs.maxBytes / 65536 + 1 }, () =>
+          Y(Buffer.alloc(65536)),
+        ),
+      ],
+      /beyond an output's bytes/,
+    ],
+    [
+      "outputs past their total",
+      [
+        S,
+        ...Array.from({ length: LIMITS.outputs.maxTotalBytes / LIMITS.outputs.maxBytes }, () => [
+          ...Array.from({ length: LIMITS.outputs.maxBytes / 65536 }, () => Y(Buffer.alloc(65536))),
+          Z(),
+        ]).flat(),
+        Y("x"),
+      ],
+      /beyond the outputs' total/,
+    ],
+  ];
+  for (const [name, frames, pattern] of cases)
+    it(name, async () => {
+      const o = await scripted(frames, noFiles);
+      assert.equal(o.failure?.kind, "protocol", JSON.stringify(o.failure));
+      assert.match(o.failure?.detail ?? "", pattern);
+    });
 });
 
 describe("runAgentSession: deadlines and cancellation", () => {

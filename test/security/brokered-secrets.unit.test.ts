@@ -233,6 +233,7 @@ class RecordingBackend implements Backend {
         // The code printed a value it got back from a bound host: redacted like an env value.
         stdout: new TextEncoder().encode("echoed: s3cret-token-value\n"),
         stderr: new Uint8Array(),
+        shown: [],
         files: [],
         failure: null,
         startedAfterMs: 1,
