@@ -94,6 +94,7 @@ const result = (stdout: string): ExecOutcome => ({
     files: [],
   },
   files: [],
+  images: [],
 });
 const small = result("1\n");
 const big = result(`${"x".repeat(79)}\n`.repeat(400));

@@ -25,7 +25,8 @@ static char *const PRESTART_ENV[] = {
     "PATH=/usr/local/bin:/usr/bin:/bin",
     "HOME=/home/user",
     "LANG=C.UTF-8",
-    "MPLBACKEND=Agg", /* read by a pre-imported matplotlib */
+    "MPLBACKEND=module://scratchrun_mpl", /* read by a pre-imported matplotlib */
+    "PYTHONPATH=/opt/scratchrun/python",  /* the display modules (DISPLAY_PYTHONPATH) */
     "PYTHONUNBUFFERED=1",
     "PYTHONDONTWRITEBYTECODE=1",
     NULL,

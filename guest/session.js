@@ -14,9 +14,38 @@
 // uncaught exception, thrown or in a callback, or an unhandled rejection prints and makes the
 // status 1; `process.exitCode` is the status otherwise. `process.exit()` ends the interpreter, and
 // the agent starts a fresh one for the next call (in the same files).
+//
+// As in node's REPL, the cell's completion value (what its last statement evaluates to, awaited
+// when a promise) is shown when it is not undefined: as its result, util.inspect's text, on the
+// agent's display socket (guest/agent-display.h; docs/decisions/0017-outputs.md), after what the
+// cell printed; printed instead where there is no socket.
 "use strict";
 
 ((fs, vm, Module) => {
+  // guest/python/scratchrun_display.py's bound on one text form; the agent's abstract socket name,
+  // which fills sun_path (guest/agent-display.h says why).
+  const TEXT_CHARS = 64 * 1024;
+  const SOCKET = `\0${"scratchrun-display".padEnd(107, "_")}`;
+  const showResult = (value) =>
+    new Promise((resolve) => {
+      let text = require("util").inspect(value, { depth: 4, maxArrayLength: 100 });
+      if (text.length > TEXT_CHARS)
+        text = `${text.slice(0, TEXT_CHARS)}\n… (${text.length - TEXT_CHARS} more characters)`;
+      const head = JSON.stringify({ type: "result", data: { "text/plain": text } });
+      const socket = require("net").createConnection(SOCKET);
+      let placed = false;
+      socket.on("connect", () => {
+        placed = true;
+        socket.end(`${head}\n`);
+      });
+      socket.on("error", () => {
+        if (!placed) fs.writeSync(1, `${text}\n`);
+        placed = true;
+      });
+      socket.on("close", () => resolve());
+      socket.resume(); // the agent closes it once the result is placed
+    });
+
   let failed = false;
   const report = (err) => {
     failed = true;
@@ -88,8 +117,9 @@
       __dirname: require("path").dirname(path),
     });
     try {
-      const value = vm.runInThisContext(fs.readFileSync(path, "utf8"), { filename: path });
-      if (value && typeof value.then === "function") await value;
+      let value = vm.runInThisContext(fs.readFileSync(path, "utf8"), { filename: path });
+      if (value && typeof value.then === "function") value = await value;
+      if (value !== undefined) await showResult(value);
     } catch (err) {
       report(err);
     }

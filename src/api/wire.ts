@@ -3,24 +3,39 @@ import type { ExecOutcome, FileOut } from "../engine/result.js";
 import { ERROR_CODES, ScratchRunError, type ErrorCode } from "../errors.js";
 import { HTTP_ERROR_CODES } from "../http/respond.js";
 import type { CallerPolicy } from "../policy/resolve.js";
+import type { OutputImage } from "../engine/outputs.js";
 import {
+  errorOutputShape,
   execOutputShape,
   NETWORK_MODES,
+  outputFormShape,
   returnedFileShape,
   RUNTIMES,
+  streamOutputShape,
   type ExecResult,
 } from "../schema/exec.js";
 import type { CallPolicy } from "../schema/policy.js";
 
 /**
  * The REST body of a result: the tool's structured result, where each returned file with status
- * "ok" also carries its bytes as `content_base64`. Remote mode turns it back into the engine's
- * ExecOutcome, so both sides render the very same MCP content.
+ * "ok" also carries its bytes as `content_base64`, and so does each output's image form. Remote
+ * mode turns it back into the engine's ExecOutcome, so both sides render the very same MCP
+ * content.
  */
 export const wireFileShape = returnedFileShape.extend({ content_base64: z.string().optional() });
+const wireForms = z.array(
+  z.strictObject(outputFormShape.extend({ content_base64: z.string().optional() }).shape),
+);
+const wireOutputSchema = z.discriminatedUnion("type", [
+  z.strictObject(streamOutputShape.shape),
+  z.strictObject({ type: z.literal("display"), data: wireForms }),
+  z.strictObject({ type: z.literal("result"), data: wireForms }),
+  z.strictObject(errorOutputShape.shape),
+]);
 export const wireResultSchema = z.strictObject({
   ...execOutputShape,
   files: z.array(z.strictObject(wireFileShape.shape)),
+  outputs: z.array(wireOutputSchema).optional(),
 });
 export type WireResult = z.infer<typeof wireResultSchema>;
 
@@ -38,7 +53,17 @@ export function outcomeToWire(outcome: ExecOutcome): WireResult {
     const content = contents.shift();
     return content ? { ...f, content_base64: content.content.toString("base64") } : { ...f };
   });
-  return { ...outcome.result, files };
+  const outputs = outcome.result.outputs?.map((o, i) => {
+    if (o.type !== "display" && o.type !== "result") return { ...o };
+    const image = outcome.images.find((im) => im.output === i);
+    const data = o.data.map((f) =>
+      image && f.mime_type === image.mimeType && f.text === undefined && !f.left_out
+        ? { ...f, content_base64: image.content.toString("base64") }
+        : { ...f },
+    );
+    return { ...o, data };
+  });
+  return { ...outcome.result, files, ...(outputs ? { outputs } : {}) };
 }
 
 /** Parses a server's result body strictly; a malformed one is an engine failure, not a result. */
@@ -56,8 +81,22 @@ export function wireToOutcome(body: unknown): ExecOutcome {
       });
     return info;
   });
-  const result: ExecResult = { ...parsed.data, files: infos };
-  return { result, files };
+  const images: OutputImage[] = [];
+  const outputs = parsed.data.outputs?.map((o, i) => {
+    if (o.type !== "display" && o.type !== "result") return o;
+    const data = o.data.map(({ content_base64, ...form }) => {
+      if (content_base64 !== undefined)
+        images.push({
+          output: i,
+          mimeType: form.mime_type,
+          content: Buffer.from(content_base64, "base64"),
+        });
+      return form;
+    });
+    return { ...o, data };
+  });
+  const result: ExecResult = { ...parsed.data, files: infos, ...(outputs ? { outputs } : {}) };
+  return { result, files, images };
 }
 
 const ENGINE_CODES = new Set<string>(ERROR_CODES);

@@ -2,13 +2,13 @@ import type { AgentFile, AgentRequest } from "../protocol/types.js";
 import type { ExecRequest } from "../schema/exec.js";
 import { CODE_DIR, LIMITS, WORKDIR } from "../schema/limits.js";
 import { fileBytes } from "../schema/file-content.js";
-import { BASE_ENV, runtimeSpec } from "../runtimes/spec.js";
+import { callEnv, runtimeSpec } from "../runtimes/spec.js";
 
 const encoder = new TextEncoder();
 
 /**
  * Turns a validated call into the agent request: the code becomes a read-only file in the code
- * directory, the caller's env is laid over the base env (paths are absolute since the schema), and the runtime's
+ * directory, the caller's env is laid over the base env (`callEnv`; paths are absolute since the schema), and the runtime's
  * seed files (e.g. matplotlib's font cache, built once into the image) go in first.
  */
 export function toAgentRequest(
@@ -34,7 +34,7 @@ export function toAgentRequest(
     gid: uid,
     cwd: WORKDIR,
     argv: [...spec.argv, codePath],
-    env: { ...BASE_ENV, ...req.env },
+    env: callEnv(req.env),
     // Seed files (caches the image prepared) first; a caller's file of the same path wins.
     files: [
       { path: codePath, mode: 0o444, content: encoder.encode(req.code) },

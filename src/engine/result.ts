@@ -1,6 +1,7 @@
 import type { BackendOutcome, Isolation } from "../backends/types.js";
 import type { ExecRequest, ExecResult, ExitReason } from "../schema/exec.js";
 import { isTextMime, mimeTypeOf } from "./mime.js";
+import { outputsOf, type OutputImage } from "./outputs.js";
 import { headTail, redactSecrets } from "./shape-output.js";
 import { redactionMap } from "./secrets.js";
 
@@ -12,10 +13,14 @@ export interface FileOut {
   content: Buffer;
 }
 
-/** The engine's answer: the structured result plus the bytes of every returned file. */
+/**
+ * The engine's answer: the structured result plus the bytes of every returned file and of every
+ * image among its outputs.
+ */
 export interface ExecOutcome {
   result: ExecResult;
   files: FileOut[];
+  images: OutputImage[];
 }
 
 interface Verdict {
@@ -104,7 +109,9 @@ export function toExecOutcome(
   const hidden = redactionMap(req);
   const redact = (text: string) => redactSecrets(text, hidden);
   const stdout = headTail(redact(decoder.decode(agent.stdout)), req.max_output_bytes);
-  const stderr = headTail(redact(decoder.decode(agent.stderr)), req.max_output_bytes);
+  const stderrText = redact(decoder.decode(agent.stderr));
+  const stderr = headTail(stderrText, req.max_output_bytes);
+  const shown = outputsOf(req, agent.shown, stderrText, v.reason === "error", redact);
 
   const files: FileOut[] = [];
   const received = new Set(agent.files.map((f) => f.path));
@@ -159,7 +166,9 @@ export function toExecOutcome(
     stdout_omitted_bytes: stdout.omittedBytes,
     stderr_omitted_bytes: stderr.omittedBytes,
     files: infos,
+    outputs: shown.outputs,
   };
+  if (shown.leftOut) result.outputs_left_out = shown.leftOut;
   const lateFailure =
     agent.exit && agent.failure
       ? `The sandbox broke off after the code finished (${agent.failure.detail}); files it did not send are marked error.`
@@ -173,7 +182,7 @@ export function toExecOutcome(
     if (net.refusedDropped) result.network_refused_omitted = net.refusedDropped;
     if (net.hostDropped) result.network_reason = hostDroppedReason(net.hostDropped);
   }
-  return { result, files };
+  return { result, files, images: shown.images };
 }
 
 /** Why a "public" call's packets did not all leave: the host's firewall, after ours. */

@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import type { ExecOutcome } from "../engine/result.js";
 import { escapeControlChars } from "../engine/shape-output.js";
+import { leftOutLine, stdoutWithOutputs } from "./outputs-text.js";
 import { isInlineImage, isTextMime } from "../engine/mime.js";
 import { LIMITS } from "../schema/limits.js";
 
@@ -43,7 +44,10 @@ const oneLine = (text: string) => escapeControlChars(text).replace(/\n/g, " ");
  */
 export function summaryText(outcome: ExecOutcome, tag?: string): string {
   const r = outcome.result;
-  const stdout = escapeControlChars(r.stdout).replace(/\n$/, "");
+  // What the code displayed sits in the stdout fence, at its place among what it printed.
+  const shownOutputs = r.outputs?.some((o) => o.type === "display" || o.type === "result");
+  const fenced = shownOutputs ? stdoutWithOutputs(outcome) : escapeControlChars(r.stdout);
+  const stdout = fenced.replace(/\n$/, "");
   const stderr = escapeControlChars(r.stderr).replace(/\n$/, "");
   const t = tag ?? fenceTag([stdout, stderr]);
   const lines: string[] = [];
@@ -55,9 +59,9 @@ export function summaryText(outcome: ExecOutcome, tag?: string): string {
       `--- end ${name} ${t} ---`,
     );
   };
-  stream("stdout", r.stdout, stdout, r.stdout_truncated);
+  stream("stdout", shownOutputs ? stdout : r.stdout, stdout, r.stdout_truncated);
   stream("stderr", r.stderr, stderr, r.stderr_truncated);
-  if (!r.stdout && !r.stderr && !r.stdout_truncated && !r.stderr_truncated)
+  if (!r.stdout && !r.stderr && !r.stdout_truncated && !r.stderr_truncated && !shownOutputs)
     lines.push("(no output)");
   const verdict =
     r.exit_reason === "ok" || r.exit_reason === "error"
@@ -70,6 +74,7 @@ export function summaryText(outcome: ExecOutcome, tag?: string): string {
   if (r.network_reason) lines.push(oneLine(`network: ${r.network_reason}`));
   const refused = refusedLine(r.network_refused ?? [], r.network_refused_omitted ?? 0);
   if (refused) lines.push(refused);
+  if (r.outputs_left_out) lines.push(leftOutLine(r.outputs_left_out));
   for (const f of r.files) {
     const path = oneLine(f.path);
     const bigImage = isInlineImage(f.mime_type) && f.size_bytes > LIMITS.inlineImageBytes.max;
@@ -120,9 +125,16 @@ function describeStatus(status: string): string {
   }
 }
 
-/** MCP content blocks: the summary, then each returned file (images inline, text as text). */
+/** MCP content blocks: the summary, the outputs' images in order, then each returned file (images
+ * inline, text as text). */
 export function toContentBlocks(outcome: ExecOutcome): Block[] {
   const blocks: Block[] = [{ type: "text", text: summaryText(outcome) }];
+  for (const image of outcome.images)
+    blocks.push({
+      type: "image",
+      data: image.content.toString("base64"),
+      mimeType: image.mimeType,
+    });
   for (const file of outcome.files) {
     const uri = `file://${file.path}`;
     if (isInlineImage(file.mimeType) && file.content.length <= LIMITS.inlineImageBytes.max) {

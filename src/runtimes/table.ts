@@ -32,6 +32,11 @@ export interface RuntimeEntry {
    * their own (files kept, no interpreter state).
    */
   readonly sessionScript: string | null;
+  /**
+   * How an uncaught error reads at the end of its stderr: "python", a traceback the engine makes
+   * the call's `error` output (docs/decisions/0017-outputs.md); null, nothing read.
+   */
+  readonly traceback: "python" | null;
   /** What the call's sandbox is seeded with before the caller's files. */
   readonly seeds: readonly Seed[];
   /**
@@ -99,6 +104,7 @@ export const RUNTIME_TABLE = {
     // A shell that sources the file is not `bash main.sh` (docs/decisions/0003-microvm.md).
     prestartScript: null,
     sessionScript: null,
+    traceback: null,
     seeds: [],
     extras: {
       key: "debian",
@@ -121,6 +127,7 @@ export const RUNTIME_TABLE = {
     codeFile: "main.py",
     prestartScript: "prestart.py",
     sessionScript: "session.py",
+    traceback: "python",
     // matplotlib's font cache, scanned once at image build time, so a first plot does not rescan
     // (one file per matplotlib version: Debian's for python3.11, the lock's for python3.12).
     seeds: ["matplotlib-font-cache"],
@@ -139,6 +146,7 @@ export const RUNTIME_TABLE = {
     codeFile: "main.py",
     prestartScript: "prestart.py",
     sessionScript: "session.py",
+    traceback: "python",
     seeds: ["matplotlib-font-cache"],
     extras: {
       key: "python3.12",
@@ -160,6 +168,7 @@ export const RUNTIME_TABLE = {
     // Reseeds OpenSSL's DRBG and V8's generator before the code runs.
     prestartScript: "prestart.js",
     sessionScript: "session.js",
+    traceback: null,
     seeds: [],
     extras: {
       key: "node20",
@@ -176,6 +185,7 @@ export const RUNTIME_TABLE = {
     codeFile: "main.py",
     prestartScript: "prestart.py",
     sessionScript: "session.py",
+    traceback: "python",
     seeds: ["matplotlib-font-cache"],
     // The image config's python3.12 wheelhouse or index is python3.12's alone.
     extras: null,
@@ -191,6 +201,7 @@ export const RUNTIME_TABLE = {
     codeFile: "main.js",
     prestartScript: "prestart.js",
     sessionScript: "session.js",
+    traceback: null,
     seeds: [],
     // The image config's npm packages are installed and checked for node20 (a native addon is
     // built for one Node ABI).
@@ -228,8 +239,18 @@ export const ONCE_CALLED: readonly RuntimeName[] = RUNTIMES.filter(
 );
 
 /**
- * Every pre-start and session script some runtime uses, each once (next to the agent for namespace
- * jails; the microVM initramfs carries them).
+ * The display modules every Python of a sandbox imports from DISPLAY_PYTHONPATH (src/runtimes/
+ * spec.ts; docs/decisions/0017-outputs.md): display() and matplotlib's backend, whatever runtime
+ * started that Python (a bash call's python3 shows its figures too).
+ */
+export const GUEST_PYTHON_MODULES: readonly string[] = [
+  "python/scratchrun_display.py",
+  "python/scratchrun_mpl.py",
+];
+
+/**
+ * Every pre-start and session script some runtime uses, each once, and the display modules (next
+ * to the agent for namespace jails; the microVM initramfs carries them).
  */
 export const GUEST_SCRIPTS: readonly string[] = [
   ...new Set(
@@ -237,4 +258,5 @@ export const GUEST_SCRIPTS: readonly string[] = [
       [RUNTIME_TABLE[r].prestartScript, RUNTIME_TABLE[r].sessionScript].filter((s) => s !== null),
     ),
   ),
+  ...GUEST_PYTHON_MODULES,
 ];

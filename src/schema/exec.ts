@@ -308,6 +308,54 @@ export const returnedFileShape = z.object({
   message: z.string().optional(),
 });
 
+/**
+ * The forms an output may come in (docs/decisions/0017-outputs.md): every text form a notebook
+ * knows that a model reads, and the images an MCP client shows.
+ */
+export const OUTPUT_TEXT_MIMES = [
+  "text/plain",
+  "text/markdown",
+  "text/latex",
+  "application/json",
+  "text/html",
+  "image/svg+xml",
+] as const;
+export const OUTPUT_IMAGE_MIMES = ["image/png", "image/jpeg"] as const;
+
+export const outputFormShape = z.object({
+  mime_type: z.enum([...OUTPUT_TEXT_MIMES, ...OUTPUT_IMAGE_MIMES]),
+  size_bytes: z.number().int(),
+  /** The form itself, for a text form; an image's bytes are an image block of the answer. */
+  text: z.string().optional(),
+  /** Why an image's bytes are not in this answer (its size is said all the same). */
+  left_out: z.string().optional(),
+});
+
+/**
+ * One entry of a call's `outputs`, in the order the code wrote and showed them: a run of one
+ * stream (its bytes as written; the text is in `stdout` / `stderr`), something it displayed
+ * (`display()`, a matplotlib figure), a session cell's last expression (`result`), a Python
+ * exception that ended it (`error`: its type, message and traceback, as Python printed it, from
+ * the code's own frames on).
+ */
+export const streamOutputShape = z.object({
+  type: z.literal("stream"),
+  name: z.enum(["stdout", "stderr"]),
+  size_bytes: z.number().int(),
+});
+export const errorOutputShape = z.object({
+  type: z.literal("error"),
+  ename: z.string(),
+  evalue: z.string(),
+  traceback: z.string(),
+});
+export const outputShape = z.discriminatedUnion("type", [
+  streamOutputShape,
+  z.object({ type: z.literal("display"), data: z.array(outputFormShape) }),
+  z.object({ type: z.literal("result"), data: z.array(outputFormShape) }),
+  errorOutputShape,
+]);
+
 export const execOutputShape = {
   stdout: z.string(),
   stderr: z.string(),
@@ -323,6 +371,13 @@ export const execOutputShape = {
   stdout_omitted_bytes: z.number().int(),
   stderr_omitted_bytes: z.number().int(),
   files: z.array(returnedFileShape),
+  /** What the code wrote and showed, in order (docs/decisions/0017-outputs.md). */
+  outputs: z.array(outputShape).optional(),
+  /**
+   * Outputs left out past LIMITS.outputs (a figure past the count is never rendered), or that the
+   * sandbox sent malformed or cut off: how many, and the names of the first ones.
+   */
+  outputs_left_out: z.object({ count: z.number().int(), names: z.array(z.string()) }).optional(),
   message: z.string().optional(),
   /** Packets the egress filter dropped or refused (network "public" only). */
   network_blocked_packets: z.number().int().optional(),
@@ -368,3 +423,5 @@ export const execOutputShape = {
 export const execOutputSchema = z.object(execOutputShape);
 export type ExecResult = z.infer<typeof execOutputSchema>;
 export type ReturnedFileInfo = z.infer<typeof returnedFileShape>;
+export type Output = z.infer<typeof outputShape>;
+export type OutputForm = z.infer<typeof outputFormShape>;

@@ -85,8 +85,10 @@ function resultLimits(): string {
   return [
     `An image over ${formatBytes(L.inlineImageBytes.max)} comes back as a resource with a note`,
     `instead of inline. A program writing more than ${formatBytes(L.outputBytes.max)} to a stream is`,
-    `stopped with \`exit_reason: "output_limit"\`. One answer stays under`,
-    `${formatBytes(L.answerBytes.max)}: returned files that would pass it are left out and named.`,
+    `stopped with \`exit_reason: "output_limit"\`. A call (or a session's cell) shows at most`,
+    `${L.outputs.maxCount} outputs, each at most ${formatBytes(L.outputs.maxBytes)}, ${formatBytes(L.outputs.maxTotalBytes)} in all; the`,
+    `rest are named, and a figure past them is never drawn. One answer stays under`,
+    `${formatBytes(L.answerBytes.max)}: returned files and outputs' images that would pass it are left out and named.`,
   ].join("\n");
 }
 

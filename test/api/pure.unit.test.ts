@@ -268,6 +268,7 @@ describe("wire format", () => {
       { path: "/tmp/a.png", mimeType: "image/png", content: Buffer.from([1, 2, 3]) },
       { path: "/tmp/b.bin", mimeType: "application/octet-stream", content: Buffer.from([0, 255]) },
     ],
+    images: [],
   };
 
   test("round trips an outcome exactly, files in order", () => {

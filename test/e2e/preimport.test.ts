@@ -257,7 +257,8 @@ for (const backend of TEST_BACKENDS) {
       assert.match(plain, /^(fresh|prestarted) /);
       const [, backend, width] = plain.split(" ");
       assert.equal(greeting.s.stdout, `preimported ${backend} ${width}\n`);
-      assert.match(`${backend} ${width}`, /^agg 1\.5$/i);
+      // ScratchRun's backend (Agg whose show() shows; docs/decisions/0017-outputs.md).
+      assert.match(`${backend} ${width}`, /^module:\/\/scratchrun_mpl 1\.5$/);
       // Ones they read: never a pre-imported interpreter (a fresh one when a pre-imported sandbox
       // was ready and refused, a plain pre-started one when none was), and the setting applies.
       assert.match(await run({ env: { MPLBACKEND: "svg" } }), /^(fresh|prestarted) svg 1\.5$/);

@@ -156,16 +156,20 @@ for (const backend of TEST_BACKENDS) {
       await end(session_id);
     });
 
-    test("python3.11 keeps an open matplotlib figure and returns it later as an image", async () => {
+    test("python3.11 keeps a matplotlib figure: shown at its cell's end, changed and saved later as an image", async () => {
       const { session_id } = await start({ runtime: "python3.11" });
       // A cold import of matplotlib in a booted TCG guest takes about the default 10 s under load.
-      const first = await run({
+      const shown = await mcp.call({
         runtime: "python3.11",
         session_id,
-        code: "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([1, 3, 2])",
+        code: "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([1, 3, 2]);",
         timeout_ms: 30_000,
       });
+      const first = shown.structuredContent as unknown as Result;
       assert.equal(first.exit_reason, "ok", first.stderr);
+      // As a notebook's inline backend: the figure left open is shown at the cell's end, then
+      // closed in pyplot (docs/decisions/0017-outputs.md); the cell's variables keep it.
+      assert.equal(shown.content.filter((c) => c.type === "image").length, 1, textOf(shown));
       const r = await mcp.call({
         runtime: "python3.11",
         session_id,

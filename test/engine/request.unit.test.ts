@@ -1,7 +1,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { toAgentRequest } from "../../src/engine/request.js";
-import { BASE_ENV } from "../../src/runtimes/spec.js";
+import { BASE_ENV, DISPLAY_PYTHONPATH } from "../../src/runtimes/spec.js";
 import {
   execInputSchema,
   RUNTIMES,
@@ -35,6 +35,21 @@ describe("toAgentRequest: a validated call becomes the agent's request", () => {
     assert.deepEqual(r.env, { ...BASE_ENV, HOME: "/elsewhere", TOKEN: "t0ken" });
     assert.equal(r.uid, null);
     assert.equal(r.gid, null);
+  });
+
+  it("every Python finds the display modules: matplotlib's backend is ScratchRun's; a caller's PYTHONPATH keeps them after its own", () => {
+    const base = toAgentRequest(parse({ runtime: "python3.11", code: "pass" }), 1000).env;
+    assert.equal(base.MPLBACKEND, "module://scratchrun_mpl");
+    assert.equal(base.PYTHONPATH, DISPLAY_PYTHONPATH);
+    const env = (e: Record<string, string>) =>
+      toAgentRequest(parse({ runtime: "python3.11", code: "pass", env: e }), 1000).env;
+    assert.equal(
+      env({ PYTHONPATH: "/home/user/lib" }).PYTHONPATH,
+      `/home/user/lib:${DISPLAY_PYTHONPATH}`,
+    );
+    assert.equal(env({ PYTHONPATH: "" }).PYTHONPATH, DISPLAY_PYTHONPATH);
+    assert.equal(env({ PYTHONPATH: DISPLAY_PYTHONPATH }).PYTHONPATH, DISPLAY_PYTHONPATH);
+    assert.equal(env({ MPLBACKEND: "svg" }).MPLBACKEND, "svg", "the caller's backend wins");
   });
 
   it("paths become absolute and normalised; limits come from LIMITS and the call", () => {

@@ -31,6 +31,7 @@ function outcome(files: [string, number][], stdout = ""): ExecOutcome {
       mimeType: "application/octet-stream",
       content: Buffer.alloc(size, 1),
     })),
+    images: [],
   };
 }
 

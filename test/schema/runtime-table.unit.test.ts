@@ -101,7 +101,14 @@ describe("the runtime table", () => {
   });
 
   it("pre-starts an interpreter with a script of its own language that the guest carries", () => {
-    assert.deepEqual(GUEST_SCRIPTS, ["prestart.py", "session.py", "prestart.js", "session.js"]);
+    assert.deepEqual(GUEST_SCRIPTS, [
+      "prestart.py",
+      "session.py",
+      "prestart.js",
+      "session.js",
+      "python/scratchrun_display.py",
+      "python/scratchrun_mpl.py",
+    ]);
     const init = guestFile("init");
     // guest/init picks the microVM template's script by the interpreter's name.
     const cases = [

@@ -77,6 +77,7 @@ function result(overrides: Partial<ExecResult>): ExecOutcome {
       ...overrides,
     },
     files: [],
+    images: [],
   };
 }
 

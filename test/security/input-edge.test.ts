@@ -167,6 +167,7 @@ describe("duplicate return_files (pure)", () => {
         files: [info("/home/user/ok.txt", 3), info("/home/user/ok.txt", 3)],
       },
       files: [file("/home/user/ok.txt", 3), file("/home/user/ok.txt", 3)],
+      images: [],
     };
     const fitted = fitAnswerBudget(o);
     assert.equal(fitted.result.message, undefined, "nothing was left out, so nothing is said");

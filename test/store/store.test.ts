@@ -40,6 +40,7 @@ const OUTCOME: ExecOutcome = {
     files: [],
   },
   files: [],
+  images: [],
 };
 
 let pgServer: PgServer | undefined;

@@ -181,6 +181,10 @@ export function buildVmArtifacts(opts: BuildOptions = {}, build = true): VmArtif
     { kind: "symlink", path: "bin/sh", target: "busybox" },
     { kind: "file", path: "init", mode: 0o755, content: init },
     { kind: "file", path: "agent", mode: 0o755, content: readFileSync(agent) },
+    // The display modules sit in python/ (GUEST_PYTHON_MODULES).
+    ...[
+      ...new Set(prestarts.flatMap(({ name }) => (name.includes("/") ? [dirname(name)] : []))),
+    ].map((path): CpioEntry => ({ kind: "dir", path, mode: 0o755 })),
     ...prestarts.map(({ name, content }): CpioEntry => ({
       kind: "file",
       path: name,
