@@ -1,5 +1,5 @@
-import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { createHash } from "node:crypto";
+import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { VmNetworkProvider } from "../backends/microvm/guest-net.js";
 import type { NetworkProvider } from "../backends/namespace/backend.js";
@@ -54,6 +54,28 @@ function allowlistSummary(allow: DomainAllowlist): string {
     "is refused at once and listed in the result's network_refused; private ranges, cloud " +
     "metadata and the host are always blocked"
   );
+}
+
+/** Where the sandboxes' resolv.conf files live: tmpfs, one file per content, shared by servers. */
+export const RESOLV_DIR = "/run/scratchrun/net";
+
+/**
+ * The path of a file holding `content` (a sandbox's resolv.conf, bound into every jail), named by
+ * its digest and written once (atomically): servers with the same resolvers share it, and one
+ * killed outright leaves nothing to clean up (a temporary directory per server did, to every
+ * later leak check).
+ */
+function sharedResolvConf(content: string): string {
+  const path = join(
+    RESOLV_DIR,
+    `resolv-${createHash("sha256").update(content).digest("hex").slice(0, 16)}.conf`,
+  );
+  if (existsSync(path) && readFileSync(path, "utf8") === content) return path;
+  mkdirSync(RESOLV_DIR, { recursive: true, mode: 0o755 });
+  const tmp = `${path}.${process.pid}.tmp`;
+  writeFileSync(tmp, content, { mode: 0o644 });
+  renameSync(tmp, path);
+  return path;
 }
 
 /**
@@ -222,10 +244,7 @@ export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
       });
     }
   }
-  const dir = mkdtempSync(join(tmpdir(), "scratchrun-net-"));
-  chmodSync(dir, 0o755);
-  const resolvPath = join(dir, "resolv.conf");
-  writeFileSync(resolvPath, resolvConf(uplink), { mode: 0o644 });
+  const resolvPath = sharedResolvConf(resolvConf(uplink));
   const open = async (
     id: string,
     allow: DomainAllowlist | null,
@@ -276,7 +295,6 @@ export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
         if (p) await (await p.catch(() => null))?.close();
         if (proxyUid !== null) uids.release(proxyUid);
         proxyUid = null;
-        rmSync(dir, { recursive: true, force: true });
       },
     },
   };

@@ -194,8 +194,8 @@ export async function assertNoLeaks(
       now.sandboxProcesses = now.sandboxProcesses.filter(
         (p) => !/^\d+ (bwrap|agent) uid=/.test(p) && !idle.has(p.split(" ")[0]!),
       );
-      // Pooled VMs' private socket dirs and the server's resolv.conf dir live as long as it does.
-      now.tmpEntries = now.tmpEntries.filter((t) => !/^scratchrun-(vm|net)-/.test(t));
+      // Pooled VMs' private socket dirs live as long as the server does.
+      now.tmpEntries = now.tmpEntries.filter((t) => !/^scratchrun-vm-/.test(t));
     }
     const leaked: Record<string, string[]> = {};
     for (const key of Object.keys(now) as (keyof HostSnapshot)[]) {
