@@ -15,11 +15,15 @@ import { LIMITS } from "../schema/limits.js";
 import { DEFAULT_POLICY, type CallPolicy } from "../schema/policy.js";
 import { parseExecRequest } from "../schema/validate.js";
 import { fitAnswerBudget } from "./answer-budget.js";
+import { fitAnswerChars } from "./answer-chars.js";
 import { toContentBlocks } from "./content.js";
 import { LineStreamer } from "./stream-log.js";
 import { redactionMap } from "../engine/secrets.js";
 
 export const EXEC_TOOL_NAME = "scratchrun_exec";
+
+/** The tools/list `_meta` key where Claude Code reads the characters a tool's result may hold. */
+export const MAX_RESULT_CHARS_META_KEY = "anthropic/maxResultSizeChars";
 
 /** At most this many names per runtime in the tool description; scratchrun_runtimes has all. */
 const EXTRAS_NAMED = 6;
@@ -144,6 +148,10 @@ export function execToolDefinition(
     // Both are object schemas (zod objects); the SDK's Tool type says so where zod's cannot.
     inputSchema: z.toJSONSchema(execInputSchemaFor(policy), { io: "input" }) as Tool["inputSchema"],
     outputSchema: z.toJSONSchema(execOutputSchema) as Tool["outputSchema"],
+    _meta: {
+      // Claude Code takes an answer this long inline; answer-chars.ts keeps every answer under it.
+      [MAX_RESULT_CHARS_META_KEY]: LIMITS.answerChars.max,
+    },
     annotations: {
       title: "Run code in a fresh sandbox",
       readOnlyHint: false,
@@ -244,7 +252,7 @@ async function runExecCall(
       },
     });
     lines?.flush();
-    const answer = fitAnswerBudget(outcome);
+    const answer = fitAnswerChars(fitAnswerBudget(outcome));
     return {
       content: toContentBlocks(answer),
       structuredContent: answer.result,

@@ -47,6 +47,8 @@ for (const backend of TEST_BACKENDS) {
       ])
         assert.ok(out[key], `outputSchema has ${key}`);
       assert.match(tool.description ?? "", /Nothing persists/);
+      // API-ANSWER-CHARS: Claude Code takes an answer this long inline (answer-chars.ts holds it).
+      assert.equal(tool._meta?.["anthropic/maxResultSizeChars"], 500_000);
     });
 
     const bad: [string, Record<string, unknown>, RegExp][] = [
