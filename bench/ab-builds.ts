@@ -38,6 +38,7 @@ async function start(bin: string): Promise<Client> {
       HOME: process.env.HOME ?? "/root",
       SCRATCHRUN_ISOLATION: isolation,
       SCRATCHRUN_NETWORK: "none",
+      SCRATCHRUN_LOCAL: "1",
     },
     stderr: "ignore",
   });

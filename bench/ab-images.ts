@@ -66,6 +66,7 @@ async function start(env: Record<string, string>): Promise<Client> {
       HOME: process.env.HOME ?? "/root",
       SCRATCHRUN_ISOLATION: backend,
       SCRATCHRUN_NETWORK: "none",
+      SCRATCHRUN_LOCAL: "1",
       ...(process.env.SCRATCHRUN_IMAGES
         ? { SCRATCHRUN_IMAGES: process.env.SCRATCHRUN_IMAGES }
         : {}),

@@ -47,6 +47,7 @@ async function start(name: Name, bin: string, allow: boolean): Promise<void> {
       HOME: process.env.HOME ?? "/root",
       SCRATCHRUN_ISOLATION: "namespace",
       SCRATCHRUN_NETWORK: "public",
+      SCRATCHRUN_LOCAL: "1",
       SCRATCHRUN_UPLINK_NETNS: topo.uplinkNs,
       SCRATCHRUN_NET_PREFIX: topo.uplink.prefix,
       SCRATCHRUN_DNS: RESOLVER,

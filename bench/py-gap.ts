@@ -106,6 +106,7 @@ async function measure(isolation: "microvm" | "namespace") {
       HOME: process.env.HOME ?? "/root",
       SCRATCHRUN_ISOLATION: isolation,
       SCRATCHRUN_NETWORK: "none",
+      SCRATCHRUN_LOCAL: "1",
       SCRATCHRUN_POOL_SIZE: POOLS,
     },
     stderr: "pipe",

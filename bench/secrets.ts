@@ -62,6 +62,7 @@ async function oneBackend(
       HOME: process.env.HOME ?? "/root",
       SCRATCHRUN_ISOLATION: backend,
       SCRATCHRUN_NETWORK: "public",
+      SCRATCHRUN_LOCAL: "1",
       SCRATCHRUN_EGRESS_ALLOW: "allowed.test, *.wild.test",
       SCRATCHRUN_EGRESS_UPSTREAM_CA: web.certPath,
       SCRATCHRUN_POOL_SIZE: "0",

@@ -1,9 +1,10 @@
 // Builds the sandbox agent (guest/agent.c + guest/agent-*.c) into build/guest/agent as a static
-// binary, and the pre-started node's reseed addon (guest/node-reseed.c) into
-// build/guest/scratchrun-reseed.node, each only when a source is newer than what was built, and
-// copies the runtime table's pre-start scripts (src/runtimes/table.ts: guest/prestart.py,
-// guest/prestart.js) beside them: the namespace backend mounts that directory into its jails. Run
-// by `npm run build`.
+// binary, the pre-started node's reseed addon (guest/node-reseed.c) into
+// build/guest/scratchrun-reseed.node, and the host's one native piece, the local service's
+// peer-credentials addon (src/http/peer-cred.c) into build/host/scratchrun-peercred.node, each
+// only when a source is newer than what was built, and copies the runtime table's pre-start
+// scripts (src/runtimes/table.ts: guest/prestart.py, guest/prestart.js) beside them: the
+// namespace backend mounts that directory into its jails. Run by `npm run build` and by setup.
 import { spawnSync } from "node:child_process";
 import {
   existsSync,
@@ -40,6 +41,8 @@ if (!sources.includes(join(guest, "agent.c"))) fail(`missing ${join(guest, "agen
 
 const addonSource = join(guest, "node-reseed.c");
 const addonOut = join(root, "build", "guest", "scratchrun-reseed.node");
+const peerSource = join(root, "src", "http", "peer-cred.c");
+const peerOut = join(root, "build", "host", "scratchrun-peercred.node");
 const self = fileURLToPath(import.meta.url);
 const stale = (target, inputs) =>
   !existsSync(target) ||
@@ -77,8 +80,9 @@ if (!existsSync(sharedHeader) || readFileSync(sharedHeader, "utf8") !== headerTe
 
 const agentStale = stale(out, [...sources, ...headers, sharedHeader]);
 const addonStale = stale(addonOut, [addonSource]);
-if (!agentStale && !addonStale) {
-  console.log(`build-guest: ${out} and ${addonOut} are up to date`);
+const peerStale = stale(peerOut, [peerSource]);
+if (!agentStale && !addonStale && !peerStale) {
+  console.log(`build-guest: ${out}, ${addonOut} and ${peerOut} are up to date`);
   process.exit(0);
 }
 
@@ -135,4 +139,21 @@ if (addonStale)
       addonSource,
     ],
     "the reseed addon",
+  );
+// The host's node loads this one (the local service reads SO_PEERCRED with it): same flags.
+if (peerStale)
+  compile(
+    peerOut,
+    [
+      "-shared",
+      "-fPIC",
+      "-O2",
+      "-Wall",
+      "-Wextra",
+      "-Werror",
+      "-std=gnu11",
+      "-Wl,-z,now",
+      peerSource,
+    ],
+    "the peer-credentials addon",
   );

@@ -61,6 +61,10 @@ const r = spawnSync(
     env: {
       ...process.env,
       SCRATCHRUN_TEMPLATE_CACHE: process.env.SCRATCHRUN_TEMPLATE_CACHE ?? "on",
+      // A stdio server a test starts runs its own engine, never forwarding to a local service that
+      // answers here (setup's unit, or one a killed test left): test/e2e/local-service.test.ts
+      // starts its users' servers with an environment of its own.
+      SCRATCHRUN_LOCAL: "1",
     },
   },
 );

@@ -24,7 +24,9 @@ import { probeRoutes } from "../http/probes.js";
 import { sendError } from "../http/respond.js";
 import { router } from "../http/router.js";
 import { KeyQuota, type KeyLimits } from "../policy/quota.js";
+import type { UnixSocketSpec } from "../http/unix-listener.js";
 import { bearerAuth } from "./bearer.js";
+import { listenLocalSocket } from "./local-socket.js";
 import { McpSessions, type McpSessionLimits } from "./mcp-http.js";
 import { checkHostOrigin } from "./origin.js";
 import { serviceHealth } from "./health.js";
@@ -64,8 +66,13 @@ export type ApiServerOptions = ApiServerCommon &
 export interface ApiServerCommon {
   logger: Logger;
   host: string;
-  /** 0 picks a free port. */
-  port: number;
+  /** 0 picks a free port; null: no TCP listener (the local service on its socket alone). */
+  port: number | null;
+  /**
+   * The local service's unix socket (decision 0018): the service's own rows (probes, REST, /mcp)
+   * on a second listener, each request's caller the uid the kernel proves (`uid:N`), not a key.
+   */
+  socket?: UnixSocketSpec;
   keyLimits?: Partial<KeyLimits>;
   sessions?: Partial<McpSessionLimits>;
   /** Largest accepted request body. */
@@ -88,6 +95,7 @@ export interface ApiServerCommon {
 }
 
 export interface ApiServer {
+  /** The TCP listener's URL; `unix:PATH` when only the socket listens. */
   readonly url: string;
   readonly port: number;
   readonly metrics: Metrics;
@@ -142,10 +150,10 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
   };
   const posts = postsInFlight();
   const server: Server = routedServer((q, s) => front(q, s), metrics, logger, posts.onRequest);
-  const listening = await listen(server, options.host, options.port);
-  const { port } = listening;
+  const listening = options.port === null ? null : await listen(server, options.host, options.port);
+  const port = listening?.port ?? 0;
   const config = oauthConfig(
-    options.publicUrl ?? listening.url,
+    options.publicUrl ?? listening?.url ?? "http://localhost",
     { ...METADATA_FETCH, ...options.metadataFetch },
     options.oidc?.issuer,
   );
@@ -207,17 +215,26 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
     sendError(res, 403, "FORBIDDEN", check.reason);
     return "forbidden";
   };
-  logger.info({ host: options.host, port, isolation: engine.backend.isolation }, "listening");
+  const local = options.socket
+    ? await listenLocalSocket({
+        ...{ service, engine, keys, mcp: sessions, bodyCapBytes, admissionTouchesKey: touches },
+        ...{ socket: options.socket, metrics, readiness, logger, onRequest: posts.onRequest },
+      })
+    : undefined;
+  const { host } = options;
+  const socket = options.socket?.path;
+  logger.info({ host, port, socket, isolation: engine.backend.isolation }, "listening");
 
   let closing: Promise<void> | undefined;
   return {
-    url: listening.url,
+    url: listening?.url ?? `unix:${socket ?? ""}`,
     port,
     metrics,
     service,
     close: () =>
       (closing ??= (async () => {
-        const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
+        const closed = (srv: Server) => new Promise<void>((resolve) => srv.close(() => resolve()));
+        const stopped = Promise.all([server, ...(local ? [local] : [])].map(closed));
         const drained = service.drain();
         const bound = options.drainTimeoutMs ?? drainBoundMs(service.latestDeadline());
         let timer: NodeJS.Timeout | undefined;
@@ -228,6 +245,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
         await service.closeSessions();
         await sessions.closeAll();
         server.closeAllConnections();
+        local?.closeAllConnections();
         await stopped;
         backing.close?.();
         logger.info({}, "stopped");

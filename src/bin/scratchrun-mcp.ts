@@ -4,7 +4,17 @@
 import { runMcpStdio } from "../cli/mcp.js";
 import { unknownSettingWarnings } from "../schema/settings/unknown.js";
 
-const COMMANDS = new Set(["setup", "doctor", "serve", "keys", "run", "help", "--help", "-h"]);
+const COMMANDS = new Set([
+  "setup",
+  "doctor",
+  "serve",
+  "daemon",
+  "keys",
+  "run",
+  "help",
+  "--help",
+  "-h",
+]);
 const argv = process.argv.slice(2);
 
 // Once, before any command or the server starts; stderr only (stdout is the server's JSON-RPC).

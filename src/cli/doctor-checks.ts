@@ -38,6 +38,15 @@ function check(
   }
 }
 
+/** The Node.js that runs ScratchRun. */
+export function nodeCheck(): Check {
+  return check("node", true, () => ({
+    ok: Number(process.versions.node.split(".")[0]) >= 20,
+    detail: `Node.js ${process.versions.node}`,
+    fix: "install Node.js 20 or newer",
+  }));
+}
+
 /** What this host can do. Each failed check carries the exact command that fixes it. */
 export async function runChecks(env: NodeJS.ProcessEnv = process.env): Promise<Check[]> {
   const apt = (pkg: string) => `apt-get install -y ${pkg}`;
@@ -49,11 +58,7 @@ export async function runChecks(env: NodeJS.ProcessEnv = process.env): Promise<C
       detail: `running as uid ${process.getuid?.()}`,
       fix: "run ScratchRun as root (cgroups, per-sandbox uids and network namespaces need it)",
     })),
-    check("node", true, () => ({
-      ok: Number(process.versions.node.split(".")[0]) >= 20,
-      detail: `Node.js ${process.versions.node}`,
-      fix: "install Node.js 20 or newer",
-    })),
+    nodeCheck(),
     check("bubblewrap", true, () => ({
       ok: existsSync("/usr/bin/bwrap"),
       detail: existsSync("/usr/bin/bwrap") ? "/usr/bin/bwrap" : "not found",

@@ -8,13 +8,16 @@ import {
 } from "../policy/key-policy.js";
 import { RAISE_CEILINGS } from "../schema/limits.js";
 import { RUNTIMES } from "../runtimes/names.js";
+import { PRINCIPAL } from "../store/keys.js";
 import { openStore } from "../store/open.js";
 
 export const KEYS_USAGE = `scratchrun keys create --name N [--owner USER] [--oidc-subject SUB] [policy]
                                            create a key (--owner: the console user it belongs
                                            to; --oidc-subject: the trusted OIDC issuer's tokens
                                            for that subject act as it); printed once, on stdout
-scratchrun keys update <id|name> [policy]  change a key's policy (its next request is held to it)
+scratchrun keys update <id|name> [policy]  change a key's policy (its next request is held to it);
+                                           uid:N is a local user of the local service (decision
+                                           0018), made here if it has not called yet
 scratchrun keys list [--json]              list keys and their policies (never the keys themselves)
 scratchrun keys revoke <id|name>           revoke a key at once
 
@@ -124,6 +127,8 @@ export async function runKeys(
         if (!target || !hasPolicy) break;
         let updated;
         try {
+          // A local user's principal exists from its first call; root may set its policy before.
+          if (PRINCIPAL.test(target)) await keys.principal(target);
           updated = await keys.updatePolicy(target, patch);
         } catch (e) {
           if (!(e instanceof TypeError)) throw e;

@@ -15,6 +15,8 @@ Usage:
   scratchrun templates           as root: build and keep the microVM snapshot templates the server's
                                  pools start from, so its first calls need no cold boot (setup runs it)
   scratchrun serve [--host H] [--port N]   the HTTP service: REST /v1/exec, MCP at /mcp (--help)
+  scratchrun daemon              as root: the local service, every user's engine on a unix socket
+                                 (group scratchrun; --help)
   scratchrun keys create --name N | list | revoke <id|name>   API keys of the HTTP service
   scratchrun users create --name N [--role admin|member]   console users (password on stdin)
 
@@ -54,6 +56,8 @@ export async function main(argv: string[]): Promise<number> {
       return new Promise<number>(() => {});
     case "serve":
       return (await import("./serve.js")).runServe(rest);
+    case "daemon":
+      return (await import("./daemon.js")).runDaemon(rest);
     case "keys":
       return (await import("./keys.js")).runKeys(rest);
     case "users":

@@ -9,6 +9,8 @@ import { LIMITS } from "../schema/limits.js";
 import { createMcpServer, type ExecEngine } from "../mcp/server.js";
 import { TaskRegistry, taskAfterMsFromEnv } from "../mcp/tasks.js";
 import { RemoteEngine, remoteOptionsFromEnv } from "../remote/client.js";
+import { localRefusal, openLocalService } from "../remote/local-service.js";
+import { setting, settingOn } from "../schema/settings/read.js";
 import { ScratchRunError } from "../errors.js";
 import { logWhenPoolsFull } from "./pools-full.js";
 import { withServerLimits } from "../policy/server-policy.js";
@@ -58,6 +60,54 @@ async function startRemote(options: NonNullable<ReturnType<typeof remoteOptionsF
   return { engine, networkLine: engine.networkNote };
 }
 
+/** The flags that shape this process's own engine, which a forwarded call never reaches. */
+interface EngineFlags {
+  isolation: string | undefined;
+  imageConfig: string | undefined;
+  limits: LimitFlags;
+  egressAllow: string | undefined;
+}
+
+/**
+ * No SCRATCHRUN_URL: the local service when it answers (every user's, root's too: one set of
+ * pools per host), else the engine here, which needs root. --local (SCRATCHRUN_LOCAL=1) skips the
+ * service. A user who cannot use either gets one line saying what to do (decision 0018).
+ */
+async function startOnThisMachine(
+  local: boolean,
+  flags: EngineFlags,
+): Promise<Started & { via: string }> {
+  const here = () =>
+    startLocal(flags.isolation, flags.imageConfig, flags.limits, flags.egressAllow);
+  if (local) return { ...(await here()), via: "" };
+  const socket = setting("SCRATCHRUN_SOCKET", process.env);
+  const service = await openLocalService(socket);
+  if (service.kind === "answers") {
+    const given = [
+      flags.isolation && "--isolation",
+      flags.imageConfig && "--image-config",
+      flags.limits.maxTimeoutMs && "--max-timeout-ms",
+      flags.limits.maxMemoryMb && "--max-memory-mb",
+      flags.egressAllow && "--egress-allow",
+    ].filter(Boolean);
+    if (given.length > 0)
+      throw new ScratchRunError(
+        "NOT_READY",
+        `${given.join(", ")} set this process's own engine, and the local service at ${socket} runs the calls`,
+        {
+          fix: "Drop them (root sets the service's: scratchrun daemon, scratchrun keys update uid:N), or add --local to run an engine here (as root)",
+        },
+      );
+    return {
+      engine: service.engine,
+      networkLine: service.engine.networkNote,
+      via: `local service ${socket}, `,
+    };
+  }
+  if (process.getuid?.() !== 0) throw localRefusal(service.kind, socket);
+  return { ...(await here()), via: "" };
+}
+
 /** How long closing may take before the process exits anyway (a client waits about 4 s). */
 const CLOSE_BOUND_MS = 30_000;
 
@@ -77,6 +127,7 @@ export async function runMcpStdio(argv: string[] = []): Promise<void> {
       "max-timeout-ms": { type: "string" },
       "max-memory-mb": { type: "string" },
       "egress-allow": { type: "string" },
+      local: { type: "boolean" },
     },
   });
   const limits: LimitFlags = {
@@ -90,9 +141,17 @@ export async function runMcpStdio(argv: string[] = []): Promise<void> {
       "--max-timeout-ms and --max-memory-mb set this machine's limits, and remote mode runs nothing here",
       { fix: "The server's operator sets them (scratchrun serve, or the key's policy)" },
     );
-  const { engine, networkLine }: Started = remote
-    ? await startRemote(remote)
-    : await startLocal(values.isolation, values["image-config"], limits, values["egress-allow"]);
+  const { engine, networkLine, via } = remote
+    ? { ...(await startRemote(remote)), via: `remote ${new URL(remote.url).origin}, ` }
+    : await startOnThisMachine(
+        values.local === true || settingOn("SCRATCHRUN_LOCAL", process.env),
+        {
+          isolation: values.isolation,
+          imageConfig: values["image-config"],
+          limits,
+          egressAllow: values["egress-allow"],
+        },
+      );
   let closing = false;
   const shutdown = async (code = 0) => {
     if (closing) return;
@@ -128,7 +187,7 @@ export async function runMcpStdio(argv: string[] = []): Promise<void> {
   process.on("unhandledRejection", fatal);
   serveMcpStdio(engine, () => void shutdown());
   process.stderr.write(
-    `scratchrun-mcp: ready (${remote ? `remote ${new URL(remote.url).origin}, ` : ""}isolation ${engine.backend.isolation}; network: ${networkLine})\n`,
+    `scratchrun-mcp: ready (${via}isolation ${engine.backend.isolation}; network: ${networkLine})\n`,
   );
 }
 

@@ -25,7 +25,10 @@ import { hostCeiling, RECORDABLE_CEILING } from "../policy/host.js";
 import { serverLimitsFromEnv, serverPolicy, withServerLimits } from "../policy/server-policy.js";
 import { createLogger, type Logger } from "../http/log.js";
 import { reapOrphanSandboxes } from "../jail/reap.js";
-import { startApiServer } from "../api/server.js";
+import { startApiServer, type ApiServer } from "../api/server.js";
+import { loadPeerCredentials } from "../http/peer-cred.js";
+import { prepareSocketPath } from "../http/unix-listener.js";
+import { ensureServiceGroup } from "./service-state.js";
 import { setting } from "../schema/settings/read.js";
 
 export const SERVE_USAGE = `scratchrun serve [--role all|api|worker] [--host H] [--port N] [limits]
@@ -38,6 +41,10 @@ export const SERVE_USAGE = `scratchrun serve [--role all|api|worker] [--host H] 
                            comma-separated for several (or SCRATCHRUN_WORKERS)
   --host H                 address to bind (default 127.0.0.1; loopback binds check Host/Origin)
   --port N                 port (default 8787, worker 8788; 0 picks a free one)
+  --socket PATH            (all) also serve this machine's users on a unix socket (group
+                           scratchrun, 0660), each caller the uid the kernel proves (uid:N), no
+                           key; with it, TCP only when --host or --port is given (scratchrun
+                           daemon is serve --socket on SCRATCHRUN_SOCKET)
   --max-concurrent N       sandboxes running at once (default 4)
   --max-queued N           calls waiting for a sandbox (default 64)
   --queue-deadline-ms N    longest wait in the queue before 429 (default 60000)
@@ -94,6 +101,12 @@ function untilSignal(logger: Logger, stop: () => Promise<void>, inFlight: () => 
   });
 }
 
+/** What `scratchrun daemon` adds to serve: its own logger, and a word once it listens. */
+export interface ServeHooks {
+  logger?: Logger;
+  listening?(api: ApiServer, isolation: string): void;
+}
+
 /**
  * `scratchrun serve`: with --role all (the default) takes the state directory's lock, marks runs
  * a dead predecessor left running as failed, destroys its orphaned sandboxes, then serves until
@@ -103,6 +116,7 @@ function untilSignal(logger: Logger, stop: () => Promise<void>, inFlight: () => 
 export async function runServe(
   argv: string[],
   env: NodeJS.ProcessEnv = process.env,
+  hooks: ServeHooks = {},
 ): Promise<number> {
   const { values } = parseArgs({
     args: argv,
@@ -111,6 +125,7 @@ export async function runServe(
       workers: { type: "string" },
       host: { type: "string" },
       port: { type: "string" },
+      socket: { type: "string" },
       "max-concurrent": { type: "string" },
       "max-queued": { type: "string" },
       "queue-deadline-ms": { type: "string" },
@@ -132,6 +147,8 @@ export async function runServe(
   const role = values.role ?? "all";
   if (role !== "all" && role !== "api" && role !== "worker")
     throw new Error(`--role must be all, api or worker (got ${JSON.stringify(role)})`);
+  if (values.socket !== undefined && role !== "all")
+    throw new Error("--socket is for --role all: the local service runs the sandboxes itself");
   // Raised limits: checked before anything starts (against this host's RAM where sandboxes run).
   const limitFlags = {
     maxTimeoutMs: values["max-timeout-ms"],
@@ -149,7 +166,7 @@ export async function runServe(
   // A bad allowlist entry is a configuration error, said before the state directory is touched.
   const egressEnv = withEgressAllow(limitsEnv, values["egress-allow"]);
   egressAllowlistFromEnv(egressEnv);
-  const logger = createLogger();
+  const logger = hooks.logger ?? createLogger();
   const host = values.host ?? "127.0.0.1";
   const limits = {
     maxConcurrent: int(values["max-concurrent"], "max-concurrent", 4),
@@ -227,6 +244,14 @@ export async function runServe(
     );
   }
 
+  // The local socket: its group and the addon that reads callers' uids, before anything starts.
+  let socket: { path: string; gid: number } | undefined;
+  if (values.socket !== undefined) {
+    loadPeerCredentials();
+    socket = { path: values.socket, gid: ensureServiceGroup() };
+    await prepareSocketPath(socket.path);
+  }
+  const tcp = !socket || values.port !== undefined || values.host !== undefined;
   const home = scratchrunHome(env);
   const db = openDatabase(home);
   const lock = acquireHomeLock(home);
@@ -252,7 +277,8 @@ export async function runServe(
     db,
     logger,
     host,
-    port: int(values.port, "port", 8787, 0),
+    port: tcp ? int(values.port, "port", 8787, 0) : null,
+    ...(socket ? { socket } : {}),
     keyLimits,
     bodyCapBytes,
     ...(publicUrl ? { publicUrl } : {}),
@@ -260,8 +286,9 @@ export async function runServe(
     sessions: { taskAfterMs: taskAfterMsFromEnv(env) },
   });
   process.stderr.write(
-    `scratchrun: serving on ${api.url} (isolation ${engine.backend.isolation})\n`,
+    `scratchrun: serving on ${[...(tcp ? [api.url] : []), ...(socket ? [`unix:${socket.path}`] : [])].join(" and ")} (isolation ${engine.backend.isolation})\n`,
   );
+  hooks.listening?.(api, engine.backend.isolation);
   logWhenPoolsFull(engine.backend, (ms) => logger.info({ after_ms: ms }, "every warm pool full"));
   return untilSignal(
     logger,

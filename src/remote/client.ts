@@ -17,6 +17,12 @@ export interface RemoteOptions {
   apiKey: string;
 }
 
+/**
+ * Where the calls go: a server's URL with a key, or this machine's local service on its unix
+ * socket, where the caller is the uid the kernel proves and no key is sent (decision 0018).
+ */
+export type RemoteTarget = ({ kind: "url" } & RemoteOptions) | { kind: "socket"; socket: string };
+
 interface Info {
   version: string;
   isolation: string;
@@ -27,6 +33,9 @@ interface Info {
   /** Whether the server keeps sessions; absent from servers older than remote sessions. */
   sessions?: boolean;
 }
+
+/** How long connecting waits for the server's /v1/info. */
+const INFO_TIMEOUT_MS = 10_000;
 
 /**
  * Remote mode: an engine-shaped object whose execute() sends the validated request to a
@@ -40,24 +49,42 @@ export class RemoteEngine {
   /** The key's policy as the server reported it (the product's if it reported none). */
   readonly policy: CallPolicy;
 
+  /** Requests in flight: close() ends them (the service then ends their sandboxes). */
+  private readonly inFlight = new Set<AbortController>();
+
   private constructor(
-    private readonly opts: RemoteOptions,
+    private readonly opts: RemoteTarget,
     private readonly info: Info,
   ) {
     this.policy = policyFromWire(info.limits) ?? DEFAULT_POLICY;
   }
 
   /** Connects (GET /v1/info, which also checks the key) and returns the remote engine. */
-  static async connect(opts: RemoteOptions): Promise<RemoteEngine> {
-    const res = await request(opts, "GET", "/v1/info");
+  static async connect(opts: RemoteOptions | RemoteTarget): Promise<RemoteEngine> {
+    const target: RemoteTarget = "kind" in opts ? opts : { kind: "url", ...opts };
+    const timeout = AbortSignal.timeout(INFO_TIMEOUT_MS);
+    const res = await request(target, "GET", "/v1/info", undefined, timeout).catch((e) => {
+      throw timeout.aborted
+        ? new ScratchRunError(
+            "NOT_READY",
+            `${where(target)} did not answer within ${INFO_TIMEOUT_MS / 1000} s`,
+            { fix: "Check that it runs and is not overloaded (scratchrun doctor)" },
+          )
+        : e;
+    });
     const body = res.body;
     if (res.status !== 200) throw wireToError(res.status, body);
     const info = body as Partial<Info>;
     if (typeof info.isolation !== "string" || typeof info.network_note !== "string")
-      throw new ScratchRunError("NOT_READY", `${opts.url} is not a ScratchRun server`, {
-        fix: "Check SCRATCHRUN_URL",
+      throw new ScratchRunError("NOT_READY", `${where(target)} is not a ScratchRun server`, {
+        fix: target.kind === "url" ? "Check SCRATCHRUN_URL" : "Check SCRATCHRUN_SOCKET",
       });
-    return new RemoteEngine(opts, info as Info);
+    return new RemoteEngine(target, info as Info);
+  }
+
+  /** The version the server reported (the local service's handshake compares it with ours). */
+  get serverVersion(): string {
+    return this.info.version;
   }
 
   get backend() {
@@ -81,11 +108,27 @@ export class RemoteEngine {
   async execute(req: ExecRequest, options: ExecuteOptions = {}): Promise<ExecOutcome> {
     options.onProgress?.({ stage: "queued" });
     const body = req.session_id === undefined ? req : namedSessionFields(req);
-    const res = await request(this.opts, "POST", "/v1/exec", body, options.signal, () =>
-      options.onProgress?.({ stage: "running" }),
+    const res = await this.tracked(options.signal, (signal) =>
+      request(this.opts, "POST", "/v1/exec", body, signal, () =>
+        options.onProgress?.({ stage: "running" }),
+      ),
     );
     if (res.status !== 200) throw wireToError(res.status, res.body);
     return wireToOutcome(res.body);
+  }
+
+  /** Runs one request under a signal that close() also aborts. */
+  private async tracked<T>(
+    signal: AbortSignal | undefined,
+    send: (signal: AbortSignal) => Promise<T>,
+  ): Promise<T> {
+    const own = new AbortController();
+    this.inFlight.add(own);
+    try {
+      return await send(signal ? AbortSignal.any([signal, own.signal]) : own.signal);
+    } finally {
+      this.inFlight.delete(own);
+    }
   }
 
   /**
@@ -98,7 +141,9 @@ export class RemoteEngine {
     return {
       start: async (input, signal) => {
         const req = parseSessionStart(input, this.policy);
-        const res = await request(this.opts, "POST", "/v1/sessions", req, signal);
+        const res = await this.tracked(signal, (s) =>
+          request(this.opts, "POST", "/v1/sessions", req, s),
+        );
         if (res.status !== 201) throw wireToError(res.status, res.body);
         return answered(res.body);
       },
@@ -110,7 +155,15 @@ export class RemoteEngine {
     };
   }
 
-  async close(): Promise<void> {}
+  /** Ends the requests in flight: the server sees each connection close and ends its call. */
+  async close(): Promise<void> {
+    for (const c of this.inFlight) c.abort();
+  }
+}
+
+/** The server a target names, for messages. */
+function where(target: RemoteTarget): string {
+  return target.kind === "url" ? target.url : `the local service at ${target.socket}`;
 }
 
 /** A session as the server answered it, or INTERNAL if it is not one. */
@@ -126,56 +179,66 @@ function answered(body: unknown): SessionInfo {
  * it is not JSON). No timeout of its own: a call lasts as long as its timeout_ms allows.
  */
 function request(
-  opts: RemoteOptions,
+  target: RemoteTarget,
   method: "GET" | "POST" | "DELETE",
   path: string,
   body?: unknown,
   signal?: AbortSignal,
   onSent?: () => void,
 ): Promise<{ status: number; body: unknown }> {
-  const url = new URL(path, opts.url.endsWith("/") ? opts.url : `${opts.url}/`);
   const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
-  const send = url.protocol === "https:" ? httpsRequest : httpRequest;
+  const headers = {
+    ...(target.kind === "url" ? { Authorization: `Bearer ${target.apiKey}` } : {}),
+    ...(payload
+      ? { "Content-Type": "application/json", "Content-Length": String(payload.length) }
+      : {}),
+  };
+  let send: (cb: (res: IncomingMessage) => void) => ReturnType<typeof httpRequest>;
+  let unreachable: { message: string; fix: string };
+  if (target.kind === "url") {
+    const url = new URL(path, target.url.endsWith("/") ? target.url : `${target.url}/`);
+    const client = url.protocol === "https:" ? httpsRequest : httpRequest;
+    send = (cb) => client(url, { method, headers }, cb);
+    unreachable = {
+      message: `cannot reach the ScratchRun server at ${url.origin}`,
+      fix: "Check SCRATCHRUN_URL and that the server runs",
+    };
+  } else {
+    // The local service: the kernel names the caller; Host is only HTTP's requirement.
+    send = (cb) =>
+      httpRequest(
+        { socketPath: target.socket, path, method, headers: { Host: "localhost", ...headers } },
+        cb,
+      );
+    unreachable = {
+      message: `cannot reach the local service at ${target.socket}`,
+      fix: "Check that it runs (scratchrun doctor)",
+    };
+  }
   return new Promise((resolve, reject) => {
     const fail = (cause: unknown) =>
       reject(
         signal?.aborted
           ? new ScratchRunError("BUSY", "Cancelled", { cause })
-          : new ScratchRunError(
-              "NOT_READY",
-              `cannot reach the ScratchRun server at ${url.origin}`,
-              { fix: "Check SCRATCHRUN_URL and that the server runs", cause },
-            ),
+          : new ScratchRunError("NOT_READY", unreachable.message, { fix: unreachable.fix, cause }),
       );
-    const req = send(
-      url,
-      {
-        method,
-        headers: {
-          Authorization: `Bearer ${opts.apiKey}`,
-          ...(payload
-            ? { "Content-Type": "application/json", "Content-Length": String(payload.length) }
-            : {}),
-        },
-      },
-      (res: IncomingMessage) => {
-        const chunks: Buffer[] = [];
-        res.on("data", (c: Buffer) => chunks.push(c));
-        res.once("error", fail);
-        res.once("close", () => {
-          if (!res.complete) fail(new Error("the connection closed before the answer ended"));
-        });
-        res.once("end", () => {
-          let parsed: unknown;
-          try {
-            parsed = JSON.parse(Buffer.concat(chunks).toString("utf8"));
-          } catch {
-            parsed = undefined;
-          }
-          resolve({ status: res.statusCode ?? 0, body: parsed });
-        });
-      },
-    );
+    const req = send((res: IncomingMessage) => {
+      const chunks: Buffer[] = [];
+      res.on("data", (c: Buffer) => chunks.push(c));
+      res.once("error", fail);
+      res.once("close", () => {
+        if (!res.complete) fail(new Error("the connection closed before the answer ended"));
+      });
+      res.once("end", () => {
+        let parsed: unknown;
+        try {
+          parsed = JSON.parse(Buffer.concat(chunks).toString("utf8"));
+        } catch {
+          parsed = undefined;
+        }
+        resolve({ status: res.statusCode ?? 0, body: parsed });
+      });
+    });
     const onAbort = () => req.destroy(new Error("aborted"));
     if (signal?.aborted) onAbort();
     signal?.addEventListener("abort", onAbort, { once: true });

@@ -45,6 +45,12 @@ export function parseKeyId(key: string): string | null {
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9 ._@-]{0,63}$/;
 
+/**
+ * A local user's principal (decision 0018): `uid:N`, N a uid in decimal. A key's name cannot
+ * hold a colon (NAME), so no key can be created, or renamed, into one.
+ */
+export const PRINCIPAL = /^uid:(0|[1-9][0-9]{0,9})$/;
+
 export class KeyStore {
   private readonly dummy = hashKey(`srk_000000000000_${"A".repeat(43)}`);
   private readonly sql: SqlDriver;
@@ -182,6 +188,33 @@ export class KeyStore {
       [subject],
     );
     return row ? { id: row.id, name: row.name, policy: this.readPolicy(row.id, row.policy) } : null;
+  }
+
+  /**
+   * The local user `uid:N` (PRINCIPAL) as a key: the local service's caller, whose uid the
+   * kernel proved (src/api/peer-auth.ts). Made the first time it is asked for, with no policy of
+   * its own (the server's) and a hash of 32 random bytes that no presented key can match, so it
+   * is never a bearer; `keys update uid:N` gives it a policy. Null once root revoked it: a
+   * revoked principal is never made again.
+   */
+  async principal(name: string, now = Date.now()): Promise<VerifiedKey | null> {
+    if (!PRINCIPAL.test(name)) throw new TypeError(`${JSON.stringify(name)} is not uid:N`);
+    // One statement: two first calls at once make one row.
+    await this.sql.run(
+      `INSERT INTO keys (id, name, hash, created_at) SELECT ?, ?, ?, ?
+       WHERE NOT EXISTS (SELECT 1 FROM keys WHERE name = ?)`,
+      [randomBytes(6).toString("hex"), name, randomBytes(32), now, name],
+    );
+    const row = await this.sql.get<{
+      id: string;
+      name: string;
+      policy: string | null;
+      revoked_at: number | null;
+    }>("SELECT id, name, policy, revoked_at FROM keys WHERE name = ? ORDER BY created_at, id", [
+      name,
+    ]);
+    if (!row || row.revoked_at !== null) return null;
+    return { id: row.id, name: row.name, policy: this.readPolicy(row.id, row.policy) };
   }
 
   /** Revokes by id or by name; returns the ids revoked (none if nothing matched). */

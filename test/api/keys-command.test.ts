@@ -18,7 +18,12 @@ after(() => rmSync(home, { recursive: true, force: true }));
 
 function run(args: string[], env: Record<string, string> = {}, bin = CLI) {
   const r = spawnSync(process.execPath, [bin, ...args], {
-    env: { PATH: process.env.PATH ?? "/usr/bin:/bin", SCRATCHRUN_HOME: home, ...env },
+    env: {
+      PATH: process.env.PATH ?? "/usr/bin:/bin",
+      SCRATCHRUN_HOME: home,
+      SCRATCHRUN_LOCAL: "1",
+      ...env,
+    },
     encoding: "utf8",
     timeout: 30_000,
   });

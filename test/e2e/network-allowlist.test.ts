@@ -299,6 +299,7 @@ describe("egress allowlist configuration", () => {
         env: {
           PATH: process.env.PATH,
           SCRATCHRUN_ISOLATION: "namespace",
+          SCRATCHRUN_LOCAL: "1",
           SCRATCHRUN_EGRESS_ALLOW: spec,
         },
       });

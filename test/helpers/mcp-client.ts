@@ -74,6 +74,9 @@ export function serverParams(env: Record<string, string>, node = process.execPat
       // Each server builds its own microVM templates (the suites count and time what it does);
       // test/microvm/template-store.test.ts keeps them on purpose.
       SCRATCHRUN_TEMPLATE_CACHE: process.env.SCRATCHRUN_TEMPLATE_CACHE ?? "off",
+      // The engine under test is this server's own, even where a local service answers (setup's
+      // systemd unit on a developer's machine): test/e2e/local-service.test.ts covers forwarding.
+      SCRATCHRUN_LOCAL: "1",
       ...env,
     },
     stderr: "pipe" as const,

@@ -169,6 +169,19 @@ export const SETTINGS = {
     doc: "remote mode: the API key every call to `SCRATCHRUN_URL` carries",
     rowOf: "SCRATCHRUN_URL",
   },
+  SCRATCHRUN_SOCKET: {
+    kind: "string",
+    default: "/run/scratchrun/scratchrun.sock",
+    readers: ["server"],
+    doc: "the local service's unix socket (decision 0018): `scratchrun daemon` listens there (group `scratchrun`, mode 0660), and `scratchrun-mcp` forwards to it when it answers, the caller its uid",
+  },
+  SCRATCHRUN_LOCAL: {
+    kind: "flag",
+    on: "1",
+    unset: "off",
+    readers: ["server"],
+    doc: "`1`: `scratchrun-mcp` runs the engine itself (as root) even when the local service answers; `--local` does the same",
+  },
   SCRATCHRUN_HOME: {
     kind: "string",
     fallback: "/var/lib/scratchrun",
