@@ -7,6 +7,10 @@
 #      image config SCRATCHRUN_IMAGE_CONFIG adds: `scratchrun setup --image-config PATH`), cached by recipe
 #   5. the microVM guest (kernel, initramfs, root disk), cached
 #   6. the microVM snapshot templates the server's pools start from (scratchrun templates), kept
+#   7. the local service (scratchrun service install): a world-readable copy in
+#      $SCRATCHRUN_PREFIX/lib/scratchrun (default /usr/local), scratchrun and scratchrun-mcp on
+#      every user's PATH, the group scratchrun (with the user who ran this through sudo), and the
+#      systemd unit, enabled and started where systemd runs (elsewhere: scratchrun daemon)
 # Run as root. Progress is printed for each step; the image build shows mmdebstrap's own output.
 # In a package npm installed (no tsconfig.json: `npx -y scratchrun-mcp setup` or
 # `scratchrun setup` run this), npm has installed the dependencies and dist/ is prebuilt.
@@ -89,8 +93,12 @@ step "microVM snapshot templates (kept; made again only when what they are made 
 node dist/src/bin/scratchrun.js templates ||
   echo "setup: the templates were not made (above); the server makes each when it needs it" >&2
 
+# Every user of this machine runs ScratchRun through one service (decision 0018).
+step "local service: a world-readable install, scratchrun and scratchrun-mcp on PATH, the group scratchrun"
+node dist/src/bin/scratchrun.js service install
+
 if [ "$checkout" = 1 ]; then
-  step "ready: start the stdio MCP server with: npx --no-install scratchrun-mcp"
+  step "ready: start the stdio MCP server with: npx --no-install scratchrun-mcp (or scratchrun-mcp, for any user in the group scratchrun)"
 else
-  step "ready: an MCP client as root starts local mode with: npx -y scratchrun-mcp (scratchrun doctor checks the host)"
+  step "ready: an MCP client starts ScratchRun with: npx -y scratchrun-mcp (any user in the group scratchrun, through the local service; scratchrun doctor checks it)"
 fi

@@ -16,7 +16,9 @@ Usage:
                                  pools start from, so its first calls need no cold boot (setup runs it)
   scratchrun serve [--host H] [--port N]   the HTTP service: REST /v1/exec, MCP at /mcp (--help)
   scratchrun daemon              as root: the local service, every user's engine on a unix socket
-                                 (group scratchrun; --help)
+                                 (group scratchrun); setup installs it (--help)
+  scratchrun service install     as root: a world-readable copy, scratchrun and scratchrun-mcp on
+                                 every user's PATH, the group and the service (setup runs it)
   scratchrun keys create --name N | list | revoke <id|name>   API keys of the HTTP service
   scratchrun users create --name N [--role admin|member]   console users (password on stdin)
 
@@ -58,6 +60,8 @@ export async function main(argv: string[]): Promise<number> {
       return (await import("./serve.js")).runServe(rest);
     case "daemon":
       return (await import("./daemon.js")).runDaemon(rest);
+    case "service":
+      return (await import("./service.js")).runService(rest);
     case "keys":
       return (await import("./keys.js")).runKeys(rest);
     case "users":

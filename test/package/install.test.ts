@@ -371,9 +371,11 @@ describe("the packed package", () => {
     chmodSync(tmp, 0o700);
     try {
       const [setupCommand = "npx", ...setupArgs] = SETUP;
+      // Its local service's install goes to a prefix of the test's, not this host's /usr/local.
+      const prefix = join(tmp, "prefix");
       const first = spawnSync(setupCommand, setupArgs, {
         cwd: project,
-        env: rootEnv(),
+        env: rootEnv({ SCRATCHRUN_PREFIX: prefix }),
         encoding: "utf8",
         timeout: 1_500_000,
       });
@@ -382,10 +384,12 @@ describe("the packed package", () => {
       assert.match(first.stderr, /build-guest: built .*\/build\/guest\/agent/);
       assert.match(first.stderr, /==> runtime image/);
       assert.match(first.stderr, /==> microVM guest/);
+      assert.match(first.stderr, /==> local service/);
+      assert.ok(existsSync(join(prefix, "bin", "scratchrun-mcp")), "scratchrun-mcp is installed");
       assert.match(first.stderr, /==> ready/);
       const again = spawnSync(setupCommand, setupArgs, {
         cwd: project,
-        env: rootEnv(),
+        env: rootEnv({ SCRATCHRUN_PREFIX: prefix }),
         encoding: "utf8",
         timeout: 600_000,
       });

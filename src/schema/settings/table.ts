@@ -182,6 +182,12 @@ export const SETTINGS = {
     readers: ["server"],
     doc: "`1`: `scratchrun-mcp` runs the engine itself (as root) even when the local service answers; `--local` does the same",
   },
+  SCRATCHRUN_PREFIX: {
+    kind: "string",
+    fallback: "/usr/local",
+    readers: ["setup"],
+    doc: "where setup installs a world-readable copy (`lib/scratchrun/`), `scratchrun` and `scratchrun-mcp` (`bin/`) and the systemd unit (`lib/systemd/system/`)",
+  },
   SCRATCHRUN_HOME: {
     kind: "string",
     fallback: "/var/lib/scratchrun",
