@@ -38,21 +38,12 @@ export class SealedRam {
     return `/proc/${this.helper.pid}/fd/${this.memfd}`;
   }
 
-  /** A read-write fd for the template QEMU (caller closes it once QEMU has started). */
+  /**
+   * A read-write fd of the memfd, before seal(): for the template QEMU (closed once it has
+   * started), or for a kept template's copy (template-store.ts). The caller closes it.
+   */
   openForTemplate(): number {
     return openSync(this.path(), fsc.O_RDWR);
-  }
-
-  /**
-   * Fills the memfd from a file's data extents, `offset` on (a kept template; sparse: its holes
-   * are the RAM's zero pages). Before seal().
-   */
-  async load(path: string, offset: number): Promise<void> {
-    if (/[\n\0]/.test(path)) throw new Error(`not a path: ${JSON.stringify(path)}`);
-    this.helper.stdin!.write(`load ${offset} ${path}\n`);
-    const r = await this.lines.next();
-    if (r.done || r.value !== "loaded")
-      throw new Error(`loading the template RAM failed: ${r.done ? "helper exited" : r.value}`);
   }
 
   /** Seals the memfd against any further change, then lets the helper exit. */
