@@ -3,14 +3,15 @@
  * (`_meta["anthropic/maxResultSizeChars"]` in tools/list, LIMITS.answerChars): Claude Code sends
  * a result past the size a tool declares to a file and shows the model a preview. A client may
  * read the text blocks or the structured result (Claude Code reads structuredContent where there
- * is one), so both count, together: the text and resource blocks' characters (base64 for a binary
- * resource) and structuredContent as JSON. Image blocks are not characters (clients count them
- * apart), and the byte budget (answer-budget.ts) bounds them.
+ * is one), so both count, together: the text blocks, text resources (a UTF-8 text file) and
+ * structuredContent as JSON. Image blocks and binary resources (base64 blobs) are not characters
+ * a model reads: a returned binary file is what the caller asked for by name, bounded by the file
+ * limits (LIMITS.returnFiles) and the byte budget (answer-budget.ts), never dropped here.
  *
- * What is cut, in order, and named in the result's message: returned files that come back as
- * resources (the largest first), outputs' text forms in structuredContent (the largest first; the
- * text block shows at most OUTPUT_TEXT_SHOWN of each), then the streams' shown head and tail, and
- * as a last resort an error's traceback. Pure.
+ * What is cut, in order, and named in the result's message: returned text files (the largest
+ * first), outputs' text forms in structuredContent (the largest first; the text block shows at
+ * most OUTPUT_TEXT_SHOWN of each), then the streams' shown head and tail, and as a last resort an
+ * error's traceback. Pure.
  */
 import type { ExecOutcome, FileOut } from "../engine/result.js";
 import { isInlineImage, isTextMime } from "../engine/mime.js";
@@ -24,26 +25,27 @@ export function answerChars(outcome: ExecOutcome): number {
   let chars = JSON.stringify(outcome.result).length;
   for (const block of toContentBlocks(outcome)) {
     if (block.type === "text") chars += block.text.length;
-    else if (block.type === "resource")
-      chars += "text" in block.resource ? block.resource.text.length : block.resource.blob.length;
+    else if (block.type === "resource" && "text" in block.resource)
+      chars += block.resource.text.length;
   }
   return chars;
 }
 
-/** A resource block's characters: its text (a UTF-8 text file), else its base64. */
-function resourceChars(f: FileOut): number {
-  if (isTextMime(f.mimeType))
-    try {
-      return new TextDecoder("utf-8", { fatal: true }).decode(f.content).length;
-    } catch {
-      // not UTF-8: a blob, as content.ts sends it
-    }
-  return Math.ceil(f.content.length / 3) * 4;
+/** A text resource's characters (a UTF-8 text file, as content.ts sends it), else null (a blob). */
+function textChars(f: FileOut): number | null {
+  if (!isTextMime(f.mimeType)) return null;
+  try {
+    return new TextDecoder("utf-8", { fatal: true }).decode(f.content).length;
+  } catch {
+    return null;
+  }
 }
 
-/** A returned file that comes back as a resource block (an inline image is an image block). */
-const isResource = (f: FileOut) =>
-  !(isInlineImage(f.mimeType) && f.content.length <= LIMITS.inlineImageBytes.max);
+/** A returned file that comes back as a text resource block: the files this module may cut. */
+const isTextResource = (f: FileOut) =>
+  !(isInlineImage(f.mimeType) && f.content.length <= LIMITS.inlineImageBytes.max) &&
+  textChars(f) !== null;
+const resourceChars = (f: FileOut) => textChars(f) ?? 0;
 
 /** The marker a shaped stream carries between its head and tail (engine/shape-output.ts). */
 const markerOf = (omitted: number) => Buffer.from(`\n[... ${omitted} bytes omitted ...]\n`);
@@ -121,8 +123,8 @@ export function fitAnswerChars(
   const why = `left out of this answer to keep it under ${maxChars} characters`;
   const named: string[] = [];
   let r: ExecResult = { ...outcome.result };
-  const resources = outcome.files.filter(isResource);
-  const others = outcome.files.filter((f) => !isResource(f));
+  const resources = outcome.files.filter(isTextResource);
+  const others = outcome.files.filter((f) => !isTextResource(f));
   const current = (files: FileOut[]): ExecOutcome => ({
     result: r,
     files: outcome.files.filter((f) => others.includes(f) || files.includes(f)),
@@ -164,13 +166,17 @@ export function fitAnswerChars(
     const size = Math.max(out, err);
     if (size <= floor) break;
     const target = Math.max(floor, Math.min(Math.floor(size / 2), size - over));
-    if (name === "stdout") {
-      const n = narrowShown(r.stdout, r.stdout_omitted_bytes, target);
-      r = { ...r, stdout: n.text, stdout_omitted_bytes: n.omitted, stdout_truncated: true };
-    } else {
-      const n = narrowShown(r.stderr, r.stderr_omitted_bytes, target);
-      r = { ...r, stderr: n.text, stderr_omitted_bytes: n.omitted, stderr_truncated: true };
-    }
+    const n =
+      name === "stdout"
+        ? narrowShown(r.stdout, r.stdout_omitted_bytes, target)
+        : narrowShown(r.stderr, r.stderr_omitted_bytes, target);
+    // Near the floor the marker makes a narrowed stream no shorter: it is as short as it gets
+    // (a share of a call with many inputs may be smaller than any answer).
+    if (Buffer.byteLength(n.text) >= size) break;
+    r =
+      name === "stdout"
+        ? { ...r, stdout: n.text, stdout_omitted_bytes: n.omitted, stdout_truncated: true }
+        : { ...r, stderr: n.text, stderr_omitted_bytes: n.omitted, stderr_truncated: true };
     narrowed.add(name);
   }
 

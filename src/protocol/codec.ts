@@ -56,6 +56,15 @@ export const FILE_STATUS_CODES: readonly ReturnFileStatus[] = [
  */
 export const MAX_DISPLAYS = LIMITS.outputs.maxCount + 1;
 
+/**
+ * Stream runs a call's `shown` keeps in the order they came. Code that alternates one-byte writes
+ * to stdout and stderr makes a run per write (600,000 in SEC-OUTPUT's flood), and each run is an
+ * entry of structuredContent.outputs: past this many, a run joins its stream's latest run since
+ * the last output, so the bytes each stream wrote before every output (where an output is placed)
+ * stay exact and the list stays short (at most this and two per output).
+ */
+export const MAX_STREAM_RUNS = 256;
+
 /** The `Z` frame's byte, by wire number (guest/agent-display.h). */
 export const DISPLAY_END_CODES: readonly DisplayEnd[] = ["whole", "over", "cut"];
 

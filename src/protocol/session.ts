@@ -8,6 +8,7 @@ import {
   encodeRequest,
   FrameDecoder,
   MAX_DISPLAYS,
+  MAX_STREAM_RUNS,
   type AgentExit,
   type AgentFrame,
 } from "./codec.js";
@@ -156,6 +157,8 @@ export function runAgentSession(
     let fileBytes = 0;
     // The streams' runs and the display channel's outputs, in order; the output being received.
     const shown: ShownEvent[] = [];
+    let streamRuns = 0;
+    let lastDisplayAt = -1; // index in shown of the latest output
     let display: { chunks: Uint8Array[]; bytes: number } | null = null;
     let displays = 0;
     let displayBytes = 0;
@@ -266,6 +269,7 @@ export function runAgentSession(
           if (f.type === "display_end") {
             if (!display) displays++; // an output with no bytes forwarded (past a bound, or empty)
             const content = Buffer.concat(display?.chunks ?? [], display?.bytes ?? 0);
+            lastDisplayAt = shown.length;
             shown.push({ kind: "display", content, end: f.end });
             display = null;
             return null;
@@ -286,11 +290,26 @@ export function runAgentSession(
           return null;
       }
     };
-    /** A stream's bytes join its run when nothing came between them. */
+    /**
+     * A stream's bytes join its run when nothing came between them, and past MAX_STREAM_RUNS its
+     * latest run since the last output.
+     */
     const streamRun = (stream: "stdout" | "stderr", bytes: number) => {
       const last = shown[shown.length - 1];
-      if (last?.kind === "stream" && last.stream === stream) last.bytes += bytes;
-      else shown.push({ kind: "stream", stream, bytes });
+      if (last?.kind === "stream" && last.stream === stream) {
+        last.bytes += bytes;
+        return;
+      }
+      if (streamRuns >= MAX_STREAM_RUNS)
+        for (let i = shown.length - 1; i > lastDisplayAt; i--) {
+          const e = shown[i];
+          if (e?.kind === "stream" && e.stream === stream) {
+            e.bytes += bytes;
+            return;
+          }
+        }
+      streamRuns++;
+      shown.push({ kind: "stream", stream, bytes });
     };
     /** Bytes of an output: the agent forwards at most LIMITS.outputs of them. */
     const onDisplay = (data: Uint8Array): string | null => {

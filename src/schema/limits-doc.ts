@@ -90,8 +90,9 @@ function resultLimits(): string {
     `rest are named, and a figure past them is never drawn. One answer stays under`,
     `${formatBytes(L.answerBytes.max)}: returned files and outputs' images that would pass it are left out and named.`,
     `Its text and structuredContent together stay under ${L.answerChars.max.toLocaleString("en-US")} characters, what`,
-    "`scratchrun_exec` declares to clients as `anthropic/maxResultSizeChars`: past it, returned files,",
-    "outputs' text forms and then the streams' head and tail are cut, and named.",
+    "`scratchrun_exec` declares to clients as `anthropic/maxResultSizeChars`: past it, returned text",
+    "files, outputs' text forms and then the streams' head and tail are cut, and named (a binary",
+    "file's base64 is not text a model reads: it comes back within the file limits).",
   ].join("\n");
 }
 

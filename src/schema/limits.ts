@@ -31,11 +31,11 @@ export const LIMITS = {
   /** One MCP answer never grows past this; files that would push it over are left out, said so. */
   answerBytes: { max: 9 * 1024 * 1024 },
   /**
-   * Characters one answer holds, its text and resource blocks and structuredContent together
-   * (image blocks apart): what scratchrun_exec declares in tools/list as
+   * Characters one answer holds, its text blocks, text resources and structuredContent together
+   * (image blocks and binary resources apart): what scratchrun_exec declares in tools/list as
    * `_meta["anthropic/maxResultSizeChars"]`, the most Claude Code takes inline (it writes a larger
    * result to a file and shows the model a preview, and takes 50,000 when a tool declares
-   * nothing, less than a default call's two streams can fill). Past it, files, outputs' text
+   * nothing, less than a default call's two streams can fill). Past it, text files, outputs' text
    * forms and then the streams' head and tail are cut, and named (mcp/answer-chars.ts).
    */
   answerChars: { max: 500_000 },

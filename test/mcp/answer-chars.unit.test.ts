@@ -72,13 +72,12 @@ function outcome(opts: {
   };
 }
 
-/** Text blocks and resources as characters, and structuredContent's JSON: what answerChars adds. */
+/** Text blocks and text resources, and structuredContent's JSON: what answerChars adds. */
 function counted(o: ExecOutcome): number {
   let n = JSON.stringify(o.result).length;
   for (const b of toContentBlocks(o))
     if (b.type === "text") n += b.text.length;
-    else if (b.type === "resource")
-      n += "text" in b.resource ? b.resource.text.length : b.resource.blob.length;
+    else if (b.type === "resource" && "text" in b.resource) n += b.resource.text.length;
   return n;
 }
 
@@ -129,8 +128,8 @@ describe("ANSWER-CHARS: answers stay under the declared characters", () => {
       stdout: "ok\n",
       files: [
         ["/tmp/small.csv", "text/csv", Buffer.from("a,b\n1,2\n")],
-        ["/tmp/big.csv", "text/csv", Buffer.alloc(400_000, "x")],
-        ["/tmp/bigger.bin", "application/octet-stream", Buffer.alloc(330_000, 7)],
+        ["/tmp/big.csv", "text/csv", Buffer.alloc(300_000, "x")],
+        ["/tmp/bigger.txt", "text/plain", Buffer.alloc(330_000, "y")],
       ],
     });
     const fitted = fitAnswerChars(o);
@@ -143,9 +142,28 @@ describe("ANSWER-CHARS: answers stay under the declared characters", () => {
     assert.deepEqual(status, {
       "/tmp/small.csv": "ok",
       "/tmp/big.csv": "ok",
-      "/tmp/bigger.bin": "total_limit",
+      "/tmp/bigger.txt": "total_limit",
     });
-    assert.match(fitted.result.message ?? "", /\/tmp\/bigger\.bin/);
+    assert.match(fitted.result.message ?? "", /\/tmp\/bigger\.txt/);
+  });
+
+  test("a binary file is never cut for characters: its base64 is not text a model reads", () => {
+    // SEC-FILECAP's and SEC-TRANSPORT's files: what the caller named comes back within the file
+    // limits, 4 MiB of base64 or not.
+    const o = outcome({
+      stdout: "ok\n",
+      files: [
+        ["/tmp/a.bin", "application/octet-stream", Buffer.alloc(2_621_440, 0)],
+        ["/tmp/edge.bin", "application/octet-stream", Buffer.alloc(4 * 1024 * 1024, 9)],
+      ],
+    });
+    assert.ok(answerChars(o) < 10_000, `${answerChars(o)}`);
+    const fitted = fitAnswerChars(o);
+    assert.equal(fitted, o);
+    assert.deepEqual(
+      fitted.files.map((f) => f.content.length),
+      [2_621_440, 4 * 1024 * 1024],
+    );
   });
 
   test("an output's long HTML form is left out of structuredContent and said so", () => {

@@ -6,6 +6,7 @@ import {
   encodeAgentFrame,
   encodeKill,
   MAX_DISPLAYS,
+  MAX_STREAM_RUNS,
   type AgentExit,
   type AgentFrame,
 } from "../../src/protocol/codec.js";
@@ -293,6 +294,30 @@ describe("runAgentSession: the display channel's outputs (docs/decisions/0017-ou
           : `display ${e.end} ${Buffer.from(e.content).toString()}`,
       ),
       ["stdout 2", "display whole {}\n", "stderr 1", "display over ", "stdout 1"],
+    );
+  });
+
+  it("keeps at most MAX_STREAM_RUNS runs in order, then each stream's bytes before every output", async () => {
+    // Alternating one-byte writes: a run each, as SEC-OUTPUT's flood makes 600,000 of them.
+    const alternate = (n: number) =>
+      Array.from({ length: n }, (_, i) => (i % 2 ? err("e") : out("o")));
+    const o = await scripted(
+      [S, ...alternate(10_000), Y("{}"), Z(), ...alternate(10_001), exited(), D],
+      { ...noFiles, maxStdoutBytes: 1 << 20, maxStderrBytes: 1 << 20 },
+    );
+    assert.equal(o.failure, null);
+    assert.ok(o.shown.length <= MAX_STREAM_RUNS + 4, `${o.shown.length} events`);
+    const display = o.shown.findIndex((e) => e.kind === "display");
+    const bytes = (events: typeof o.shown, stream: string) =>
+      events.reduce((n, e) => n + (e.kind === "stream" && e.stream === stream ? e.bytes : 0), 0);
+    assert.equal(bytes(o.shown.slice(0, display), "stdout"), 5_000, "stdout before the output");
+    assert.equal(bytes(o.shown.slice(0, display), "stderr"), 5_000, "stderr before the output");
+    assert.equal(bytes(o.shown.slice(display), "stdout"), 5_001);
+    assert.equal(bytes(o.shown.slice(display), "stderr"), 5_000);
+    // The first runs keep the order they came in.
+    assert.deepEqual(
+      o.shown.slice(0, 4).map((e) => (e.kind === "stream" ? `${e.stream} ${e.bytes}` : e.kind)),
+      ["stdout 1", "stderr 1", "stdout 1", "stderr 1"],
     );
   });
 
