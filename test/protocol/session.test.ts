@@ -306,7 +306,9 @@ describe("runAgentSession: the display channel's outputs (docs/decisions/0017-ou
       { ...noFiles, maxStdoutBytes: 1 << 20, maxStderrBytes: 1 << 20 },
     );
     assert.equal(o.failure, null);
-    assert.ok(o.shown.length <= MAX_STREAM_RUNS + 4, `${o.shown.length} events`);
+    // MAX_STREAM_RUNS (256) before the output, the output, one run per stream after it.
+    assert.equal(MAX_STREAM_RUNS, 256);
+    assert.equal(o.shown.length, 259, `${o.shown.length} events`);
     const display = o.shown.findIndex((e) => e.kind === "display");
     const bytes = (events: typeof o.shown, stream: string) =>
       events.reduce((n, e) => n + (e.kind === "stream" && e.stream === stream ? e.bytes : 0), 0);
