@@ -389,6 +389,11 @@ export const AUTH_SCHEMAS = {
       },
       csrf_token: str,
       expires_at: int,
+      key_ceiling: {
+        type: ["object", "null"],
+        description:
+          "GET only: the most this user's keys may be given while they are a member (a key policy's fields; null: the server's settings)",
+      },
     },
   },
   ConsoleKeys: {

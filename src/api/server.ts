@@ -16,7 +16,6 @@ import { METADATA_FETCH, type MetadataFetchOptions } from "../oauth/client-metad
 import { oauthRoutes } from "../oauth/routes.js";
 import { consoleRoutes } from "../console/routes.js";
 import { messagePage, pageHeaders } from "../console/pages.js";
-import { FailureLimiter } from "../http/auth.js";
 import { listen, routedServer } from "../http/listener.js";
 import type { Logger } from "../http/log.js";
 import { Metrics, type GaugeSource } from "../http/metrics.js";
@@ -32,13 +31,15 @@ import { checkHostOrigin } from "./origin.js";
 import { serviceHealth } from "./health.js";
 import { restRoutes } from "./rest.js";
 import { ExecService, localAdmission, type CallAdmission, type ServiceEngine } from "./service.js";
+import { engineSessionHolding, serviceLimits } from "./service-limits.js";
+import type { ClientOptions, SessionHolding } from "./service-limits.js";
 
 /**
  * What the service serves from: an API replica's (`serve --role api`) dispatcher to workers,
  * shared store and its own readiness and gauges; or one server's engine and SQLite
  * (`localBacking`).
  */
-export interface ReplicaBacking {
+export interface ReplicaBacking extends SessionHolding {
   keys: KeyStore;
   runs: RunStore;
   sessions: SessionStore;
@@ -63,7 +64,7 @@ type Backing = Omit<ReplicaBacking, "replicaId"> & {
 export type ApiServerOptions = ApiServerCommon &
   ({ engine: Engine; db: Db } | { engine: ServiceEngine; replica: ReplicaBacking });
 
-export interface ApiServerCommon {
+export interface ApiServerCommon extends ClientOptions {
   logger: Logger;
   host: string;
   /** 0 picks a free port; null: no TCP listener (the local service on its socket alone). */
@@ -129,6 +130,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
     log: logger,
     keyLimits,
     sessions: backing.sessions,
+    sessionsPerKey: backing.sessionsPerKey,
     ...(backing.tracker ? { tracker: backing.tracker } : {}),
     ...(backing.replicaId ? { replicaId: backing.replicaId } : {}),
   });
@@ -158,7 +160,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
     options.oidc?.issuer,
   );
   const oidc = options.oidc ? { oidc: options.oidc } : {};
-  const failures = new FailureLimiter();
+  const limits = serviceLimits({ backing, service, metrics }, options);
   const touches = backing.admissionTouchesKey === true;
   const rest = restRoutes({
     service,
@@ -170,7 +172,8 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
       keys,
       oauth,
       config,
-      failures,
+      failures: limits.failures,
+      clientOf: limits.clientOf,
       admissionTouchesKey: touches,
       ...oidc,
     }),
@@ -182,9 +185,8 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
       config,
       oauth,
       keys,
-      failures,
-      // Client registrations are open to anyone: 20 at once per address, then one per 30 s.
-      registrations: new FailureLimiter(20, 30_000),
+      failures: limits.failures,
+      ...limits.oauth,
       authorizePage: (res, status, message) => {
         res.writeHead(status, pageHeaders());
         res.end(messagePage("Authorization refused", message));
@@ -196,8 +198,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
       oauth,
       keys,
       runs,
-      // Sign-ins: 10 wrong at once per address, then one per 6 s (each account also locks itself).
-      signinFailures: new FailureLimiter(10, 6000),
+      ...limits.console,
       execAs: rest.execAs,
       health,
       bodyCapBytes,
@@ -236,6 +237,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
         const closed = (srv: Server) => new Promise<void>((resolve) => srv.close(() => resolve()));
         const stopped = Promise.all([server, ...(local ? [local] : [])].map(closed));
         const drained = service.drain();
+        await limits.watch?.stop();
         const bound = options.drainTimeoutMs ?? drainBoundMs(service.latestDeadline());
         let timer: NodeJS.Timeout | undefined;
         const flushed = drained.then(() => posts.idle());
@@ -268,6 +270,7 @@ function localBacking(engine: Engine, db: Db, keyLimits: KeyLimits): Backing {
     users: new UserStore(db),
     oauth: new OAuthStore(db),
     admission: localAdmission(new KeyQuota(keyLimits), runs),
+    ...engineSessionHolding(engine),
     readiness: () => engineReadiness(engine),
     gauges: engineGauges(engine),
     tracker,

@@ -9,13 +9,14 @@ import { resolveCallerPolicy, type CallerPolicy } from "../policy/resolve.js";
 import type { ExecRequest } from "../schema/exec.js";
 import type { RunStart, RunStore } from "../store/runs.js";
 import type { SessionRow, SessionStore } from "../store/sessions.js";
-import type { SessionInfo } from "../schema/session.js";
+import { parseSessionStart, type SessionInfo } from "../schema/session.js";
 import { SessionRecorder, sessionLost, type SessionPlacement } from "./session-records.js";
 import type { Logger } from "../http/log.js";
 import type { Metrics } from "../http/metrics.js";
 import { RetryLater } from "../http/respond.js";
 import type { KeyLimits, KeyQuota } from "../policy/quota.js";
 import type { SandboxTracker } from "../store/sandbox-tracker.js";
+import { LIMITS } from "../schema/limits.js";
 
 /** Seconds a client is told to wait when the engine's own queue is full or its deadline passed. */
 const ENGINE_BUSY_RETRY_S = 2;
@@ -116,6 +117,8 @@ export class ExecService {
   private readonly tracker: SandboxTracker | undefined;
   /** The sessions' records (absent: none kept). */
   private readonly recorder: SessionRecorder | undefined;
+  /** Sessions one key keeps at once, starting ones included, across every replica. */
+  private readonly sessionsPerKey: number;
 
   constructor(o: {
     engine: ServiceEngine;
@@ -128,6 +131,8 @@ export class ExecService {
     sessions?: SessionStore | undefined;
     /** The API replica this service is (its session records name it). */
     replicaId?: string | undefined;
+    /** Sessions one key keeps at once (SCRATCHRUN_SESSIONS_PER_KEY), held by their records. */
+    sessionsPerKey?: number | undefined;
   }) {
     this.engine = o.engine;
     this.runs = o.runs;
@@ -139,6 +144,7 @@ export class ExecService {
     this.recorder = o.sessions
       ? new SessionRecorder(o.engine, o.sessions, o.log, o.replicaId)
       : undefined;
+    this.sessionsPerKey = o.sessionsPerKey ?? LIMITS.session.perCaller;
   }
 
   /**
@@ -229,14 +235,33 @@ export class ExecService {
             fix: "Retry against another instance or after it restarts",
           });
         const c = caller();
-        const { placement, ...info } = await start(input, {
-          owner: c.keyId,
-          policy: c.policy.call,
-          ...(c.policy.egressAllow ? { egressAllow: c.policy.egressAllow } : {}),
-          ...(signal ? { signal } : {}),
-        });
-        await this.recorder?.started(c, info, placement);
-        return info;
+        const recorder = this.recorder;
+        // The key's slot is taken before anything starts, counted with its starting sessions;
+        // the request is parsed first so that a bad one takes none.
+        const slot = recorder
+          ? await recorder.reserve(c, parseSessionStart(input, c.policy.call), this.sessionsPerKey)
+          : null;
+        try {
+          const { placement, ...info } = await start(input, {
+            owner: c.keyId,
+            policy: c.policy.call,
+            ...(c.policy.egressAllow ? { egressAllow: c.policy.egressAllow } : {}),
+            ...(signal ? { signal } : {}),
+          });
+          // Its caller went away while it started: nobody holds the id, so nobody may keep it.
+          if (signal?.aborted) {
+            await end(info.session_id, c.keyId).catch(() => {});
+            throw new ScratchRunError(
+              "SANDBOX_FAILED",
+              "the session's start was cancelled (its caller went away); its sandbox is destroyed",
+            );
+          }
+          if (recorder && slot !== null) await recorder.started(slot, c, info, placement);
+          return info;
+        } catch (e) {
+          if (recorder && slot !== null) await recorder.release(slot);
+          throw e;
+        }
       },
       end: (id) => end(id, caller().keyId),
     };

@@ -66,25 +66,64 @@ export class SessionRecorder {
   }
 
   /**
-   * A started session's record, written before its id is handed out (an API replica routes its
+   * Takes one of the caller's key's `perKey` session slots before the start (its record, marked
+   * starting): BUSY when the key holds them all, open or starting, on any replica.
+   */
+  async reserve(
+    caller: Caller,
+    req: { runtime: string; memory_mb: number; network: string },
+    perKey: number,
+  ): Promise<string> {
+    const id = await this.records.reserve(
+      {
+        keyId: caller.keyId,
+        transport: caller.transport,
+        runtime: req.runtime,
+        memoryMb: req.memory_mb,
+        network: req.network,
+        replicaId: this.replicaId ?? null,
+      },
+      perKey,
+    );
+    if (id === null)
+      throw new ScratchRunError(
+        "BUSY",
+        `this API key has ${perKey} sessions open or starting, the most one key may keep at once`,
+        { fix: "End one with scratchrun_session_end first" },
+      );
+    return id;
+  }
+
+  /** A start that failed, or was abandoned: its slot is given back. */
+  async release(recordId: string): Promise<void> {
+    await this.records
+      .release(recordId)
+      .catch((e: unknown) =>
+        this.log.error(
+          { err: e instanceof Error ? e.message : String(e) },
+          "session record write failed",
+        ),
+      );
+  }
+
+  /**
+   * A started session's record, completed before its id is handed out (an API replica routes its
    * calls by it). A session that cannot be recorded is ended, not handed out unrecorded.
    */
   async started(
+    recordId: string,
     caller: Caller,
     info: SessionInfo,
     placement: SessionPlacement | undefined,
   ): Promise<void> {
     try {
-      await this.records.begin({
+      await this.records.placed(recordId, {
         sessionId: info.session_id,
-        keyId: caller.keyId,
-        transport: caller.transport,
         runtime: info.runtime,
         memoryMb: info.memory_mb,
         network: info.network,
         isolation: info.isolation,
         ...(placement ? { worker: placement.worker, workerId: placement.workerId } : {}),
-        ...(this.replicaId ? { replicaId: this.replicaId } : {}),
       });
     } catch (e) {
       await this.engine.endSession?.(info.session_id, caller.keyId).catch(() => {});

@@ -30,6 +30,7 @@ import { loadPeerCredentials } from "../http/peer-cred.js";
 import { prepareSocketPath } from "../http/unix-listener.js";
 import { ensureServiceGroup } from "./service-state.js";
 import { setting } from "../schema/settings/read.js";
+import { parseTrustedProxies, type TrustedProxies } from "../http/client-address.js";
 
 export const SERVE_USAGE = `scratchrun serve [--role all|api|worker] [--host H] [--port N] [limits]
 
@@ -179,6 +180,7 @@ export async function runServe(
   };
   const bodyCapBytes = int(values["body-cap-bytes"], "body-cap-bytes", 16 * 1024 * 1024);
   const publicUrl = publicUrlFromEnv(env);
+  const trustedProxies = trustedProxiesFromEnv(env);
   const oidc = trustedIssuerFromEnv(env);
   // The engine's environment (the worker's and --role all's) names the image config, if any.
   const engineEnv = withImageConfig(egressEnv, values["image-config"]);
@@ -225,6 +227,7 @@ export async function runServe(
       policy: serverPolicy(serverLimits),
       bodyCapBytes,
       ...(publicUrl ? { publicUrl } : {}),
+      ...(trustedProxies ? { trustedProxies } : {}),
       ...(oidc ? { oidc } : {}),
       taskAfterMs: taskAfterMsFromEnv(env),
       sessions: sessionLimitsFromEnv(env),
@@ -282,6 +285,7 @@ export async function runServe(
     keyLimits,
     bodyCapBytes,
     ...(publicUrl ? { publicUrl } : {}),
+    ...(trustedProxies ? { trustedProxies } : {}),
     ...(oidc ? { oidc } : {}),
     sessions: { taskAfterMs: taskAfterMsFromEnv(env) },
   });
@@ -300,6 +304,21 @@ export async function runServe(
     },
     () => api.service.active,
   );
+}
+
+/**
+ * SCRATCHRUN_TRUSTED_PROXIES: the addresses and CIDR ranges of the proxies in front (a TLS front
+ * door, a load balancer), whose X-Forwarded-For names the client the per-address limits count;
+ * a bad entry is refused at start, naming it. Unset: none (every peer is the client).
+ */
+export function trustedProxiesFromEnv(env: NodeJS.ProcessEnv): TrustedProxies | undefined {
+  const v = setting("SCRATCHRUN_TRUSTED_PROXIES", env);
+  if (!v) return undefined;
+  try {
+    return parseTrustedProxies(v.split(","));
+  } catch (e) {
+    throw new Error(e instanceof Error ? e.message : String(e));
+  }
 }
 
 /** SCRATCHRUN_PUBLIC_URL, checked: an http(s) origin, nothing after it but an optional "/". */

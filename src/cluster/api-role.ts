@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import type { TrustedIssuer } from "../oauth/oidc.js";
 import { hostname } from "node:os";
+import type { TrustedProxies } from "../http/client-address.js";
 import type { Logger } from "../http/log.js";
 import type { KeyLimits } from "../policy/quota.js";
 import { DEFAULT_KEY_LIMITS, startApiServer, type ApiServer } from "../api/server.js";
@@ -32,6 +33,8 @@ export interface ApiReplicaOptions {
   publicUrl?: string;
   /** A trusted external OIDC issuer (src/oauth/oidc.ts). */
   oidc?: TrustedIssuer;
+  /** The proxies in front, whose X-Forwarded-For names the client (SCRATCHRUN_TRUSTED_PROXIES). */
+  trustedProxies?: TrustedProxies;
   /** How long a 2026 call with the tasks extension runs before it becomes a task. */
   taskAfterMs?: number;
   /** A replica that has not renewed its lease for this long is dead; its runs are interrupted. */
@@ -116,7 +119,6 @@ export async function startApiReplica(o: ApiReplicaOptions): Promise<ApiReplica>
     ...(o.policy ? { policy: o.policy } : {}),
     sessions: {
       store: store.sessions,
-      perCaller: o.sessions?.perCaller ?? LIMITS.session.perCaller,
       on: (o.sessions?.perServer ?? LIMITS.session.perServer) !== 0,
       logger,
     },
@@ -154,6 +156,11 @@ export async function startApiReplica(o: ApiReplicaOptions): Promise<ApiReplica>
       admission,
       readiness: () => ({ status: "ready" }),
       admissionTouchesKey: true,
+      // A key's sessions across the cluster: their records, each start's taken before it runs.
+      sessionsPerKey: o.sessions?.perCaller ?? LIMITS.session.perCaller,
+      endSessionFor: async (s) => {
+        if (s.worker) await engine.sessions?.endByDigest(s.worker, s.keyId, s.digest);
+      },
       gauges: [
         {
           name: "scratchrun_workers",
@@ -181,6 +188,7 @@ export async function startApiReplica(o: ApiReplicaOptions): Promise<ApiReplica>
     ...(o.bodyCapBytes ? { bodyCapBytes: o.bodyCapBytes } : {}),
     ...(o.publicUrl ? { publicUrl: o.publicUrl } : {}),
     ...(o.oidc ? { oidc: o.oidc } : {}),
+    ...(o.trustedProxies ? { trustedProxies: o.trustedProxies } : {}),
     ...(o.taskAfterMs !== undefined ? { sessions: { taskAfterMs: o.taskAfterMs } } : {}),
     ...(o.drainTimeoutMs ? { drainTimeoutMs: o.drainTimeoutMs } : {}),
   });

@@ -39,7 +39,14 @@ export const WORKER_PATHS = {
 } as const;
 
 /** Why a session ended, as a worker reports it (the engine's reasons). */
-export const SESSION_END_REASONS = ["ended", "idle", "lifetime", "shutdown", "crashed"] as const;
+export const SESSION_END_REASONS = [
+  "ended",
+  "idle",
+  "lifetime",
+  "shutdown",
+  "crashed",
+  "policy",
+] as const;
 
 /** A session that ended on a worker lately (kept in its status for ENDED_SESSIONS_KEPT_MS). */
 export const endedSessionSchema = z.strictObject({
@@ -98,10 +105,21 @@ export const workerSessionStartSchema = z.strictObject({
 });
 export type WorkerSessionStart = z.infer<typeof workerSessionStartSchema>;
 
-export const workerSessionEndSchema = z.strictObject({
-  owner: z.string().min(1).max(128),
-  session_id: z.string().min(1).max(128),
-});
+/**
+ * A session's end: its caller's (by the id the caller holds), or a replica's for its key's policy
+ * (by the id's SHA-256, which is all the records keep).
+ */
+export const workerSessionEndSchema = z.union([
+  z.strictObject({
+    owner: z.string().min(1).max(128),
+    session_id: z.string().min(1).max(128),
+  }),
+  z.strictObject({
+    owner: z.string().min(1).max(128),
+    id_sha256: z.string().regex(/^[0-9a-f]{64}$/),
+    reason: z.literal("policy"),
+  }),
+]);
 
 export const workerEventSchema = z.discriminatedUnion("t", [
   z.strictObject({

@@ -21,8 +21,6 @@ export type WorkerRequest = (
 
 export interface ClusterSessionOptions {
   store: SessionStore;
-  /** Sessions one key keeps open at once across the cluster (SCRATCHRUN_SESSIONS_PER_KEY). */
-  perCaller: number;
   /** False: sessions are off here (SCRATCHRUN_SESSIONS_MAX=0), the tools are not listed. */
   on: boolean;
   logger: Logger;
@@ -75,14 +73,9 @@ export class ClusterSessions {
     policy: CallPolicy,
   ): Promise<SessionInfo & { placement: { worker: string; workerId: string | null } }> {
     const req = parseSessionStart(input, options.policy ?? policy);
+    // The key's slot across the cluster was taken by the service before this start (its record,
+    // reserved in the shared store: src/store/sessions.ts reserve); each worker keeps its own.
     const owner = options.owner ?? "local";
-    const open = await this.o.store.openCount(owner);
-    if (open >= this.o.perCaller)
-      throw new ScratchRunError(
-        "BUSY",
-        `you have ${open} sessions open, the most one caller may keep at once`,
-        { fix: "End one with scratchrun_session_end first" },
-      );
     const body: WorkerSessionStart = {
       replica_id: this.o.replicaId,
       owner,
@@ -146,6 +139,26 @@ export class ClusterSessions {
     const info = sessionInfoSchema.parse((res.body as { session?: unknown }).session);
     await this.o.store.end(row.id, "ended", info.calls);
     return info;
+  }
+
+  /**
+   * Ends the owner's session known by its digest on `worker`, for `reason` policy (its key no
+   * longer admits it: src/api/session-policy.ts). Its record was closed already; a worker that
+   * does not answer is left to its status and lease as any lost worker is.
+   */
+  async endByDigest(worker: string, owner: string, digest: string): Promise<void> {
+    try {
+      await this.send(worker, WORKER_PATHS.sessionEnd, {
+        owner,
+        id_sha256: digest,
+        reason: "policy",
+      });
+    } catch (e) {
+      this.o.logger.warn(
+        { worker, err: e instanceof Error ? e.message : String(e) },
+        "ending a session its key no longer admits failed",
+      );
+    }
   }
 
   /**

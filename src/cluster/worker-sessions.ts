@@ -79,7 +79,12 @@ export class WorkerSessions {
     const parsed = workerSessionEndSchema.safeParse(body.value);
     if (!parsed.success) return sendError(res, 400, "INVALID_INPUT", "Malformed session end");
     try {
-      const info = await this.engine.endSession(parsed.data.session_id, parsed.data.owner);
+      const end = parsed.data;
+      if ("id_sha256" in end) {
+        const ended = await this.engine.sessions.endByDigest(end.owner, end.id_sha256, "policy");
+        return sendJson(res, 200, { ended });
+      }
+      const info = await this.engine.endSession(end.session_id, end.owner);
       sendJson(res, 200, { session: info });
     } catch (e) {
       answerError(res, e);

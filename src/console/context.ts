@@ -5,6 +5,8 @@ import { readJsonBody } from "../http/body.js";
 import { refuse, sendError } from "../http/respond.js";
 import type { Exchange, Handler } from "../http/router.js";
 import type { OAuthConfig } from "../oauth/authorization.js";
+import type { KeyPolicy } from "../policy/key-policy.js";
+import type { CallerPolicy } from "../policy/resolve.js";
 import type { TrustedIssuer } from "../oauth/oidc.js";
 import type { KeyInfo, KeyStore } from "../store/keys.js";
 import type { OAuthStore } from "../store/oauth.js";
@@ -24,8 +26,20 @@ export interface ConsoleDeps {
   oauth: OAuthStore;
   keys: KeyStore;
   runs: RunStore;
-  /** Failed sign-ins count here, per address, beside the per-user lockout. */
+  /** Failed sign-ins count here, per client address, beside the per-name lockout. */
   signinFailures: FailureLimiter;
+  /** The client's address (the peer's, or a trusted proxy's client's: http/client-address.ts). */
+  clientOf(req: IncomingMessage): string;
+  /**
+   * What a key policy (or a console user's key ceiling) gives on this server: the server's
+   * settings with the policy over them (ExecService.policyFor).
+   */
+  policyFor(policy: KeyPolicy | null): CallerPolicy;
+  /**
+   * A key's policy changed or the key was revoked: its sessions are held to it now, not at the
+   * next sweep (src/api/session-policy.ts).
+   */
+  keyChanged?(keyId: string): void;
   /** Runs the request as this key (its policy, quota and records), answering as /v1/exec. */
   execAs(res: ServerResponse, keyId: string, request: unknown): Promise<void>;
   /** The server's health: readiness, pools, workers (cluster), image and its runtimes. */

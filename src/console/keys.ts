@@ -1,7 +1,8 @@
 import type { ServerResponse } from "node:http";
 import { sendError, sendJson } from "../http/respond.js";
 import type { Route } from "../http/router.js";
-import type { PolicyPatch } from "../policy/key-policy.js";
+import { refusedFields, beyondCeiling } from "../policy/ceiling.js";
+import { applyPatch, type KeyPolicy, type PolicyPatch } from "../policy/key-policy.js";
 import type { KeyInfo } from "../store/keys.js";
 import type { Grant } from "../store/oauth.js";
 import type { ConsoleSession } from "../store/users.js";
@@ -33,10 +34,15 @@ export function grantJson(g: Grant) {
   };
 }
 
+/** A member's key policy beyond their ceiling: refused with every field that is (403). */
+class BeyondCeiling extends Error {}
+
 /**
  * The keys page: the keys a person may see (create, revoke, change a policy) and the OAuth
  * grants of those keys (list, revoke). A key another user holds is "not found", never
- * "forbidden", so its id says nothing.
+ * "forbidden", so its id says nothing. A member's new key, and each field a member's change
+ * names, must stay within the key ceiling an admin gave that member (src/policy/ceiling.ts;
+ * unset: the server's settings); an admin's writes are not held to one.
  */
 export function keyRoutes(c: ConsoleContext): Route[] {
   const { d } = c;
@@ -44,8 +50,21 @@ export function keyRoutes(c: ConsoleContext): Route[] {
     (await visibleKeys(d.keys, s)).find((k) => k.id === id) ?? null;
   /** The same checks as `scratchrun keys`: the store parses a policy and throws a TypeError. */
   const asInput = (res: ServerResponse, e: unknown) => {
+    if (e instanceof BeyondCeiling) return sendError(res, 403, "FORBIDDEN", e.message);
     if (!(e instanceof TypeError)) throw e;
     sendError(res, 400, "INVALID_INPUT", e.message);
+  };
+  /** For a member: throws BeyondCeiling when `policy` leaves a `named` field beyond theirs. */
+  const withinCeiling = async (s: ConsoleSession, named: readonly string[] | "all") => {
+    if (s.user.role === "admin") return () => {};
+    const ceiling = d.policyFor(await d.users.keyCeiling(s.user.id));
+    return (policy: KeyPolicy | null) => {
+      const refused = refusedFields(beyondCeiling(d.policyFor(policy), ceiling), named);
+      if (refused.length)
+        throw new BeyondCeiling(
+          `Beyond the most an admin lets you give your keys: ${refused.map((b) => b.message).join("; ")}`,
+        );
+    };
   };
   return [
     {
@@ -77,6 +96,7 @@ export function keyRoutes(c: ConsoleContext): Route[] {
           );
         try {
           const policy = (b.policy as PolicyPatch | null | undefined) ?? null;
+          (await withinCeiling(s, "all"))(policy ? applyPatch(null, policy) : null);
           const k = await d.keys.create(b.name, policy, Date.now(), s.user.id);
           sendJson(x.res, 201, { id: k.id, name: b.name, key: k.key, policy: k.policy });
         } catch (e) {
@@ -90,7 +110,9 @@ export function keyRoutes(c: ConsoleContext): Route[] {
       handle: c.signedIn(async ({ res, params }, s) => {
         const k = await mine(s, params.key_id!);
         if (!k) return noKey(res);
-        sendJson(res, 200, { id: k.id, revoked: (await d.keys.revoke(k.id)).includes(k.id) });
+        const revoked = (await d.keys.revoke(k.id)).includes(k.id);
+        d.keyChanged?.(k.id);
+        sendJson(res, 200, { id: k.id, revoked });
       }),
     },
     {
@@ -103,9 +125,11 @@ export function keyRoutes(c: ConsoleContext): Route[] {
         if (!b) return;
         try {
           // The same patch as `scratchrun keys update` (null clears a field), checked as a whole.
-          const u = await d.keys.updatePolicy(k.id, b as PolicyPatch);
-          if (!u) noKey(x.res);
-          else sendJson(x.res, 200, { id: u.id, policy: u.policy });
+          const admit = await withinCeiling(s, Object.keys(b));
+          const u = await d.keys.updatePolicy(k.id, b as PolicyPatch, admit);
+          if (!u) return noKey(x.res);
+          d.keyChanged?.(u.id);
+          sendJson(x.res, 200, { id: u.id, policy: u.policy });
         } catch (e) {
           asInput(x.res, e);
         }

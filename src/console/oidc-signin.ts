@@ -106,8 +106,7 @@ export function oidcSigninRoutes(c: ConsoleContext, oidc: TrustedIssuer): Route[
     {
       method: "GET",
       path: "/console/oidc/callback",
-      handle: ({ req, res, query }) =>
-        finish(res, req.socket.remoteAddress ?? "unknown", req.headers.cookie, query),
+      handle: ({ req, res, query }) => finish(res, d.clientOf(req), req.headers.cookie, query),
     },
   ];
 }

@@ -27,6 +27,15 @@ const policy = {
   description:
     "A key's policy (as `scratchrun keys create|update` sets it): runtimes, network, egress_allow, max_timeout_ms, max_memory_mb, concurrency, rate_per_minute; each optional",
 };
+const beyondCeiling = err(
+  "X-CSRF-Token missing or wrong, or (a member) the policy goes beyond the key ceiling an admin set for this user (each field named)",
+);
+const ceilingOf = {
+  ...policy,
+  type: ["object", "null"],
+  description:
+    "A console user's key ceiling: the most the keys they make and change may be given while they are a member, in a key policy's fields; null, or a field left out: the server's setting",
+};
 
 export const CONSOLE_PATHS = {
   /** Merged with its GET (api/openapi-auth.ts) by api/openapi.ts. */
@@ -51,7 +60,7 @@ export const CONSOLE_PATHS = {
         "201": { description: "The key", content: json("#/components/schemas/CreatedKey") },
         "400": err("A bad name or policy field (named)"),
         "401": signedOut,
-        "403": csrf,
+        "403": beyondCeiling,
       },
     },
   },
@@ -91,8 +100,73 @@ export const CONSOLE_PATHS = {
         },
         "400": err("A bad policy field (named); nothing changed"),
         "401": signedOut,
-        "403": csrf,
+        "403": beyondCeiling,
         "404": notYours,
+      },
+    },
+  },
+  "/v1/console/users": {
+    get: {
+      operationId: "consoleUsers",
+      security: read,
+      summary: "The console's users with their key ceilings (admins only)",
+      responses: {
+        "200": {
+          description: "Users",
+          content: {
+            "application/json": {
+              schema: {
+                type: "object",
+                required: ["users"],
+                properties: {
+                  users: {
+                    type: "array",
+                    items: {
+                      type: "object",
+                      required: ["id", "name", "role", "key_ceiling"],
+                      properties: {
+                        id: str,
+                        name: str,
+                        role: { enum: ["admin", "member"] },
+                        key_ceiling: ceilingOf,
+                      },
+                    },
+                  },
+                },
+              },
+            },
+          },
+        },
+        "401": signedOut,
+        "403": err("Not an admin"),
+      },
+    },
+  },
+  "/v1/console/users/{user_id}/key-ceiling": {
+    put: {
+      operationId: "consoleUserKeyCeiling",
+      security: write,
+      summary:
+        "Change a user's key ceiling (admins only): fields set, null ones back to the server's setting",
+      parameters: [{ name: "user_id", in: "path", required: true, schema: str }],
+      requestBody: { required: true, content: { "application/json": { schema: policy } } },
+      responses: {
+        "200": {
+          description: "The user's key ceiling now",
+          content: {
+            "application/json": {
+              schema: {
+                type: "object",
+                required: ["id", "key_ceiling"],
+                properties: { id: str, key_ceiling: ceilingOf },
+              },
+            },
+          },
+        },
+        "400": err("A bad field (named); nothing changed"),
+        "401": signedOut,
+        "403": err("X-CSRF-Token missing or wrong, or not an admin"),
+        "404": err("No console user has this id"),
       },
     },
   },

@@ -15,6 +15,7 @@ import { oidcSigninRoutes } from "./oidc-signin.js";
 import { STYLE, STYLE_PATH } from "./pages.js";
 import { signinRoutes } from "./signin.js";
 import { APP_PATH, serveStatic, STATIC_PATHS } from "./static.js";
+import { userRoutes } from "./users.js";
 
 export type { ConsoleDeps };
 
@@ -32,6 +33,7 @@ export function consoleRoutes(d: ConsoleDeps): Route[] {
     ...(d.oidc?.signsIn ? oidcSigninRoutes(c, d.oidc) : []),
     ...consentRoutes(c),
     ...keyRoutes(c),
+    ...userRoutes(c),
     ...historyRoutes(c),
     ...playgroundRoutes(c),
     {

@@ -19,24 +19,40 @@ type SignIn =
 export function signinRoutes(c: ConsoleContext): Route[] {
   const { d, secure, signinName } = c;
 
-  /** Checks a sign-in and, when it holds, the Set-Cookie of its session. */
+  /**
+   * Checks a sign-in and, when it holds, the Set-Cookie of its session. The address's token is
+   * taken before the password is checked and given back when it is right, so sign-ins sent at
+   * once are held to the limit as sent one by one; the name's own count is the store's.
+   */
   const signIn = async (addr: string, name: string, password: string): Promise<SignIn> => {
-    const wait = d.signinFailures.retryAfterS(addr);
-    if (wait > 0)
+    const token = d.signinFailures.take(addr);
+    if (!token) {
+      const wait = d.signinFailures.retryAfterS(addr);
       return {
         ok: false,
         status: 429,
         message: `Too many failed sign-ins from here; wait ${wait} s`,
         retryAfterS: wait,
       };
+    }
     const r = await d.users.signIn(name, password);
+    if (r.ok) token.refund();
     if (!r.ok) {
-      d.signinFailures.recordFailure(addr);
+      if (r.reason === "busy") {
+        token.refund();
+        return {
+          ok: false,
+          status: 429,
+          message: "Too many sign-ins at once; retry in a moment",
+          retryAfterS: r.retryAfterS ?? 1,
+        };
+      }
+      // The same words whether or not a user has the name: a name that is nobody's locks too.
       return r.reason === "locked"
         ? {
             ok: false,
             status: 429,
-            message: `This account is locked after repeated wrong passwords; try again in ${Math.ceil((r.retryAfterS ?? 60) / 60)} min`,
+            message: `This name is locked after repeated wrong passwords; try again in ${Math.ceil((r.retryAfterS ?? 60) / 60)} min`,
             retryAfterS: r.retryAfterS ?? 60,
           }
         : { ok: false, status: 401, message: "Wrong user or password", retryAfterS: 0 };
@@ -73,11 +89,7 @@ export function signinRoutes(c: ConsoleContext): Route[] {
             403,
             "The form expired or did not come from this page; sign in again",
           );
-        const r = await signIn(
-          req.socket.remoteAddress ?? "unknown",
-          f.name ?? "",
-          f.password ?? "",
-        );
+        const r = await signIn(d.clientOf(req), f.name ?? "", f.password ?? "");
         if (!r.ok) {
           if (r.retryAfterS > 0) res.setHeader("Retry-After", String(r.retryAfterS));
           return c.showSignin(res, next, r.status, r.message);
@@ -121,7 +133,7 @@ export function signinRoutes(c: ConsoleContext): Route[] {
             "INVALID_INPUT",
             'The body is {"name": "...", "password": "..."} as application/json',
           );
-        const r = await signIn(req.socket.remoteAddress ?? "unknown", b.name, b.password);
+        const r = await signIn(d.clientOf(req), b.name, b.password);
         if (!r.ok)
           return sendError(
             res,
@@ -141,8 +153,15 @@ export function signinRoutes(c: ConsoleContext): Route[] {
     {
       method: "GET",
       path: "/v1/console/session",
-      handle: c.signedIn(({ res }, s) =>
-        sendJson(res, 200, { user: s.user, csrf_token: s.csrf, expires_at: s.expiresAt }),
+      // With the user's key ceiling: the most their keys may be given here (null: the server's
+      // settings), which the keys page's form offers.
+      handle: c.signedIn(async ({ res }, s) =>
+        sendJson(res, 200, {
+          user: s.user,
+          csrf_token: s.csrf,
+          expires_at: s.expiresAt,
+          key_ceiling: await d.users.keyCeiling(s.user.id),
+        }),
       ),
     },
     {

@@ -7,7 +7,7 @@
  * client): another caller's id is answered exactly as an unknown one (SESSION_NOT_FOUND), from one
  * map lookup, so nothing tells the two apart.
  */
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import type { Egress } from "../backends/egress.js";
 import type { SessionSandbox } from "../backends/session.js";
 import type { Backend, Isolation } from "../backends/types.js";
@@ -37,9 +37,10 @@ export interface SessionLimits {
 
 /**
  * Why a session ended (its records and the log say so): ended by its caller, idle or total
- * lifetime over, the server shutting down, or its sandbox broken under a call (crashed).
+ * lifetime over, the server shutting down, its sandbox broken under a call (crashed), or its key
+ * no longer admitting it (policy: revoked, or narrowed below its runtime, network or memory).
  */
-export type SessionEnd = "ended" | "idle" | "lifetime" | "shutdown" | "crashed";
+export type SessionEnd = "ended" | "idle" | "lifetime" | "shutdown" | "crashed" | "policy";
 
 /** Told of every session's end, after its sandbox is gone. */
 export type SessionEndListener = (info: SessionInfo, why: SessionEnd) => void;
@@ -72,6 +73,8 @@ export class Sessions {
   private readonly byId = new Map<string, Session>();
   /** Sessions being started (counted against the limits while their sandbox boots). */
   private starting = 0;
+  /** Sessions being started, per caller (counted against the caller's limit as open ones are). */
+  private readonly startingBy = new Map<string, number>();
   /** Memory of the sessions being started, per caller (counted as `starting` is). */
   private readonly startingMb = new Map<string, number>();
   private closed = false;
@@ -113,7 +116,9 @@ export class Sessions {
       throw new ScratchRunError("INVALID_INPUT", "sessions are turned off on this server", {
         fix: "Run each call on its own (leave out session_id), or ask the operator to set SCRATCHRUN_SESSIONS_MAX",
       });
-    const mine = [...this.byId.values()].filter((s) => s.owner === owner).length;
+    const mine =
+      [...this.byId.values()].filter((s) => s.owner === owner).length +
+      (this.startingBy.get(owner) ?? 0);
     if (mine >= this.limits.perCaller)
       throw new ScratchRunError(
         "BUSY",
@@ -128,6 +133,7 @@ export class Sessions {
       );
     this.checkMemory(owner, req.memory_mb);
     this.starting++;
+    this.startingBy.set(owner, (this.startingBy.get(owner) ?? 0) + 1);
     this.startingMb.set(owner, (this.startingMb.get(owner) ?? 0) + req.memory_mb);
     let sandbox: SessionSandbox;
     try {
@@ -146,6 +152,9 @@ export class Sessions {
       );
     } finally {
       this.starting--;
+      const count = (this.startingBy.get(owner) ?? 0) - 1;
+      if (count > 0) this.startingBy.set(owner, count);
+      else this.startingBy.delete(owner);
       const left = (this.startingMb.get(owner) ?? 0) - req.memory_mb;
       if (left > 0) this.startingMb.set(owner, left);
       else this.startingMb.delete(owner);
@@ -153,6 +162,14 @@ export class Sessions {
     if (this.closed) {
       await sandbox.close();
       throw new ScratchRunError("NOT_READY", "the server is shutting down");
+    }
+    // Its caller went away while the sandbox started: nobody would hold the id, so no session.
+    if (signal?.aborted) {
+      await sandbox.close();
+      throw new ScratchRunError(
+        "SANDBOX_FAILED",
+        "the session's start was cancelled (its caller went away); its sandbox is destroyed",
+      );
     }
     const id = randomBytes(16).toString("base64url");
     const now = Date.now();
@@ -325,6 +342,19 @@ export class Sessions {
     const info = this.info(s);
     await this.finish(s, "ended");
     return info;
+  }
+
+  /**
+   * Ends the caller's session whose id has this SHA-256 (hex), for `why` (a key that no longer
+   * admits it: the records know sessions by digest only). False when there is none.
+   */
+  async endByDigest(owner: string, digest: string, why: SessionEnd): Promise<boolean> {
+    for (const s of this.byId.values())
+      if (s.owner === owner && createHash("sha256").update(s.id, "utf8").digest("hex") === digest) {
+        await this.finish(s, why);
+        return true;
+      }
+    return false;
   }
 
   /** Ends every session (server shutdown). */

@@ -2,6 +2,7 @@
  * Who is calling: the bearer token from the Authorization header (pure), and a per-address limit
  * on failed attempts so keys cannot be guessed at speed.
  */
+import { bucketOf } from "./client-address.js";
 
 /** The token of `Authorization: Bearer <token>`, or null. Case-insensitive scheme, one space. */
 export function parseBearer(header: string | string[] | undefined): string | null {
@@ -12,8 +13,11 @@ export function parseBearer(header: string | string[] | undefined): string | nul
 }
 
 /**
- * A token bucket per client address, charged only by failed authentications: `burst` failures
- * go through at once, then one more per `refillMs`. Bounded memory: the oldest entries go first.
+ * A token bucket per client address (an IPv6 one by its /64), charged only by failed attempts:
+ * `burst` failures go through at once, then one more per `refillMs`. Bounded memory: the oldest
+ * entries go first. Work that is slow or concurrent (a password check) takes its token before it
+ * starts (`take`) and gives it back when it succeeds, so a burst of attempts sent at once is held
+ * to the bucket as a sequence of them is.
  */
 export class FailureLimiter {
   private readonly buckets = new Map<string, { tokens: number; at: number }>();
@@ -25,7 +29,7 @@ export class FailureLimiter {
   ) {}
 
   private level(addr: string, now: number): { tokens: number; at: number } {
-    const b = this.buckets.get(addr);
+    const b = this.buckets.get(bucketOf(addr));
     if (!b) return { tokens: this.burst, at: now };
     const refilled = Math.min(this.burst, b.tokens + (now - b.at) / this.refillMs);
     return { tokens: refilled, at: now };
@@ -38,9 +42,32 @@ export class FailureLimiter {
   }
 
   recordFailure(addr: string, now = Date.now()): void {
+    this.charge(addr, -1, now);
+  }
+
+  /**
+   * Takes a token before the attempt, in one step (nothing else runs between the check and the
+   * charge): null when the address has none left (wait `retryAfterS`), else the refund to call if
+   * the attempt succeeds.
+   */
+  take(addr: string, now = Date.now()): { refund: (at?: number) => void } | null {
+    if (this.retryAfterS(addr, now) > 0) return null;
+    this.charge(addr, -1, now);
+    let refunded = false;
+    return {
+      refund: (at = Date.now()) => {
+        if (refunded) return;
+        refunded = true;
+        this.charge(addr, 1, at);
+      },
+    };
+  }
+
+  private charge(addr: string, by: number, now: number): void {
+    const key = bucketOf(addr);
     const b = this.level(addr, now);
-    this.buckets.delete(addr);
-    this.buckets.set(addr, { tokens: Math.max(0, b.tokens - 1), at: now });
+    this.buckets.delete(key);
+    this.buckets.set(key, { tokens: Math.min(this.burst, Math.max(0, b.tokens + by)), at: now });
     while (this.buckets.size > this.maxEntries) {
       const oldest = this.buckets.keys().next().value;
       if (oldest === undefined) break;

@@ -1,4 +1,4 @@
-import type { ServerResponse } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import type { FailureLimiter } from "../http/auth.js";
 import { readFormBody, readJsonBody } from "../http/body.js";
 import { sendJson } from "../http/respond.js";
@@ -25,6 +25,13 @@ export interface OAuthRouteDeps {
   failures: FailureLimiter;
   /** Every registration counts here, per address: registration is open to anyone. */
   registrations: FailureLimiter;
+  /**
+   * Every authorization request that is written down (a row waiting for consent) counts here,
+   * per address: /oauth/authorize is open to anyone who names a registered client.
+   */
+  authorizations: FailureLimiter;
+  /** The client's address (the peer's, or a trusted proxy's client's: http/client-address.ts). */
+  clientOf(req: IncomingMessage): string;
   /** Renders a refusal of /oauth/authorize that must not redirect (a page, see console/). */
   authorizePage(res: ServerResponse, status: number, message: string): void;
 }
@@ -91,8 +98,19 @@ export function oauthRoutes(d: OAuthRouteDeps): Route[] {
     {
       method: "GET",
       path: "/oauth/authorize",
-      handle: async ({ res, query }) => {
+      handle: async ({ req, res, query }) => {
+        // The request's row is written only past every check, so only a good request is charged;
+        // its token is taken first, so requests sent at once are held to the limit too.
+        const addr = d.clientOf(req);
+        const token = d.authorizations.take(addr);
+        if (!token)
+          return d.authorizePage(
+            res,
+            429,
+            `Too many authorization requests from this address; wait ${d.authorizations.retryAfterS(addr)} s`,
+          );
         const out = await authorize(d.oauth, d.config, query);
+        if (out.kind !== "consent") token.refund();
         if (out.kind === "page") return d.authorizePage(res, out.status, out.message);
         const to = out.kind === "redirect" ? out.to : `/oauth/consent?request=${out.requestId}`;
         res.writeHead(302, { Location: to, ...NO_STORE, "Referrer-Policy": "no-referrer" });
@@ -118,11 +136,15 @@ function oauthError(
 const slowDown = (res: ServerResponse, waitS: number, description: string) =>
   oauthError(res, 429, "slow_down", description, { "Retry-After": String(waitS) });
 
-/** POST /oauth/token: a failed request counts against its address. */
+/**
+ * POST /oauth/token: a failed request counts against its address (its token taken before the
+ * request is checked, given back when it succeeds).
+ */
 async function tokenRoute(d: OAuthRouteDeps, { req, res }: Exchange): Promise<void> {
-  const addr = req.socket.remoteAddress ?? "unknown";
-  const wait = d.failures.retryAfterS(addr);
-  if (wait > 0) return slowDown(res, wait, "Too many failed requests; wait and retry");
+  const addr = d.clientOf(req);
+  const taken = d.failures.take(addr);
+  if (!taken)
+    return slowDown(res, d.failures.retryAfterS(addr), "Too many failed requests; wait and retry");
   const form = await readFormBody(req, FORM_CAP_BYTES);
   if (!form.ok) {
     const { status, message, headers } = form.refusal;
@@ -134,17 +156,22 @@ async function tokenRoute(d: OAuthRouteDeps, { req, res }: Exchange): Promise<vo
     form.value,
     async (id) => (await d.keys.active(id)) !== null,
   );
-  if (out.ok) return sendJson(res, 200, out.tokens, NO_STORE);
-  d.failures.recordFailure(addr);
+  if (out.ok) {
+    taken.refund();
+    return sendJson(res, 200, out.tokens, NO_STORE);
+  }
   oauthError(res, out.status, out.error, out.description, NO_STORE);
 }
 
 /** POST /oauth/register: open to anyone, so every registration counts against its address. */
 async function registerRoute(d: OAuthRouteDeps, { req, res }: Exchange): Promise<void> {
-  const addr = req.socket.remoteAddress ?? "unknown";
-  const wait = d.registrations.retryAfterS(addr);
-  if (wait > 0) return slowDown(res, wait, "Too many registrations from this address");
-  d.registrations.recordFailure(addr);
+  const addr = d.clientOf(req);
+  if (!d.registrations.take(addr))
+    return slowDown(
+      res,
+      d.registrations.retryAfterS(addr),
+      "Too many registrations from this address",
+    );
   const body = await readJsonBody(req, REGISTER_CAP_BYTES);
   if (!body.ok) {
     const { status, message, headers } = body.refusal;

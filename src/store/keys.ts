@@ -104,11 +104,13 @@ export class KeyStore {
   /**
    * Changes the policy of the active key with this id or name (fields in `patch` set, null ones
    * cleared); the key's next request is held to it. Throws a TypeError for a bad field or a name
-   * that matches several keys; returns null when no active key matches.
+   * that matches several keys; returns null when no active key matches. `admit` sees the new
+   * policy inside the same transaction and may throw to refuse it (a console member's ceiling).
    */
   async updatePolicy(
     idOrName: string,
     patch: PolicyPatch,
+    admit?: (policy: KeyPolicy | null) => void,
   ): Promise<{ id: string; policy: KeyPolicy | null } | null> {
     return this.sql.transaction(async (tx) => {
       const rows = await tx.all<{ id: string; policy: string | null }>(
@@ -122,6 +124,7 @@ export class KeyStore {
         );
       const row = rows[0]!;
       const policy = applyPatch(this.readPolicy(row.id, row.policy), patch);
+      admit?.(policy);
       await tx.run("UPDATE keys SET policy = ? WHERE id = ?", [policyToColumn(policy), row.id]);
       return { id: row.id, policy };
     });

@@ -255,6 +255,22 @@ export const MIGRATIONS: readonly Migration[] = [
    CREATE UNIQUE INDEX users_oidc_subject ON users(oidc_subject);
    ALTER TABLE keys ADD COLUMN oidc_subject TEXT;
    CREATE UNIQUE INDEX keys_oidc_subject ON keys(oidc_subject) WHERE revoked_at IS NULL;`),
+  // Limits taken before the work they limit (issue 47). Wrong sign-ins count per name tried,
+  // whether or not a user has it (an unknown name locks as a real one does, so the lock tells
+  // nothing of who exists): a reservation is one conditional upsert before the password check,
+  // removed when it succeeds; users.failed_count and locked_until are no longer read. A console
+  // user's key ceiling (a key policy, JSON; NULL: the server's settings) bounds the keys a member
+  // makes and changes. A session's record is written when its start is admitted, and holds one
+  // of its key's slots while starting_until is ahead (cleared once the sandbox runs).
+  both(`CREATE TABLE signin_attempts (
+     name TEXT PRIMARY KEY,
+     failed_count INTEGER NOT NULL,
+     locked_until BIGINT,
+     last_at BIGINT NOT NULL
+   );
+   CREATE INDEX signin_attempts_last ON signin_attempts(last_at);
+   ALTER TABLE users ADD COLUMN key_ceiling TEXT;
+   ALTER TABLE sessions ADD COLUMN starting_until BIGINT;`),
 ];
 
 export function migrationText(m: Migration, dialect: Dialect): string {

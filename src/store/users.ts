@@ -1,13 +1,23 @@
 import { createHash, randomBytes, scrypt, timingSafeEqual } from "node:crypto";
+import {
+  applyPatch,
+  policyFromColumn,
+  policyToColumn,
+  type KeyPolicy,
+  type PolicyPatch,
+} from "../policy/key-policy.js";
 import type { Db } from "./db.js";
 import { checkSubject } from "./keys.js";
+import { PasswordChecks } from "./password-checks.js";
 import { asDriver, type SqlDriver } from "./sql.js";
 
 /**
  * Console users (`scratchrun users create`) and their signed-in sessions. A password is kept
  * only as its scrypt hash (`scrypt$N$r$p$salt$hash`, base64url); a session's cookie and the
- * key of its CSRF token only as SHA-256. Wrong passwords lock the account for a while
- * (`LOCKOUT`), whoever tries them: the per-address limit in front is the other half.
+ * key of its CSRF token only as SHA-256. Wrong passwords lock the name tried for a while
+ * (`LOCKOUT`), whoever tries them and whether or not a user has it: the per-address limit in
+ * front is the other half. Both are taken before the password is checked, so attempts sent at
+ * once count as attempts sent one by one; and the checks themselves take turns (PasswordChecks).
  */
 export type Role = "admin" | "member";
 
@@ -63,35 +73,59 @@ export async function checkPassword(password: string, stored: string): Promise<b
   return want.length === got.length && timingSafeEqual(want, got);
 }
 
+/**
+ * A sign-in's outcome. `busy`: too many password checks are waiting (nothing was checked, nothing
+ * counted); retry shortly.
+ */
 export type SignIn =
   | { ok: true; user: User; session: string; csrf: string }
-  | { ok: false; reason: "wrong" | "locked"; retryAfterS?: number };
+  | { ok: false; reason: "wrong" | "locked" | "busy"; retryAfterS?: number };
 
 interface UserRow {
   id: string;
   name: string;
   role: Role;
   password_hash: string;
-  failed_count: number;
-  locked_until: number | null;
 }
 
-/** A locked account's refusal, whatever it was signed in with; null when it is not locked. */
-function lockedNow(row: UserRow, now: number): SignIn | null {
-  if (row.locked_until === null || Number(row.locked_until) <= now) return null;
-  return {
-    ok: false,
-    reason: "locked",
-    retryAfterS: Math.ceil((Number(row.locked_until) - now) / 1000),
-  };
-}
+const locked = (until: number, now: number): SignIn => ({
+  ok: false,
+  reason: "locked",
+  retryAfterS: Math.max(1, Math.ceil((until - now) / 1000)),
+});
+
+/**
+ * One wrong attempt reserved for `name`, in one statement: a name locked now gets no row back;
+ * a lock that is over, or a last failure older than a lock, starts the count again; the
+ * `LOCKOUT.failures`-th reservation in a row locks the name at once (its own check still runs).
+ * Parameters: name, first lock, now, stale, stale, failures, lock, now, now.
+ */
+const RESERVE_SQL = `INSERT INTO signin_attempts (name, failed_count, locked_until, last_at)
+  VALUES (?, 1, CAST(? AS BIGINT), CAST(? AS BIGINT))
+  ON CONFLICT (name) DO UPDATE SET
+    failed_count = CASE WHEN signin_attempts.locked_until IS NOT NULL
+        OR signin_attempts.last_at <= CAST(? AS BIGINT) THEN 1
+      ELSE signin_attempts.failed_count + 1 END,
+    locked_until = CASE WHEN signin_attempts.locked_until IS NULL
+        AND signin_attempts.last_at > CAST(? AS BIGINT)
+        AND signin_attempts.failed_count + 1 >= CAST(? AS INTEGER) THEN CAST(? AS BIGINT)
+      ELSE NULL END,
+    last_at = CAST(? AS BIGINT)
+  WHERE signin_attempts.locked_until IS NULL OR signin_attempts.locked_until <= CAST(? AS BIGINT)
+  RETURNING failed_count, locked_until`;
 
 export class UserStore {
   private readonly sql: SqlDriver;
   /** Checked for unknown names, so a miss costs what a wrong password does. */
   private dummy: Promise<string> | undefined;
+  /** When stale attempt rows were last removed. */
+  private prunedAt = 0;
 
-  constructor(db: Db | SqlDriver) {
+  constructor(
+    db: Db | SqlDriver,
+    /** The turns password checks take (one per process: the thread pool is the process's). */
+    readonly checks = new PasswordChecks(),
+  ) {
     this.sql = asDriver(db);
   }
 
@@ -143,36 +177,89 @@ export class UserStore {
   }
 
   /**
-   * Checks a password and opens a session. A locked account is refused whatever the password;
-   * each wrong password counts, and the `LOCKOUT.failures`-th in a row locks the account.
+   * Checks a password and opens a session. The attempt is reserved first, against the name tried
+   * (a locked name is refused with nothing checked), then the password is checked in its turn; a
+   * right password removes the name's count, a wrong one leaves its reservation counted. An
+   * unknown name, and a user without a password (OIDC only), cost the same check and count and
+   * lock the same way, so neither the answers nor their timing tell who exists.
    */
   async signIn(name: string, password: string, now = Date.now()): Promise<SignIn> {
+    // No user can have a name outside the pattern (a public rule): nothing to count or check.
+    if (!USER_NAME.test(name)) return { ok: false, reason: "wrong" };
+    const reserved = await this.reserve(name, now);
+    if (!reserved.ok) return locked(reserved.lockedUntil, now);
     const row = await this.sql.get<UserRow>(
-      "SELECT id, name, role, password_hash, failed_count, locked_until FROM users WHERE name = ?",
+      "SELECT id, name, role, password_hash FROM users WHERE name = ?",
       [name],
     );
-    if (!row) {
-      await checkPassword(password, await (this.dummy ??= hashPassword("not a password, ever")));
-      return { ok: false, reason: "wrong" };
+    const stored =
+      row && row.password_hash !== "!"
+        ? row.password_hash
+        : await (this.dummy ??= hashPassword("not a password, ever"));
+    const right = await this.checks.run(() => checkPassword(password, stored));
+    if (right === null) {
+      await this.unreserve(name);
+      return { ok: false, reason: "busy", retryAfterS: 1 };
     }
-    const locked = lockedNow(row, now);
-    if (locked) return locked;
-    if (!(await checkPassword(password, row.password_hash))) {
-      const failed = Number(row.failed_count) + 1;
-      const lock = failed >= LOCKOUT.failures ? now + LOCKOUT.lockMs : null;
-      await this.sql.run("UPDATE users SET failed_count = ?, locked_until = ? WHERE id = ?", [
-        lock === null ? failed : 0,
-        lock,
-        row.id,
-      ]);
-      return lock === null
+    if (!right || !row || row.password_hash === "!")
+      return reserved.lockedUntil === null
         ? { ok: false, reason: "wrong" }
-        : { ok: false, reason: "locked", retryAfterS: LOCKOUT.lockMs / 1000 };
-    }
-    await this.sql.run("UPDATE users SET failed_count = 0, locked_until = NULL WHERE id = ?", [
-      row.id,
-    ]);
+        : locked(reserved.lockedUntil, now);
+    await this.sql.run("DELETE FROM signin_attempts WHERE name = ?", [name]);
     return this.openSession({ id: row.id, name: row.name, role: row.role }, now);
+  }
+
+  /** Reserves one wrong attempt for `name` (RESERVE_SQL); refused while the name is locked. */
+  private async reserve(
+    name: string,
+    now: number,
+  ): Promise<{ ok: true; lockedUntil: number | null } | { ok: false; lockedUntil: number }> {
+    if (now - this.prunedAt > 60_000) {
+      this.prunedAt = now;
+      await this.sql.run(
+        "DELETE FROM signin_attempts WHERE last_at < ? AND (locked_until IS NULL OR locked_until < ?)",
+        [now - LOCKOUT.lockMs, now],
+      );
+    }
+    const lockAt = now + LOCKOUT.lockMs;
+    const stale = now - LOCKOUT.lockMs;
+    const row = await this.sql.get<{ failed_count: number; locked_until: number | null }>(
+      RESERVE_SQL,
+      [
+        name,
+        LOCKOUT.failures <= 1 ? lockAt : null,
+        now,
+        stale,
+        stale,
+        LOCKOUT.failures,
+        lockAt,
+        now,
+        now,
+      ],
+    );
+    if (row)
+      return { ok: true, lockedUntil: row.locked_until === null ? null : Number(row.locked_until) };
+    return { ok: false, lockedUntil: (await this.lockedUntil(name, now)) ?? now + 1000 };
+  }
+
+  /** Gives back a reservation whose password was never checked (too many checks waiting). */
+  private async unreserve(name: string): Promise<void> {
+    await this.sql.run(
+      `UPDATE signin_attempts SET failed_count = failed_count - 1,
+         locked_until = CASE WHEN failed_count - 1 >= ? THEN locked_until ELSE NULL END
+       WHERE name = ? AND failed_count > 0`,
+      [LOCKOUT.failures, name],
+    );
+  }
+
+  /** Until when the name is locked, or null when it is not. */
+  private async lockedUntil(name: string, now: number): Promise<number | null> {
+    const r = await this.sql.get<{ locked_until: number | null }>(
+      "SELECT locked_until FROM signin_attempts WHERE name = ?",
+      [name],
+    );
+    const until = r?.locked_until === null || r === undefined ? null : Number(r.locked_until);
+    return until !== null && until > now ? until : null;
   }
 
   /** The user linked to a trusted OIDC issuer's subject (`users create --oidc-subject`). */
@@ -186,13 +273,56 @@ export class UserStore {
    */
   async signInSubject(subject: string, now = Date.now()): Promise<SignIn> {
     const row = await this.sql.get<UserRow>(
-      "SELECT id, name, role, password_hash, failed_count, locked_until FROM users WHERE oidc_subject = ?",
+      "SELECT id, name, role, password_hash FROM users WHERE oidc_subject = ?",
       [subject],
     );
     if (!row) return { ok: false, reason: "wrong" };
-    return (
-      lockedNow(row, now) ?? this.openSession({ id: row.id, name: row.name, role: row.role }, now)
+    const until = await this.lockedUntil(row.name, now);
+    if (until !== null) return locked(until, now);
+    return this.openSession({ id: row.id, name: row.name, role: row.role }, now);
+  }
+
+  /**
+   * The most a user's keys may be given when that user is a member and makes or changes them
+   * (a key policy; null: the server's settings). An admin sets it; an admin's own keys have none.
+   */
+  async keyCeiling(userId: string): Promise<KeyPolicy | null> {
+    const r = await this.sql.get<{ key_ceiling: string | null }>(
+      "SELECT key_ceiling FROM users WHERE id = ?",
+      [userId],
     );
+    return policyFromColumn(r?.key_ceiling ?? null);
+  }
+
+  /**
+   * Changes a user's key ceiling (the patch as `keys update` takes it: null clears a field back
+   * to the server's setting); a TypeError names a bad field. Null when no user has the id.
+   */
+  async setKeyCeiling(userId: string, patch: PolicyPatch): Promise<KeyPolicy | null | undefined> {
+    return this.sql.transaction(async (tx) => {
+      const r = await tx.get<{ key_ceiling: string | null }>(
+        "SELECT key_ceiling FROM users WHERE id = ?",
+        [userId],
+      );
+      if (!r) return undefined;
+      const ceiling = applyPatch(policyFromColumn(r.key_ceiling), patch);
+      await tx.run("UPDATE users SET key_ceiling = ? WHERE id = ?", [
+        policyToColumn(ceiling),
+        userId,
+      ]);
+      return ceiling;
+    });
+  }
+
+  /** Every user with their key ceiling (the admin's list). */
+  async listWithCeilings(): Promise<(User & { keyCeiling: KeyPolicy | null })[]> {
+    const rows = await this.sql.all<User & { key_ceiling: string | null }>(
+      "SELECT id, name, role, key_ceiling FROM users ORDER BY name",
+    );
+    return rows.map(({ key_ceiling, ...u }) => ({
+      ...u,
+      keyCeiling: policyFromColumn(key_ceiling),
+    }));
   }
 
   private async openSession(user: User, now: number): Promise<SignIn> {

@@ -228,6 +228,25 @@ describe("OAuth and console sign-in under attack (SEC-OAUTH-*)", () => {
       401,
       "control: a token for this /mcp works",
     );
+    // ... at /mcp only: REST is not the resource it was issued for (SEC-LIMIT-AUDIENCE).
+    for (const [method, path] of [
+      ["GET", "/v1/info"],
+      ["POST", "/v1/exec"],
+      ["POST", "/v1/sessions"],
+    ]) {
+      const rest = await fetch(`${h.api.url}${path}`, {
+        method,
+        headers: {
+          Authorization: `Bearer ${ours.access_token}`,
+          "Content-Type": "application/json",
+        },
+        ...(method === "POST"
+          ? { body: JSON.stringify({ runtime: "bash", code: "echo no" }) }
+          : {}),
+      });
+      assert.equal(rest.status, 401, path);
+      assert.match(await rest.text(), /OAuth access tokens are for \/mcp/, path);
+    }
   });
 
   test("SEC-OAUTH-PKCE: plain and missing challenges, missing and wrong verifiers are refused", async () => {

@@ -93,10 +93,12 @@ describe("a trusted external OIDC issuer", () => {
     } finally {
       await client.close();
     }
+    // REST is not the resource the token was issued for: there it is no credential (SEC-LIMIT-AUDIENCE).
     const rest = await h.post("/v1/exec", { runtime: "bash", code: "echo rest" }, token);
-    assert.equal(rest.status, 200);
+    assert.equal(rest.status, 401);
+    assert.match(await rest.text(), /OAuth access tokens are for \/mcp/);
     const runs = h.runs.all().filter((r) => r.key_id === bound.id);
-    assert.equal(runs.length, 2, "both runs are recorded under the bound key");
+    assert.equal(runs.length, 1, "the /mcp run is recorded under the bound key, nothing else ran");
   });
 
   test("refused: another subject, another audience, another issuer, expired, a forged or HS256 signature", async () => {

@@ -78,6 +78,9 @@ function logLines(stderr: string, msg: string): Record<string, unknown>[] {
     .map((l) => JSON.parse(l) as Record<string, unknown>);
 }
 
+/** The replicas' settings: a key's sessions across the cluster, under each worker's own 3. */
+const REPLICA_ENV = { SCRATCHRUN_SESSIONS_PER_KEY: "2" };
+
 describe(
   "cluster: API replicas, workers in their own network namespaces, Postgres",
   { skip: skipOutsideCi(MISSING) },
@@ -92,7 +95,7 @@ describe(
       c = await Cluster.start({
         workers: 2,
         replicas: 2,
-        replicaEnv: { SCRATCHRUN_SESSIONS_PER_KEY: "2" },
+        replicaEnv: REPLICA_ENV,
       });
       await c.waitWorkersUp(2);
     });
@@ -550,7 +553,8 @@ describe(
         Number(interrupted.finished_at) >= killedAt + (2 * c.leaseTtlMs) / 3 - 50,
         "not before the lease had expired",
       );
-      await doomed.start();
+      // Restarted as it was started: the sessions test below holds both replicas to its limit.
+      await doomed.start(REPLICA_ENV);
       c.publishReplicas();
       await c.waitWorkersUp(2);
     });
@@ -686,14 +690,45 @@ describe(
       });
       assert.deepEqual([idled.end_reason, idled.calls], ["idle", 0]);
 
-      // The per-key limit holds across the cluster, from the key's open records (replica 2 was
-      // started with SCRATCHRUN_SESSIONS_PER_KEY=2; one worker alone would take a third).
-      const pair = [await start(at(r2)), await start(at(r2))];
-      const third = await call(at(r2), "POST", "/v1/sessions", { runtime: "bash" });
-      assert.equal(third.status, 429, JSON.stringify(third.body));
-      assert.match(String(third.body.error?.message), /2 sessions open/);
+      // The per-key limit holds across the cluster, starting sessions counted (SEC-LIMIT-SESSION-
+      // SLOTS): 8 starts at once for one key, 4 through each replica, and 2 start (the replicas
+      // hold a key to SCRATCHRUN_SESSIONS_PER_KEY=2; either worker alone would take 3).
+      const burst = await Promise.all(
+        Array.from({ length: 8 }, (_, i) =>
+          call(at(i % 2 ? r2 : r1), "POST", "/v1/sessions", { runtime: "bash" }),
+        ),
+      );
+      const pair = burst.filter((r) => r.status === 201).map((r) => r.body.session_id!);
+      assert.equal(pair.length, 2, JSON.stringify(burst.map((r) => r.status)));
+      for (const refused of burst.filter((r) => r.status !== 201)) {
+        assert.equal(refused.status, 429, JSON.stringify(refused.body));
+        assert.match(String(refused.body.error?.message), /2 sessions open/);
+      }
+      const openRecords = await c.sql(
+        "SELECT id FROM sessions WHERE ended_at IS NULL AND starting_until IS NULL",
+      );
+      assert.equal(openRecords.length, 2, "no reservation left behind");
+      // The key narrowed below them elsewhere (`scratchrun keys update` on the shared database):
+      // each ends on its worker at once, recorded `policy` (SEC-LIMIT-SESSION-POLICY).
+      const keysCli = (...args: string[]) => {
+        const r = spawnSync(process.execPath, [CLI, "keys", ...args], {
+          env: { ...process.env, SCRATCHRUN_DATABASE_URL: c.pgServer.url("scratchrun") },
+          encoding: "utf8",
+        });
+        assert.equal(r.status, 0, r.stderr);
+      };
+      const clusterKeyId = c.key.split("_")[1]!;
+      keysCli("update", clusterKeyId, "--max-memory-mb", "128");
       for (const id of pair)
-        assert.equal((await call(at(r2), "DELETE", `/v1/sessions/${id}`)).status, 200);
+        await waitFor(`session ${id.slice(0, 6)} ended for its key's policy`, async () =>
+          (await record(id)).end_reason === "policy" ? true : undefined,
+        );
+      await waitFor("the workers' sandboxes gone", async () => {
+        const open = await Promise.all(c.workers.map((w) => workerStatus(c, w)));
+        return open.every((s) => s.sessions.open === 0) ? true : undefined;
+      });
+      assert.equal((await exec(at(r1), pair[0]!, "echo x")).status, 404);
+      keysCli("update", clusterKeyId, "--max-memory-mb", "default");
 
       // A worker killed under a session: its next call is SESSION_LOST on every replica, its
       // record says lost, and nothing re-creates it elsewhere.

@@ -156,6 +156,7 @@ for (const [kind, open] of Object.entries(KINDS)) {
             "created_at",
             "failed_count",
             "id",
+            "key_ceiling",
             "locked_until",
             "name",
             "oidc_subject",
@@ -193,10 +194,12 @@ for (const [kind, open] of Object.entries(KINDS)) {
             "replica_id",
             "runtime",
             "started_at",
+            "starting_until",
             "transport",
             "worker",
             "worker_id",
           ],
+          signin_attempts: ["failed_count", "last_at", "locked_until", "name"],
         };
         for (const [table, cols] of Object.entries(expected))
           assert.deepEqual(await columns(store.sql, table), cols, table);

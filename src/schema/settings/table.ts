@@ -245,6 +245,12 @@ export const SETTINGS = {
     readers: ["server"],
     doc: "`serve`: the origin clients reach the service at (`https://…` behind TLS): the OAuth issuer, `/mcp` under it the resource tokens are for, and Secure session cookies when https",
   },
+  SCRATCHRUN_TRUSTED_PROXIES: {
+    kind: "list",
+    unset: "none: every peer is the client",
+    readers: ["server"],
+    doc: "`serve` (all, api): addresses and CIDR ranges of the proxies in front (the TLS front door); a request from one is counted, in the per-address limits on failed keys, sign-ins and registrations, against the client its `X-Forwarded-For` names (the rightmost entry that is not a listed proxy)",
+  },
   SCRATCHRUN_TEMPLATE_CACHE: {
     kind: "string",
     fallback: "on",
