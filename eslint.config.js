@@ -43,6 +43,25 @@ export default tseslint.config(
     },
   },
   {
+    // The MCP Apps result view's script (a browser's, inlined into the view's one HTML page).
+    files: ["src/mcp/view/*.js"],
+    languageOptions: {
+      sourceType: "script",
+      globals: Object.fromEntries(
+        [
+          "window",
+          "document",
+          "URL",
+          "Blob",
+          "TextEncoder",
+          "atob",
+          "setTimeout",
+          "ResizeObserver",
+        ].map((g) => [g, "readonly"]),
+      ),
+    },
+  },
+  {
     // The pre-started and session node scripts (CommonJS, run by node in the guest).
     files: ["guest/prestart.js", "guest/session.js"],
     languageOptions: {

@@ -30,8 +30,9 @@ APT_PACKAGES=(bubblewrap qemu-system-x86 linux-image-cloud-amd64 busybox-static 
   nftables iproute2 erofs-utils squashfs-tools cpio util-linux gcc libc6-dev ripgrep socat)
 # A source checkout also runs the tests: postgresql (the store and cluster tests start servers of
 # their own, initdb in a temp dir) and kubectl (Debian's kubernetes-client, unless one is
-# installed; renders deploy/kubernetes in a test), and chromium (the console's browser tests drive
-# it with playwright-core, which downloads no browser). An installed package needs none of them.
+# installed; renders deploy/kubernetes in a test), and chromium (the console's browser tests and
+# the MCP Apps result view's, test/mcp/view.test.ts, drive it with playwright-core, which
+# downloads no browser). An installed package needs none of them.
 if [ -f tsconfig.json ]; then
   APT_PACKAGES+=(postgresql chromium)
   command -v kubectl >/dev/null || APT_PACKAGES+=(kubernetes-client)

@@ -18,6 +18,7 @@ import { fitAnswerBudget } from "./answer-budget.js";
 import { fitAnswerChars } from "./answer-chars.js";
 import { toContentBlocks } from "./content.js";
 import { LineStreamer } from "./stream-log.js";
+import { VIEW_TOOL_META } from "./view.js";
 import { redactionMap } from "../engine/secrets.js";
 
 export const EXEC_TOOL_NAME = "scratchrun_exec";
@@ -151,6 +152,8 @@ export function execToolDefinition(
     _meta: {
       // Claude Code takes an answer this long inline; answer-chars.ts keeps every answer under it.
       [MAX_RESULT_CHARS_META_KEY]: LIMITS.answerChars.max,
+      // MCP Apps hosts show the result in the view (view.ts); the text stays whole for the rest.
+      ...VIEW_TOOL_META,
     },
     annotations: {
       title: "Run code in a fresh sandbox",

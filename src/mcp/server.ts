@@ -25,6 +25,7 @@ import {
 import { isTerminal, TASK_KEEP_MS, type TaskRecord, type TaskRegistry } from "./tasks.js";
 import type { PoolsReport } from "../backends/types.js";
 import { callRuntimesTool, RUNTIMES_TOOL_NAME, runtimesToolDefinition } from "./runtimes-tool.js";
+import { readView, VIEW_RESOURCE, VIEW_URI } from "./view.js";
 import {
   callSessionTool,
   isSessionTool,
@@ -191,6 +192,8 @@ export function createMcpServer(engine: ExecEngine, tasks?: McpTaskOptions): Ser
     capabilities: {
       tools: {},
       logging: {},
+      // One resource: the result view the tools name for MCP Apps hosts (view.ts).
+      resources: {},
       ...(tasks
         ? {
             // 2025-11-25 reads `tasks`; 2026-07-28 reads the extension (and drops `tasks`).
@@ -226,6 +229,17 @@ export function createMcpServer(engine: ExecEngine, tasks?: McpTaskOptions): Ser
       ...(engine.sessionOps ? sessionToolDefinitions(engine.policy) : []),
     ],
   }));
+
+  server.setRequestHandler("resources/list", async () => ({ resources: [VIEW_RESOURCE] }));
+  server.setRequestHandler("resources/templates/list", async () => ({ resourceTemplates: [] }));
+  server.setRequestHandler("resources/read", async (request) => {
+    if (request.params.uri !== VIEW_URI)
+      throw new ProtocolError(
+        ProtocolErrorCode.ResourceNotFound,
+        `Resource ${request.params.uri} not found: this server has one, ${VIEW_URI}`,
+      );
+    return readView();
+  });
 
   server.setRequestHandler("tools/call", async (request, ctx) => {
     const { name } = request.params;

@@ -15,6 +15,7 @@ import {
   sessionStartShapeFor,
   type SessionInfo,
 } from "../schema/session.js";
+import { VIEW_TOOL_META } from "./view.js";
 
 export const SESSION_START_TOOL = "scratchrun_session_start";
 export const SESSION_END_TOOL = "scratchrun_session_end";
@@ -54,6 +55,8 @@ export function sessionToolDefinitions(policy: CallPolicy) {
         io: "input",
       }) as Tool["inputSchema"],
       outputSchema: z.toJSONSchema(sessionInfoSchema) as Tool["outputSchema"],
+      // The result view shows the session and the cells this client holds (view.ts).
+      _meta: VIEW_TOOL_META,
       annotations: {
         title: "Start a session",
         readOnlyHint: false,
@@ -71,6 +74,8 @@ export function sessionToolDefinitions(policy: CallPolicy) {
         io: "input",
       }) as Tool["inputSchema"],
       outputSchema: z.toJSONSchema(sessionInfoSchema) as Tool["outputSchema"],
+      // The result view shows the session and the cells this client holds (view.ts).
+      _meta: VIEW_TOOL_META,
       annotations: {
         title: "End a session",
         readOnlyHint: false,

@@ -49,6 +49,16 @@ for (const backend of TEST_BACKENDS) {
       assert.match(tool.description ?? "", /Nothing persists/);
       // API-ANSWER-CHARS: Claude Code takes an answer this long inline (answer-chars.ts holds it).
       assert.equal(tool._meta?.["anthropic/maxResultSizeChars"], 500_000);
+      // VIEW-META: MCP Apps hosts show the result in the view, which may call no tool.
+      assert.deepEqual(tool._meta?.ui, {
+        resourceUri: "ui://scratchrun/result.html",
+        visibility: ["model"],
+      });
+      const { resources } = await h.client.listResources();
+      assert.deepEqual(
+        resources.map((r) => [r.uri, r.mimeType]),
+        [["ui://scratchrun/result.html", "text/html;profile=mcp-app"]],
+      );
     });
 
     const bad: [string, Record<string, unknown>, RegExp][] = [

@@ -269,6 +269,9 @@ describe("the packed package", () => {
       "package/scripts/setup.sh",
       "package/scripts/build-guest.mjs",
       "package/src/backends/microvm/sealed-ram.c",
+      "package/src/mcp/view/result.html",
+      "package/src/mcp/view/result.js",
+      "package/src/mcp/view/result.css",
       "package/server.json",
     ])
       assert.ok(files.includes(f), `${f} is in the tarball`);
