@@ -2,6 +2,7 @@ import type { RuntimeName } from "../src/schema/exec.js";
 import { SESSIONS_ROWS, STEPS, type SessionsPlan } from "./sessions.js";
 import type { SecretsPlan } from "./secrets.js";
 import type { TtiPlan } from "./tti.js";
+import type { BurstPlan } from "./burst.js";
 import type { FirstMinutesPlan } from "./first-minutes.js";
 import type { FirstCallsPlan } from "./first-calls.js";
 import type { PlotPlan } from "./plot-steps.js";
@@ -32,6 +33,8 @@ export interface Plan {
   idleServers: readonly ("namespace" | "microvm")[];
   /** Time to interactive: calls in sequence and at once per command and system (issue 30). */
   tti: TtiPlan;
+  /** n sandboxes at once, network none and public, both backends (issue 57). */
+  burst: BurstPlan;
   /** The sessions workload: the CSV's rows and the print(1) calls per side (issue 27). */
   sessions: SessionsPlan;
   /** The first two minutes after a server starts, calls 2 s apart per runtime (issue 30). */
@@ -79,6 +82,8 @@ export const FULL: Plan = {
   idleWindowMs: 5_000,
   idleServers: ["namespace", "microvm"],
   tti: { sequentialN: 100, burstN: 100 },
+  // The issue's operator probe: serve --max-concurrent 16 --max-queued 200.
+  burst: { n: 100, maxConcurrent: 16, maxQueued: 200 },
   sessions: { rows: SESSIONS_ROWS, printN: 20, steps: STEPS.length },
   firstMinutes: { runtimes: ALL, everyMs: 2000, windowMs: 120_000, settledMs: 40_000 },
   firstCalls: { runtimes: ALL, calls: 3, rounds: 3 },
@@ -127,6 +132,7 @@ export const QUICK: Plan = {
   idleServers: ["namespace"],
   // Quick: the phases run only when named (--with or --only), smaller.
   tti: { sequentialN: 10, burstN: 20 },
+  burst: { n: 20, maxConcurrent: 16, maxQueued: 200 },
   sessions: { rows: SESSIONS_ROWS / 10, printN: 5, steps: STEPS.length },
   firstMinutes: { runtimes: ALL, everyMs: 2000, windowMs: 120_000, settledMs: 20_000 },
   firstCalls: { runtimes: ALL, calls: 3, rounds: 2 },
@@ -152,6 +158,7 @@ export const SMOKE: Plan = {
   throughput: { ...QUICK.throughput, durationMs: 1_000 },
   idleWindowMs: 1_000,
   tti: { sequentialN: 1, burstN: 2 },
+  burst: { n: 2, maxConcurrent: 16, maxQueued: 200 },
   sessions: { rows: SESSIONS_ROWS / 20, printN: 1, steps: 1 },
   firstMinutes: { ...QUICK.firstMinutes, windowMs: 10_000, settledMs: 5_000 },
   firstCalls: { ...QUICK.firstCalls, calls: 1, rounds: 1 },

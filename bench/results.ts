@@ -1,3 +1,4 @@
+import type { BurstPhaseResults } from "./burst.js";
 import type { PlotResults } from "./plot-steps.js";
 import type { FirstMinutesResults } from "./first-minutes.js";
 import type { FirstCallsResults } from "./first-calls.js";
@@ -70,6 +71,8 @@ export interface BenchResults {
   plot?: PlotResults;
   /** A brokered HTTPS request against a direct one (issue 28): absent when the phase did not run. */
   secrets?: SecretsResults;
+  /** n sandboxes at once, network none and public, both backends (issue 57, bench/burst.ts). */
+  burst?: BurstPhaseResults;
   notes: string[];
   durationSec: number;
   /** The previous full run on this host: its print p50s, for "nothing got slower". */
@@ -136,6 +139,8 @@ export interface BurstResult {
   latency: Summary | null;
   /** Refusals, each from the burst's start to the 429. */
   refusedLatency: Summary | null;
+  /** The answered calls' 95th percentile, ms (the burst phase's, issue 57). */
+  p95?: number;
   firstError?: string;
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // `npm run bench [-- --quick | --smoke] [--out DIR] [--only id,id] [--with tti,sessions,first-minutes,first-calls,plot] [--tti-n N]
-// [--tti-burst N] [--sessions-mb N] [--tti-systems id,id] [--baseline OTHER/dist/bench/server.js]`:
+// [--tti-burst N] [--burst-n N] [--burst-systems id,id] [--sessions-mb N] [--tti-systems id,id] [--baseline OTHER/dist/bench/server.js]`:
 // measures ScratchRun end to end through the MCP stdio client,
 // side by side with the floor and the peers, in one run on one machine.
 import {
@@ -27,6 +27,7 @@ import { renderMarkdown } from "./report-md.js";
 import { renderSvg } from "./report-svg.js";
 import { benchSessions, SESSIONS_ROWS } from "./sessions.js";
 import { benchTti } from "./tti.js";
+import { benchBurst, renderBurstMarkdown } from "./burst.js";
 import { benchFirstMinutes } from "./first-minutes.js";
 import { benchFirstCalls, primeTemplates } from "./first-calls.js";
 import { benchPlot } from "./plot-steps.js";
@@ -179,6 +180,35 @@ function ttiServer(backend: "namespace" | "microvm", baseline?: string): McpSyst
 }
 
 /**
+ * The burst phase's server of a backend and network mode (issue 57): its REST API on, the
+ * engine's admission as the plan says (serve's --max-concurrent, --max-queued), one pooled bash
+ * sandbox, no pre-imports, the templates a microVM server built before kept (its start is not
+ * what the phase measures).
+ */
+function burstServer(
+  backend: "namespace" | "microvm",
+  network: "none" | "public",
+  plan: Plan["burst"],
+): McpSystem {
+  return mcpSystem({
+    id: `${backend}-${network}`,
+    label: `ScratchRun ${backend}, network ${network}`,
+    script: BENCH_SERVER,
+    env: {
+      ...scratchrunEnv(),
+      SCRATCHRUN_TEMPLATE_CACHE: "on",
+      SCRATCHRUN_ISOLATION: backend,
+      SCRATCHRUN_NETWORK: network,
+      SCRATCHRUN_POOL_SIZE: "bash=1",
+      SCRATCHRUN_PREIMPORT: "0",
+      BENCH_REST: "1",
+      BENCH_MAX_CONCURRENT: String(plan.maxConcurrent),
+      BENCH_MAX_QUEUED: String(plan.maxQueued),
+    },
+  });
+}
+
+/**
  * The first-two-minutes server of a backend as a user runs it: the product's default pooling and
  * pre-imports (no SCRATCHRUN_POOL_SIZE), started fresh; another build's with `baseline`.
  */
@@ -247,6 +277,11 @@ async function main(): Promise<void> {
       with: { type: "string" },
       "tti-n": { type: "string" },
       "tti-burst": { type: "string" },
+      // The burst phase's size (issue 57): sandboxes asked for at once.
+      "burst-n": { type: "string" },
+      // The burst phase's servers to measure (default all four: namespace-none, namespace-public,
+      // microvm-none, microvm-public); raw bubblewrap is always beside them.
+      "burst-systems": { type: "string" },
       "sessions-mb": { type: "string" },
       // The time-to-interactive systems to measure (default all).
       "tti-systems": { type: "string" },
@@ -270,6 +305,7 @@ async function main(): Promise<void> {
       sequentialN: count(values["tti-n"], "tti-n", base.tti.sequentialN),
       burstN: count(values["tti-burst"], "tti-burst", base.tti.burstN),
     },
+    burst: { ...base.burst, n: count(values["burst-n"], "burst-n", base.burst.n) },
     sessions: {
       ...base.sessions,
       rows: values["sessions-mb"]
@@ -439,6 +475,25 @@ async function main(): Promise<void> {
           log,
         );
       });
+    if (phase("burst"))
+      await attempt("burst", async () => {
+        const burstOnly = values["burst-systems"]
+          ? new Set(values["burst-systems"].split(","))
+          : null;
+        results.burst = await benchBurst(
+          (["namespace", "microvm"] as const)
+            .flatMap((backend) =>
+              (["none", "public"] as const).map((network) => ({
+                system: burstServer(backend, network, plan.burst),
+                network,
+              })),
+            )
+            .filter((s) => !burstOnly || burstOnly.has(s.system.id)),
+          rawBwrap(rootfs.dir, rootfs.manifest, join(work, "burst-bwrap")),
+          plan.burst,
+          log,
+        );
+      });
   } finally {
     rmSync(work, { recursive: true, force: true });
   }
@@ -453,6 +508,8 @@ async function main(): Promise<void> {
   const md = renderMarkdown(results);
   writeFileSync(join(values.out, `latest${suffix}.md`), md);
   writeFileSync(join(values.out, `latest${suffix}.svg`), renderSvg(results));
+  if (results.burst)
+    writeFileSync(join(values.out, `${day}-burst${suffix}.md`), renderBurstMarkdown(results.burst));
   process.stdout.write(`${md}\n${jsonPath}\n`);
 }
 

@@ -25,7 +25,15 @@ import { createEngineFromEnv } from "../src/compose/engine-factory.js";
 import { groupCost } from "./proc.js";
 
 async function main(): Promise<void> {
-  const engine = await createEngineFromEnv(process.env);
+  // BENCH_MAX_CONCURRENT and BENCH_MAX_QUEUED: the engine's admission, as serve's flags set it.
+  const admission = (name: string): number | undefined =>
+    process.env[name] === undefined ? undefined : Number(process.env[name]);
+  const maxConcurrent = admission("BENCH_MAX_CONCURRENT");
+  const maxQueued = admission("BENCH_MAX_QUEUED");
+  const engine = await createEngineFromEnv(process.env, {
+    ...(maxConcurrent !== undefined ? { maxConcurrent } : {}),
+    ...(maxQueued !== undefined ? { maxQueued } : {}),
+  });
   const backend = engine.backend;
   if (!(backend instanceof MicrovmBackend) && !(backend instanceof NamespaceBackend))
     throw new Error("unknown backend");

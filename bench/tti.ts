@@ -11,7 +11,7 @@
  */
 import type { LatencyResult } from "./measure.js";
 import type { BurstResult, TtiResults, TtiRow } from "./results.js";
-import { summarize } from "./stats.js";
+import { quantile, summarize } from "./stats.js";
 import type { McpSystem } from "./systems/scratchrun.js";
 import type { BenchSystem } from "./systems/types.js";
 import { TTI_COMMANDS, ttiWorkload, type Workload } from "./workloads.js";
@@ -31,6 +31,19 @@ export interface TtiPlan {
   burstN: number;
 }
 
+/** The 95th percentile of a burst's answers, to the ms (none: no field). */
+function p95Of(samples: readonly number[]): { p95?: number } {
+  if (samples.length === 0) return {};
+  return {
+    p95: Math.round(
+      quantile(
+        [...samples].sort((a, b) => a - b),
+        0.95,
+      ),
+    ),
+  };
+}
+
 /** Longest a burst's call may go unanswered before it counts as lost. */
 const LOST_AFTER_MS = 300_000;
 
@@ -39,6 +52,8 @@ export async function processBurst(
   system: BenchSystem,
   w: Workload,
   n: number,
+  /** Each call's own workload (a marker of its own), instead of `w` for all. */
+  perCall?: () => Workload,
 ): Promise<BurstResult> {
   const t0 = performance.now();
   const ends: number[] = [];
@@ -46,7 +61,7 @@ export async function processBurst(
   let firstError: string | undefined;
   await Promise.all(
     Array.from({ length: n }, async () => {
-      const r = await system.call(w);
+      const r = await system.call(perCall ? perCall() : w);
       if (r.ok) ends.push(performance.now() - t0);
       else {
         wrong++;
@@ -66,6 +81,7 @@ export async function processBurst(
     wallMs: Math.round(performance.now() - t0),
     latency: summarize(ends),
     refusedLatency: null,
+    ...p95Of(ends),
     ...(firstError ? { firstError: firstError.slice(0, 300) } : {}),
   };
 }
@@ -75,8 +91,9 @@ export async function restBurst(
   api: { url: string; key: string },
   w: Workload,
   n: number,
+  opts: { network?: "none" | "public"; perCall?: () => Workload } = {},
 ): Promise<BurstResult> {
-  const body = JSON.stringify({ runtime: w.runtime, code: w.code, network: "none" });
+  const network = opts.network ?? "none";
   const answered: number[] = [];
   const refused: number[] = [];
   const otherStatus: Record<string, number> = {};
@@ -87,6 +104,8 @@ export async function restBurst(
   const t0 = performance.now();
   await Promise.all(
     Array.from({ length: n }, async () => {
+      const call = opts.perCall ? opts.perCall() : w;
+      const body = JSON.stringify({ runtime: call.runtime, code: call.code, network });
       let res: Response;
       let text: string;
       try {
@@ -115,7 +134,7 @@ export async function restBurst(
         return;
       }
       const r = JSON.parse(text) as { stdout?: string; exit_code?: number | null };
-      if (r.exit_code === 0 && w.check(r.stdout ?? "", {})) answered.push(at);
+      if (r.exit_code === 0 && call.check(r.stdout ?? "", {})) answered.push(at);
       else {
         wrong++;
         firstError ??= `wrong answer: ${text.slice(0, 200)}`;
@@ -134,6 +153,7 @@ export async function restBurst(
     wallMs: Math.round(performance.now() - t0),
     latency: summarize(answered),
     refusedLatency: summarize(refused),
+    ...p95Of(answered),
     ...(firstError ? { firstError } : {}),
   };
 }

@@ -8,7 +8,6 @@ import { ScratchRunError } from "../errors.js";
 import { UidPool } from "../jail/uids.js";
 import { AllowlistError, parseAllowlist, type DomainAllowlist } from "../net/allowlist.js";
 import {
-  createSandboxNetwork,
   reapOrphanNetworks,
   resolvConf,
   uplinkConfig,
@@ -16,9 +15,11 @@ import {
   type UplinkConfig,
 } from "../net/index.js";
 import { prepareForwarding, type ForwardingState } from "../net/forwarding.js";
+import { ReadyNetworks } from "../net/ready.js";
 import { EgressProxy, PROXY_UID_BASE, PROXY_UID_COUNT } from "../net/proxy/supervisor.js";
 import type { BrokerSpec } from "../net/proxy/control.js";
 import { setting, settingOn } from "../schema/settings/read.js";
+import { DEFAULT_READY_NETWORKS } from "../net/uplink.js";
 
 export type NetworkSetting = "auto" | "public" | "none";
 
@@ -151,6 +152,7 @@ export async function egressOf(
  */
 export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Promise<NetworkPlan> {
   const allowlist = egressAllowlistFromEnv(env);
+  const depth = readyDepth(env);
   const secretsPlainHttp = allowlistSetting("SCRATCHRUN_SECRETS_PLAIN_HTTP", env)?.entries ?? [];
   const mode = setting("SCRATCHRUN_NETWORK", env) as NetworkSetting;
   if (!["auto", "public", "none"].includes(mode))
@@ -245,19 +247,28 @@ export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
     }
   }
   const resolvPath = sharedResolvConf(resolvConf(uplink));
+  const ready = new ReadyNetworks({
+    uplink,
+    depth,
+    onError: (e) => process.stderr.write(`scratchrun: ready networks: ${String(e)}\n`),
+  });
+  // The backends name each sandbox; a network made ahead has its own name, made when it was.
   const open = async (
-    id: string,
+    _id: string,
     allow: DomainAllowlist | null,
     attach?: { kind: "tap"; name: string; uid: number },
   ) => {
     const px = allow ? await startProxy() : null;
-    const net = await createSandboxNetwork({
-      id,
-      uplink,
+    const net = await ready.take({
       ...(attach ? { attach } : {}),
       ...(px ? { proxy: px.ports } : {}),
     });
-    return { net, egress: await egressOf(net, px, allow) };
+    try {
+      return { net, egress: await egressOf(net, px, allow) };
+    } catch (e) {
+      await net.teardown().catch(() => undefined);
+      throw e;
+    }
   };
   return {
     allowlist,
@@ -290,6 +301,7 @@ export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
         };
       },
       async close() {
+        await ready.close();
         const p = proxy;
         proxy = null;
         if (p) await (await p.catch(() => null))?.close();
@@ -298,6 +310,21 @@ export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
       },
     },
   };
+}
+
+/** SCRATCHRUN_NET_READY: a whole number of networks, 0 to 256. */
+export function readyDepth(env: NodeJS.ProcessEnv): number {
+  const raw = setting("SCRATCHRUN_NET_READY", env) ?? String(DEFAULT_READY_NETWORKS);
+  const n = Number(raw);
+  if (!/^\d+$/.test(raw.trim()) || n > 256)
+    throw new ScratchRunError(
+      "NOT_READY",
+      `SCRATCHRUN_NET_READY=${JSON.stringify(raw)} is not valid`,
+      {
+        fix: "Give a whole number from 0 (each network made in its call) to 256",
+      },
+    );
+  return n;
 }
 
 /** What the startup line adds about forwarding: what this start changed, what may drop. */

@@ -56,6 +56,14 @@ export interface EgressPolicy {
    * of the proxy, everything else is refused. Absent: every public destination is accepted.
    */
   proxy?: ProxyPorts;
+  /**
+   * This network's conntrack mark (a random 32-bit value per network, never 0): every connection
+   * the sandbox opens is marked with it, and replies pass to the sandbox only on a connection
+   * carrying it. A connection a previous network of the same slot (the same addresses) left in
+   * the uplink's conntrack table is not this network's: its replies are dropped. Absent: any
+   * established connection's replies pass (the renderer's tests that predate it).
+   */
+  connMark?: number;
 }
 
 /** Names of the named counters the ruleset creates (sum with parseCounters). */
@@ -135,6 +143,11 @@ export function renderEgressRuleset(policy: EgressPolicy): string {
     throw new TypeError("blocked: both families need at least one range");
   }
   const ind = (rules: string[]): string[] => rules.map((r) => `\t\t${r}`);
+  const mark = policy.connMark;
+  if (mark !== undefined && (!Number.isInteger(mark) || mark < 1 || mark > 0xffffffff)) {
+    throw new TypeError(`connMark: a 32-bit value other than 0: ${mark}`);
+  }
+  const markHex = mark === undefined ? null : `0x${mark.toString(16).padStart(8, "0")}`;
 
   const ingress: string[] = [
     `type filter hook ingress device "${dev}" priority -500; policy drop;`,
@@ -238,7 +251,12 @@ export function renderEgressRuleset(policy: EgressPolicy): string {
     ]),
     `\t}`,
     `\tchain to_sandbox {`,
-    ...ind([`ct state established,related accept`, DROP]),
+    ...ind([
+      markHex
+        ? `ct state established,related ct mark ${markHex} accept`
+        : `ct state established,related accept`,
+      DROP,
+    ]),
     `\t}`,
     `\tchain input {`,
     ...ind([
@@ -250,6 +268,27 @@ export function renderEgressRuleset(policy: EgressPolicy): string {
     ...ind(toHost),
     `\t}`,
     ...dnat,
+    ...(markHex
+      ? [
+          // Before routing, so forwarded and proxied (input) connections alike carry the mark.
+          `\tchain mark_new {`,
+          ...ind([
+            `type filter hook prerouting priority mangle; policy accept;`,
+            // Every packet, not only a connection's first: a connection the previous network of
+            // these addresses left, taken up again by this sandbox (same ports and peer), is
+            // this sandbox's from its first packet on, and only then are replies to it let in.
+            `iifname "${dev}" ct mark set ${markHex}`,
+          ]),
+          `\t}`,
+          // What the host itself (the egress proxy) sends back: only on this network's connections.
+          `\tchain output {`,
+          ...ind([
+            `type filter hook output priority -10; policy accept;`,
+            `oifname "${dev}" ct state established,related ct mark != ${markHex} ${DROP}`,
+          ]),
+          `\t}`,
+        ]
+      : []),
     `\tchain postrouting {`,
     ...ind(nat),
     `\t}`,
@@ -283,7 +322,7 @@ export interface EgressCounters {
   linkDropped: number;
 }
 
-/** Reads the two counters of `table` from `nft -j list counters` output. Missing: zero. */
+/** Reads the counters of `table` from `nft -j list table` or `list counters` output. Missing: zero. */
 export function parseCounters(json: string, table: string): EgressCounters {
   const out: EgressCounters = { blocked: 0, forwarded: 0, passed: 0, refused: 0, linkDropped: 0 };
   let doc: unknown;

@@ -118,3 +118,9 @@ export function resolvConf(u: UplinkConfig): string {
   lines.push("options timeout:2 attempts:2");
   return lines.join("\n") + "\n";
 }
+
+/**
+ * Public networks a server keeps made ahead per kind (ready.ts, SCRATCHRUN_NET_READY): enough
+ * for a burst's cold sandboxes while the pooled ones are taken (decision 0019 has the numbers).
+ */
+export const DEFAULT_READY_NETWORKS = 24;

@@ -10,13 +10,15 @@ import { TTI_COMMANDS } from "../../bench/workloads.js";
 
 const RUN = join(REPO_ROOT, "dist/bench/run.js");
 
-// Runs the benchmark's two phases for real, as a smoke (real servers on both backends, real
-// peers; one call per system and command in sequence, a burst of two): time to interactive and
-// the sessions workload. Checks that every system measured both
-// commands, that every burst call is accounted for, and that the session's cells did their work
-// with the data sent once; never how fast anything was (the targets are in the report).
+// Runs the benchmark's phases for real, as a smoke (real servers on both backends, real
+// peers; one call per system and command in sequence, a burst of two): time to interactive,
+// the sessions workload and the burst phase (issue 57). Checks that every system measured both
+// commands, that every burst call is accounted for, that the session's cells did their work
+// with the data sent once, and that each burst server (network none and public, both backends)
+// and raw bubblewrap answered every call with its own marker; never how fast anything was (the
+// targets are in the report).
 test(
-  "bench --only tti,sessions accounts for every call of both phases on both backends",
+  "bench --only tti,sessions,burst accounts for every call of the phases on both backends",
   { timeout: 900_000 },
   () => {
     const out = mkdtempSync(join(tmpdir(), "bench-phases-out-"));
@@ -28,10 +30,12 @@ test(
           RUN,
           "--smoke",
           "--only",
-          "tti,sessions",
+          "tti,sessions,burst",
           "--tti-n",
           "1",
           "--tti-burst",
+          String(burstN),
+          "--burst-n",
           String(burstN),
           "--sessions-mb",
           "1",
@@ -88,6 +92,28 @@ test(
         assert.ok(b.session.bytesSent < 2 * data, `${backend} session sent`);
         assert.ok(b.freshPrint && b.sessionPrint, `${backend}: print(1) not measured`);
       }
+
+      const burst = results.burst;
+      assert.ok(burst, "no burst phase results");
+      const systems = burst.rows.map((r) => `${r.system}/${r.network}`).sort();
+      assert.deepEqual(systems, [
+        "bwrap/none",
+        "microvm-none/none",
+        "microvm-public/public",
+        "namespace-none/none",
+        "namespace-public/public",
+      ]);
+      for (const row of burst.rows) {
+        assert.equal(row.burst.n, burstN);
+        assert.equal(row.burst.answered, burstN, `${row.system}: ${row.burst.firstError}`);
+        assert.equal(row.burst.wrong + row.burst.lost + row.burst.refused, 0);
+        assert.ok(row.burst.p95 !== undefined, `${row.system}: no p95`);
+      }
+      assert.deepEqual(Object.keys(burst.ratios).sort(), ["microvm", "namespace"]);
+      assert.ok(
+        readdirSync(out).some((f) => f.endsWith("-burst-smoke.md")),
+        "no burst table",
+      );
     } finally {
       rmSync(out, { recursive: true, force: true });
     }

@@ -1,4 +1,4 @@
-import { DEFAULT_UPLINK } from "../../net/uplink.js";
+import { DEFAULT_READY_NETWORKS, DEFAULT_UPLINK } from "../../net/uplink.js";
 import { RUNTIMES } from "../../runtimes/names.js";
 import { LIMITS, RAISE_CEILINGS } from "../limits.js";
 
@@ -155,6 +155,13 @@ export const SETTINGS = {
     unset: "unset (no IPv6)",
     readers: ["server"],
     doc: `an IPv6 pool for the sandboxes' addresses; IPv4 comes from ${code(DEFAULT_UPLINK.poolV4)}`,
+  },
+  SCRATCHRUN_NET_READY: {
+    kind: "number",
+    unit: null,
+    fallback: String(DEFAULT_READY_NETWORKS),
+    readers: ["server"],
+    doc: "public sandbox networks (namespace, link, addresses, egress rules) kept made ahead per kind (a jail's, a VM's; proxied or not) once one is asked for, so a cold sandbox's call does not wait for its network (decision 0019); `0`: each is made in the call",
   },
   SCRATCHRUN_URL: {
     kind: "string",
