@@ -29,6 +29,7 @@ import { benchSessions, SESSIONS_ROWS } from "./sessions.js";
 import { benchTti } from "./tti.js";
 import { benchBurst, renderBurstMarkdown } from "./burst.js";
 import { benchFirstMinutes } from "./first-minutes.js";
+import { benchInputs, renderInputsMarkdown, type InputsResults } from "./inputs.js";
 import { benchFirstCalls, primeTemplates } from "./first-calls.js";
 import { benchPlot } from "./plot-steps.js";
 import { summarize } from "./stats.js";
@@ -325,6 +326,7 @@ async function main(): Promise<void> {
   const rootfs = findRootfs();
   if (!rootfs.ok) throw new Error(`runtime image missing: ${rootfs.error}`);
   const work = mkdtempSync(join(tmpdir(), "scratchrun-bench-work-"));
+  let inputs: InputsResults | undefined;
   const results: BenchResults = {
     format: 1,
     date: new Date().toISOString(),
@@ -464,6 +466,16 @@ async function main(): Promise<void> {
       await attempt("secrets", async () => {
         results.secrets = await benchSecrets(["namespace", "microvm"], plan.secrets, log);
       });
+    // n inputs in one call against n calls in a row, both backends (issue 53).
+    if (phase("inputs"))
+      await attempt("inputs", async () => {
+        inputs = await benchInputs(
+          ["namespace", "microvm"],
+          { n: 16, rounds: short ? 1 : 3 },
+          scratchrunEnv(),
+          log,
+        );
+      });
     if (phase("sessions"))
       await attempt("sessions", async () => {
         results.sessions = await benchSessions(
@@ -505,6 +517,14 @@ async function main(): Promise<void> {
   const day = results.date.slice(0, 10);
   const jsonPath = join(values.out, `${day}-${results.host.hostname}${suffix}.json`);
   writeFileSync(jsonPath, `${JSON.stringify(results, null, 1)}\n`);
+  if (inputs) {
+    const how = `\`npm run bench\`'s inputs phase, ${results.date}: see bench/README.md.`;
+    writeFileSync(join(values.out, `${day}-inputs${suffix}.md`), renderInputsMarkdown(inputs, how));
+    writeFileSync(
+      join(values.out, `${day}-inputs${suffix}.json`),
+      `${JSON.stringify(inputs, null, 1)}\n`,
+    );
+  }
   const md = renderMarkdown(results);
   writeFileSync(join(values.out, `latest${suffix}.md`), md);
   writeFileSync(join(values.out, `latest${suffix}.svg`), renderSvg(results));

@@ -2,7 +2,7 @@ import { z } from "zod";
 import { execInputSchema } from "../schema/exec.js";
 import { VERSION } from "../version.js";
 import { sessionInfoSchema, sessionStartSchema } from "../schema/session.js";
-import { limitsWireSchema, wireErrorSchema, wireResultSchema } from "./wire.js";
+import { limitsWireSchema, wireBatchSchema, wireErrorSchema, wireResultSchema } from "./wire.js";
 import { AUTH_PATHS, AUTH_SCHEMAS, AUTH_SCHEMES } from "./openapi-auth.js";
 import { CONSOLE_PATHS, CONSOLE_SCHEMAS } from "../console/openapi.js";
 
@@ -45,8 +45,18 @@ export function buildOpenApiDocument() {
           requestBody: { required: true, content: json("#/components/schemas/ExecRequest") },
           responses: {
             "200": {
-              description: "The run's result (whatever the code did: see exit_reason)",
-              content: json("#/components/schemas/ExecResult"),
+              description:
+                "The run's result (whatever the code did: see exit_reason); with `inputs`, one result per input in order and a summary (BatchResult)",
+              content: {
+                "application/json": {
+                  schema: {
+                    oneOf: [
+                      { $ref: "#/components/schemas/ExecResult" },
+                      { $ref: "#/components/schemas/BatchResult" },
+                    ],
+                  },
+                },
+              },
             },
             "400": error("The request failed validation; nothing ran"),
             "401": error("API key missing, unknown or revoked; nothing ran"),
@@ -160,6 +170,8 @@ export function buildOpenApiDocument() {
       schemas: {
         ExecRequest: schemaOf(execInputSchema, "input"),
         ExecResult: schemaOf(wireResultSchema, "output"),
+        // Whole, not a $ref to ExecResult: each schema here compiles alone.
+        BatchResult: schemaOf(wireBatchSchema, "output"),
         Error: schemaOf(wireErrorSchema, "output"),
         SessionStart: schemaOf(sessionStartSchema, "input"),
         Session: schemaOf(sessionInfoSchema, "output"),

@@ -8,7 +8,7 @@ import { VERSION } from "../version.js";
 import type { McpSessions } from "./mcp-http.js";
 import { buildOpenApiDocument } from "./openapi.js";
 import type { Caller, ExecService, ServiceEngine } from "./service.js";
-import { limitsToWire, outcomeToWire } from "./wire.js";
+import { batchToWire, limitsToWire, outcomeToWire } from "./wire.js";
 
 export interface RestDeps {
   service: ExecService;
@@ -55,8 +55,12 @@ export function restRoutes(d: RestDeps) {
     const signal = closeSignal(res);
     try {
       const parsed = parseExecRequest(request, caller.policy.call);
-      const outcome = await service.run(caller, parsed, { signal });
-      if (!res.destroyed) sendJson(res, 200, outcomeToWire(outcome));
+      // With `inputs`: one result per input, in order, and the summary (src/engine/batch.ts).
+      const answer =
+        parsed.inputs !== undefined
+          ? batchToWire(await service.runBatch(caller, parsed, { signal }))
+          : outcomeToWire(await service.run(caller, parsed, { signal }));
+      if (!res.destroyed) sendJson(res, 200, answer);
     } catch (e) {
       answerError(res, e);
     }

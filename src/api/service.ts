@@ -1,4 +1,11 @@
-import type { Engine, EngineOptions, ExecuteOptions } from "../engine/engine.js";
+import {
+  batchEntryOptions,
+  type BatchOptions,
+  type Engine,
+  type EngineOptions,
+  type ExecuteOptions,
+} from "../engine/engine.js";
+import { runBatch, type BatchOutcome } from "../engine/batch.js";
 import type { ExecOutcome } from "../engine/result.js";
 import { isScratchRunError, ScratchRunError } from "../errors.js";
 import type { ExecEngine } from "../mcp/server.js";
@@ -17,6 +24,26 @@ import { RetryLater } from "../http/respond.js";
 import type { KeyLimits, KeyQuota } from "../policy/quota.js";
 import type { SandboxTracker } from "../store/sandbox-tracker.js";
 import { LIMITS } from "../schema/limits.js";
+
+/**
+ * How long an input of a call with `inputs` waits for its key's slot or rate (the engine's queue
+ * waits as long), and how often it looks again while its key's slots are taken.
+ */
+const BATCH_WAIT_MS = 60_000;
+const BATCH_POLL_MS = 100;
+
+/** Resolves after `ms`, or at once when `signal` aborts. */
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}
 
 /** Seconds a client is told to wait when the engine's own queue is full or its deadline passed. */
 const ENGINE_BUSY_RETRY_S = 2;
@@ -215,6 +242,8 @@ export class ExecService {
       },
       options: { runtimes: engine.options.runtimes },
       execute: (req: ExecRequest, options: ExecuteOptions = {}) => this.run(caller(), req, options),
+      executeBatch: (req: ExecRequest, options: BatchOptions = {}) =>
+        this.runBatch(caller(), req, options),
       sessionOps: this.sessionsFor(caller),
     };
   }
@@ -289,10 +318,84 @@ export class ExecService {
     }
   }
 
+  /**
+   * A call with `inputs` (src/engine/batch.ts): each input is a run of the key, admitted and
+   * recorded as a call is, so never more of the key's sandboxes run at once than its concurrency
+   * allows, and on an API replica each is placed on a worker as a call is. At most the key's
+   * concurrency of inputs run at once. The first input is admitted or refused before any other
+   * asks: refused by the key's quota, the call is refused as a single call is, before anything
+   * ran; admitted, an input the quota refuses waits for a slot (the call's own inputs free them)
+   * up to BATCH_WAIT_MS. (Inputs asking at once could each be refused before any was admitted,
+   * and be answered as not run while the others ran.)
+   */
+  async runBatch(
+    caller: Caller,
+    req: ExecRequest,
+    options: BatchOptions = {},
+  ): Promise<BatchOutcome> {
+    if (this.draining)
+      throw new ScratchRunError("NOT_READY", "The server is shutting down", {
+        fix: "Retry against another instance or after it restarts",
+      });
+    const count = req.inputs?.length ?? 1;
+    const width = Math.max(1, Math.min(caller.policy.quota.maxConcurrent, count));
+    this.inFlight++;
+    const token = {};
+    // Rounds of `width` inputs, each with the engine's queue and the sandbox's start on top.
+    this.deadlines.set(
+      token,
+      Date.now() + Math.ceil(count / width) * (req.timeout_ms + 60_000) + BATCH_WAIT_MS,
+    );
+    // The first input's admission, decided before any other input asks; its quota refusal.
+    let decide = () => {};
+    const firstDecided = new Promise<void>((resolve) => (decide = resolve));
+    let refusal: RetryLater | null = null;
+    try {
+      return await runBatch(req, {
+        width,
+        isolation: this.engine.backend.isolation,
+        signal: options.signal,
+        ...(options.onEntryDone ? { onDone: options.onEntryDone } : {}),
+        refuses: (e) => refusal !== null && e === refusal,
+        run: async (entry, i) => {
+          if (i > 0) {
+            await firstDecided;
+            if (refusal) throw refusal;
+          }
+          const until = Date.now() + BATCH_WAIT_MS;
+          let admitted = false;
+          for (;;) {
+            try {
+              return await this.admitted(caller, entry, batchEntryOptions(options, i), () => {
+                admitted = true;
+                if (i === 0) decide();
+              });
+            } catch (e) {
+              if (i === 0 && !admitted) {
+                if (e instanceof RetryLater) refusal = e;
+                decide();
+                throw e;
+              }
+              if (!(e instanceof RetryLater) || Date.now() >= until) throw e;
+              if (options.signal?.aborted) throw e;
+              // A slot of this key frees when one of its calls ends (this call's own, mostly).
+              await sleep(Math.min(e.retryAfterS * 1000, BATCH_POLL_MS), options.signal);
+            }
+          }
+        },
+      });
+    } finally {
+      this.deadlines.delete(token);
+      this.inFlight--;
+      if (this.inFlight === 0) for (const wake of this.idle.splice(0)) wake();
+    }
+  }
+
   private async admitted(
     caller: Caller,
     req: ExecRequest,
     options: ExecuteOptions,
+    onAdmitted?: () => void,
   ): Promise<ExecOutcome> {
     const arrived = Date.now();
     let sessionRecord: SessionRow | undefined;
@@ -316,6 +419,7 @@ export class ExecService {
       );
     }
     const { runId } = decision;
+    onAdmitted?.();
     // Record writes of one run go in order (a late "started" must not follow "finished").
     let recorded: Promise<void> = Promise.resolve();
     const record = (write: () => Promise<void>) =>

@@ -4,7 +4,9 @@ import { ERROR_CODES, ScratchRunError, type ErrorCode } from "../errors.js";
 import { HTTP_ERROR_CODES } from "../http/respond.js";
 import type { CallerPolicy } from "../policy/resolve.js";
 import type { OutputImage } from "../engine/outputs.js";
+import type { BatchOutcome } from "../engine/batch.js";
 import {
+  batchSummarySchema,
   errorOutputShape,
   execOutputShape,
   NETWORK_MODES,
@@ -38,6 +40,25 @@ export const wireResultSchema = z.strictObject({
   outputs: z.array(wireOutputSchema).optional(),
 });
 export type WireResult = z.infer<typeof wireResultSchema>;
+
+/** The REST body of a call with `inputs`: each input's result as a call's body, and the summary. */
+export const wireBatchSchema = z.strictObject({
+  results: z.array(wireResultSchema),
+  summary: z.strictObject(batchSummarySchema.shape),
+});
+export type WireBatch = z.infer<typeof wireBatchSchema>;
+
+export function batchToWire(batch: BatchOutcome): WireBatch {
+  return { results: batch.entries.map(outcomeToWire), summary: batch.summary };
+}
+
+/** Parses a server's answer to a call with `inputs` strictly, as wireToOutcome does a call's. */
+export function wireToBatch(body: unknown): BatchOutcome {
+  const parsed = wireBatchSchema.safeParse(body);
+  if (!parsed.success)
+    throw new ScratchRunError("INTERNAL", "the ScratchRun server sent a malformed result");
+  return { entries: parsed.data.results.map(wireToOutcome), summary: parsed.data.summary };
+}
 
 /** The engine's codes, then the ones only the HTTP layer answers with. */
 export const WIRE_ERROR_CODES = [...ERROR_CODES, ...HTTP_ERROR_CODES] as const;

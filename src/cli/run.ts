@@ -11,9 +11,13 @@ import { createEngineFromEnv, withIsolation } from "../compose/engine-factory.js
 /**
  * How each schema field is given on the command line. Typed against the schema's keys, so a new
  * field without a flag fails to compile. `session_id` has none: a session outlives its calls, and
- * `scratchrun run` is one call in a process that exits after it.
+ * `scratchrun run` is one call in a process that exits after it; nor has `inputs`, a list of
+ * overlays that flags cannot spell (the MCP tool and POST /v1/exec take it).
  */
-export const CLI_FLAGS: Record<Exclude<keyof typeof execInputShape, "session_id">, string> = {
+export const CLI_FLAGS: Record<
+  Exclude<keyof typeof execInputShape, "session_id" | "inputs">,
+  string
+> = {
   runtime: "runtime",
   code: "code",
   timeout_ms: "timeout-ms",

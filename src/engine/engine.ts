@@ -3,13 +3,14 @@ import type { ImageExtras, Manifest } from "../images/manifest.js";
 import { allowlistOf, intersectAllowlists, type DomainAllowlist } from "../net/allowlist.js";
 import type { Preimport } from "../images/preimport.js";
 import type { AgentEvent, AgentFile } from "../protocol/types.js";
-import { ScratchRunError } from "../errors.js";
+import { isScratchRunError, ScratchRunError } from "../errors.js";
 import { hostCeiling, type Ceiling } from "../policy/host.js";
 import { ceilingPolicyOf } from "../policy/resolve.js";
 import type { ExecRequest, RuntimeName } from "../schema/exec.js";
 import { DEFAULT_POLICY, policyViolations, type CallPolicy } from "../schema/policy.js";
 import { parseExecRequest } from "../schema/validate.js";
 import { Admission } from "./admission.js";
+import { entryRequests as entryRequestsOf, runBatch, type BatchOutcome } from "./batch.js";
 import { flavourFor } from "./preimport-route.js";
 import { toAgentRequest } from "./request.js";
 import { cancelledOutcome, toExecOutcome, type ExecOutcome } from "./result.js";
@@ -101,6 +102,18 @@ export interface ExecuteOptions {
    * address, the worker_id of the process that started it, and the record's id.
    */
   sessionPlacement?: { worker: string; workerId: string | null; record: string };
+}
+
+/** A call with `inputs`: each input's progress and its end, by the input's index. */
+export interface BatchOptions extends Omit<ExecuteOptions, "onProgress"> {
+  onEntryProgress?: (index: number, p: Progress) => void;
+  onEntryDone?: (index: number, outcome: ExecOutcome) => void;
+}
+
+/** One input's ExecuteOptions within a call with inputs. */
+export function batchEntryOptions(options: BatchOptions, index: number): ExecuteOptions {
+  const { onEntryProgress, onEntryDone: _, ...rest } = options;
+  return onEntryProgress ? { ...rest, onProgress: (p) => onEntryProgress(index, p) } : rest;
 }
 
 /**
@@ -223,17 +236,57 @@ export class Engine {
     return outcome;
   }
 
-  private async run(request: ExecRequest, options: ExecuteOptions): Promise<ExecOutcome> {
+  /**
+   * Runs a request with `inputs` (src/engine/batch.ts): each input in a fresh sandbox through
+   * this engine's queue, as many at once as it runs sandboxes. Every input is checked against
+   * this host's ceiling and the secrets' rules first, so a refusal comes before anything starts.
+   */
+  async executeBatch(request: ExecRequest, options: BatchOptions = {}): Promise<BatchOutcome> {
+    for (const [i, entry] of entryRequestsOf(request).entries()) {
+      try {
+        this.checked(entry, options);
+      } catch (e) {
+        if (isScratchRunError(e) && request.inputs)
+          throw new ScratchRunError(
+            e.code,
+            e.message.replace(/^Invalid request: /, `Invalid request: inputs[${i}]: `),
+          );
+        throw e;
+      }
+    }
+    return runBatch(request, {
+      width: this.admission.maxConcurrent,
+      isolation: this.backend.isolation,
+      signal: options.signal,
+      ...(options.onEntryDone ? { onDone: options.onEntryDone } : {}),
+      run: (entry, i) => this.execute(entry, batchEntryOptions(options, i)),
+    });
+  }
+
+  /** The checks a call passes before it is queued: the host's ceiling, then secrets' rules. */
+  private checked(
+    request: ExecRequest,
+    options: ExecuteOptions,
+  ): { allow: DomainAllowlist | null; secrets: boolean } {
+    if (request.inputs !== undefined)
+      throw new ScratchRunError(
+        "INVALID_INPUT",
+        "Invalid request: inputs: a call with inputs runs through executeBatch",
+      );
     const beyond = policyViolations(request, this.ceilingPolicy);
     if (beyond.length)
       throw new ScratchRunError("INVALID_INPUT", `Invalid request: ${beyond.join("; ")}`);
-    // Brokered secrets: their rule checked before anything starts, then placeholders and a CA.
-    let secrets: CallSecrets | null = null;
     let allow = request.network === "public" ? this.allowlistFor(options) : null;
-    if (Object.keys(request.secrets ?? {}).length > 0) {
-      allow = secretsAllowlist(request, this.effectiveNetwork(request), allow);
-      secrets = brokerSecrets(request.secrets);
-    }
+    const secrets = Object.keys(request.secrets ?? {}).length > 0;
+    if (secrets) allow = secretsAllowlist(request, this.effectiveNetwork(request), allow);
+    return { allow, secrets };
+  }
+
+  private async run(request: ExecRequest, options: ExecuteOptions): Promise<ExecOutcome> {
+    const checked = this.checked(request, options);
+    // Brokered secrets: their rule checked before anything starts, then placeholders and a CA.
+    const allow = checked.allow;
+    const secrets: CallSecrets | null = checked.secrets ? brokerSecrets(request.secrets) : null;
     if (request.session_id !== undefined) {
       options.onProgress?.({ stage: "queued" });
       return this.sessions.execute(request, {

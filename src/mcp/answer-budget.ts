@@ -29,9 +29,26 @@ export function fitAnswerBudget(
   outcome: ExecOutcome,
   budget: number = LIMITS.answerBytes.max,
 ): ExecOutcome {
+  return fitWithin(outcome, budget).outcome;
+}
+
+/** Bytes an answer's framing, verdict and metadata take beside what is counted. */
+const FRAMING_BYTES = 64 * 1024;
+
+/**
+ * fitAnswerBudget for one part of an answer (one input of a call with inputs): what it keeps
+ * within `budget`, and how many bytes of it that uses (the rest goes to the parts after it).
+ * `share` says, in the note, whose budget it was.
+ */
+export function fitWithin(
+  outcome: ExecOutcome,
+  budget: number,
+  share?: string,
+): { outcome: ExecOutcome; used: number } {
   const r = outcome.result;
   const streams = 2 * (JSON.stringify(r.stdout).length + JSON.stringify(r.stderr).length);
-  let room = budget - streams - outputsCost(outcome) - 64 * 1024; // the summary, metadata, framing
+  const fixed = streams + outputsCost(outcome) + FRAMING_BYTES; // the summary, metadata, framing
+  let room = budget - fixed;
   // By identity, not by path: the note must name exactly what is left out, never more or fewer.
   const keep = new Set<FileOut | OutputImage>();
   const all = [...outcome.files, ...outcome.images];
@@ -42,15 +59,17 @@ export function fitAnswerBudget(
       keep.add(item);
     }
   }
+  const used = budget - room;
   const dropped = outcome.files.filter((f) => !keep.has(f)).map((f) => f.path);
   const droppedImages = outcome.images.filter((im) => !keep.has(im));
-  if (dropped.length === 0 && droppedImages.length === 0) return outcome;
+  if (dropped.length === 0 && droppedImages.length === 0) return { outcome, used };
   const names = [
     ...dropped,
     ...droppedImages.map((im) => `output ${im.output + 1}'s ${im.mimeType}`),
   ];
-  const note = `Left out of this answer to keep it under ${budget} bytes (MCP stdio clients refuse larger messages): ${names.join(", ")}.`;
-  const why = `left out of this answer to keep it under ${budget} bytes`;
+  const whose = share ? `, ${share},` : "";
+  const note = `Left out of this answer to keep it${whose} under ${budget} bytes (MCP stdio clients refuse larger messages): ${names.join(", ")}.`;
+  const why = `left out of this answer to keep it${whose} under ${budget} bytes`;
   const outputs = r.outputs?.map((o, i) => {
     const image = droppedImages.find((im) => im.output === i);
     if (!image || (o.type !== "display" && o.type !== "result")) return o;
@@ -61,7 +80,7 @@ export function fitAnswerBudget(
     );
     return { ...o, data };
   });
-  return {
+  const fitted: ExecOutcome = {
     files: outcome.files.filter((f) => keep.has(f)),
     images: outcome.images.filter((im) => keep.has(im)),
     result: {
@@ -73,4 +92,5 @@ export function fitAnswerBudget(
       message: r.message ? `${r.message} ${note}` : note,
     },
   };
+  return { outcome: fitted, used };
 }

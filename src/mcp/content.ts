@@ -5,7 +5,7 @@ import { leftOutLine, stdoutWithOutputs } from "./outputs-text.js";
 import { isInlineImage, isTextMime } from "../engine/mime.js";
 import { LIMITS } from "../schema/limits.js";
 
-type Block =
+export type Block =
   | { type: "text"; text: string }
   | { type: "image"; data: string; mimeType: string }
   | {
@@ -32,6 +32,18 @@ export function fenceTag(
   }
 }
 
+/**
+ * The stdout and stderr fences' text as the summary shows them (escaped; what the code displayed
+ * sits in the stdout fence, at its place among what it printed): a tag for several results must
+ * be absent from all of them.
+ */
+export function fencedStreams(outcome: ExecOutcome): [string, string] {
+  const r = outcome.result;
+  const shownOutputs = r.outputs?.some((o) => o.type === "display" || o.type === "result");
+  const fenced = shownOutputs ? stdoutWithOutputs(outcome) : escapeControlChars(r.stdout);
+  return [fenced.replace(/\n$/, ""), escapeControlChars(r.stderr).replace(/\n$/, "")];
+}
+
 /** Server text on one line: a newline inside it (e.g. an agent's message) cannot start a line. */
 const oneLine = (text: string) => escapeControlChars(text).replace(/\n/g, " ");
 
@@ -44,11 +56,8 @@ const oneLine = (text: string) => escapeControlChars(text).replace(/\n/g, " ");
  */
 export function summaryText(outcome: ExecOutcome, tag?: string): string {
   const r = outcome.result;
-  // What the code displayed sits in the stdout fence, at its place among what it printed.
   const shownOutputs = r.outputs?.some((o) => o.type === "display" || o.type === "result");
-  const fenced = shownOutputs ? stdoutWithOutputs(outcome) : escapeControlChars(r.stdout);
-  const stdout = fenced.replace(/\n$/, "");
-  const stderr = escapeControlChars(r.stderr).replace(/\n$/, "");
+  const [stdout, stderr] = fencedStreams(outcome);
   const t = tag ?? fenceTag([stdout, stderr]);
   const lines: string[] = [];
   const stream = (name: string, text: string, shown: string, truncated: boolean) => {
@@ -127,8 +136,9 @@ function describeStatus(status: string): string {
 
 /** MCP content blocks: the summary, the outputs' images in order, then each returned file (images
  * inline, text as text). */
-export function toContentBlocks(outcome: ExecOutcome): Block[] {
-  const blocks: Block[] = [{ type: "text", text: summaryText(outcome) }];
+export function toContentBlocks(outcome: ExecOutcome, tag?: string, heading?: string): Block[] {
+  const text = summaryText(outcome, tag);
+  const blocks: Block[] = [{ type: "text", text: heading ? `${heading}\n${text}` : text }];
   for (const image of outcome.images)
     blocks.push({
       type: "image",

@@ -1,10 +1,12 @@
 import type { Tool } from "@modelcontextprotocol/server";
 import { z } from "zod";
-import type { Engine, Progress } from "../engine/engine.js";
+import type { BatchOptions, Engine, Progress } from "../engine/engine.js";
+import { runBatch, type BatchOutcome } from "../engine/batch.js";
 import { isScratchRunError } from "../errors.js";
 import type { ImageExtras, Manifest } from "../images/manifest.js";
 import { EXTRAS, runtimeEntry } from "../runtimes/table.js";
 import {
+  batchOutputSchema,
   execInputSchemaFor,
   execOutputSchema,
   RUNTIMES,
@@ -17,6 +19,7 @@ import { parseExecRequest } from "../schema/validate.js";
 import { fitAnswerBudget } from "./answer-budget.js";
 import { fitAnswerChars } from "./answer-chars.js";
 import { toContentBlocks } from "./content.js";
+import { batchContentBlocks, batchStructured, fitBatchBudget } from "./batch-answer.js";
 import { LineStreamer } from "./stream-log.js";
 import { VIEW_TOOL_META } from "./view.js";
 import { redactionMap } from "../engine/secrets.js";
@@ -138,6 +141,10 @@ export function execToolDefinition(
       'the value never enters the sandbox. Secrets need network "public", and such a call reaches',
       "only its allowlist (on a server without one: only the secrets' hosts); a host outside the",
       "allowlist, network none or a session is refused before the call runs.",
+      `To run the same code over several inputs (test cases, parameters), pass \`inputs\`: up to ${LIMITS.inputs.maxEntries}`,
+      "{env, files} overlays, each run in its own fresh sandbox at once as far as your concurrency",
+      "allows; the answer holds one result per input in order (structuredContent.results) and a",
+      "summary (passed, failed, p50 and max duration). timeout_ms applies to each input.",
       ...(extrasSentence(extras) ? [extrasSentence(extras)] : []),
       "Call scratchrun_runtimes for exact versions and preinstalled packages.",
       "The result's structuredContent is authoritative. In its text, stdout and stderr each sit between",
@@ -148,7 +155,7 @@ export function execToolDefinition(
     ].join(" "),
     // Both are object schemas (zod objects); the SDK's Tool type says so where zod's cannot.
     inputSchema: z.toJSONSchema(execInputSchemaFor(policy), { io: "input" }) as Tool["inputSchema"],
-    outputSchema: z.toJSONSchema(execOutputSchema) as Tool["outputSchema"],
+    outputSchema: outputSchema(),
     _meta: {
       // Claude Code takes an answer this long inline; answer-chars.ts keeps every answer under it.
       [MAX_RESULT_CHARS_META_KEY]: LIMITS.answerChars.max,
@@ -163,6 +170,28 @@ export function execToolDefinition(
       openWorldHint: true,
     },
   };
+}
+
+/**
+ * The result's schema: a single call's, or a call with `inputs`'s (`results`, each a single
+ * call's, and `summary`). One object schema holds both: every property either has, and which
+ * ones are required says which of the two a result is.
+ */
+function outputSchema(): Tool["outputSchema"] {
+  const single = z.toJSONSchema(execOutputSchema) as {
+    properties: Record<string, unknown>;
+    required: string[];
+  };
+  const batch = z.toJSONSchema(batchOutputSchema) as {
+    properties: Record<string, unknown>;
+    required: string[];
+  };
+  return {
+    type: "object",
+    properties: { ...single.properties, ...batch.properties },
+    additionalProperties: false,
+    anyOf: [{ required: single.required }, { required: batch.required }],
+  } as Tool["outputSchema"];
 }
 
 export interface ToolCallContext {
@@ -193,14 +222,21 @@ const STAGE_MESSAGES: Record<Exclude<Progress["stage"], "output">, string> = {
 const PROGRESS_TICK_MS = 1000;
 
 /** A tool result as callExecTool gives it. */
-export type ExecToolResult = Awaited<ReturnType<typeof runExecCall>>;
+export type ExecToolResult =
+  Awaited<ReturnType<typeof runExecCall>> | Awaited<ReturnType<typeof runBatchCall>>;
+
+/** What the tool needs of an engine: a call, and a call with `inputs` where it runs them itself. */
+export type ToolEngine = Pick<Engine, "execute" | "policy"> & {
+  executeBatch?: (req: ExecRequest, options?: BatchOptions) => Promise<BatchOutcome>;
+};
 
 /**
  * One tools/call's arguments, parsed against the caller's policy before anything starts: the
  * call to run, or the isError result that answers bad input.
  */
+
 export function prepareExecCall(
-  engine: Pick<Engine, "execute" | "policy">,
+  engine: ToolEngine,
   args: unknown,
 ):
   | { req: ExecRequest; run: (ctx: ToolCallContext) => Promise<ExecToolResult> }
@@ -211,15 +247,68 @@ export function prepareExecCall(
   } catch (e) {
     return { refused: errorResult(e) };
   }
-  return { req, run: (ctx) => runExecCall(engine, req, ctx) };
+  return {
+    req,
+    run: (ctx) =>
+      req.inputs !== undefined ? runBatchCall(engine, req, ctx) : runExecCall(engine, req, ctx),
+  };
+}
+
+/**
+ * Runs a call with `inputs`: progress says how many inputs have finished (each input's output is
+ * not streamed: several run at once); engine failures become isError results, never throws.
+ */
+async function runBatchCall(engine: ToolEngine, req: ExecRequest, ctx: ToolCallContext) {
+  const started = Date.now();
+  const total = req.inputs?.length ?? 0;
+  let last = -1;
+  let done = 0;
+  const progress = (message: string) => {
+    last = Math.max(last + 1, Date.now() - started);
+    ctx.sendProgress?.(last, message).catch(() => {});
+  };
+  const ticker = ctx.sendProgress
+    ? setInterval(
+        () =>
+          progress(
+            `${done} of ${total} inputs done, ${Math.round((Date.now() - started) / 1000)} s elapsed`,
+          ),
+        PROGRESS_TICK_MS,
+      )
+    : undefined;
+  const options: BatchOptions = {
+    signal: ctx.signal,
+    onEntryDone: (i, outcome) => {
+      done++;
+      progress(`inputs[${i}] done (${outcome.result.exit_reason}): ${done} of ${total}`);
+    },
+  };
+  try {
+    progress(`running ${total} inputs`);
+    const batch = engine.executeBatch
+      ? await engine.executeBatch(req, options)
+      : await runBatch(req, {
+          width: 1,
+          isolation: "unknown",
+          signal: ctx.signal,
+          ...(options.onEntryDone ? { onDone: options.onEntryDone } : {}),
+          run: (entry) => engine.execute(entry, { signal: ctx.signal }),
+        });
+    const answer = fitBatchBudget(batch);
+    return {
+      content: batchContentBlocks(answer),
+      structuredContent: batchStructured(answer),
+      isError: false,
+    };
+  } catch (e) {
+    return errorResult(e);
+  } finally {
+    clearInterval(ticker);
+  }
 }
 
 /** Runs one parsed call: engine failures become isError results, never throws. */
-async function runExecCall(
-  engine: Pick<Engine, "execute" | "policy">,
-  req: ExecRequest,
-  ctx: ToolCallContext,
-) {
+async function runExecCall(engine: ToolEngine, req: ExecRequest, ctx: ToolCallContext) {
   // Progress is the elapsed time in ms: it only ever grows, as the protocol asks.
   const started = Date.now();
   let last = -1;

@@ -38,6 +38,8 @@ import {
  * it, or the remote client that forwards to a ScratchRun server.
  */
 export type ExecEngine = Pick<Engine, "execute" | "networkNote" | "policy"> & {
+  /** A call with `inputs` (src/engine/batch.ts), run within this caller's concurrency. */
+  executeBatch?: Engine["executeBatch"];
   readonly backend: { readonly isolation: string; pools?(): PoolsReport };
   readonly options: Pick<EngineOptions, "runtimes">;
   /**

@@ -1,11 +1,12 @@
 import { request as httpRequest, type IncomingMessage } from "node:http";
 import { request as httpsRequest } from "node:https";
-import type { EngineOptions, ExecuteOptions } from "../engine/engine.js";
+import type { BatchOptions, EngineOptions, ExecuteOptions } from "../engine/engine.js";
+import type { BatchOutcome } from "../engine/batch.js";
 import type { ExecOutcome } from "../engine/result.js";
 import { ScratchRunError } from "../errors.js";
 import type { ExecRequest } from "../schema/exec.js";
 import { DEFAULT_POLICY, type CallPolicy } from "../schema/policy.js";
-import { policyFromWire, wireToError, wireToOutcome } from "../api/wire.js";
+import { policyFromWire, wireToBatch, wireToError, wireToOutcome } from "../api/wire.js";
 import { setting } from "../schema/settings/read.js";
 import type { SessionOps } from "../mcp/session-tools.js";
 import { namedSessionFields } from "../schema/validate.js";
@@ -115,6 +116,19 @@ export class RemoteEngine {
     );
     if (res.status !== 200) throw wireToError(res.status, res.body);
     return wireToOutcome(res.body);
+  }
+
+  /**
+   * A call with `inputs`: sent whole, as the server's POST /v1/exec takes it, which runs the
+   * inputs within the key's concurrency (on a cluster, spread over its workers); its answer
+   * rebuilt into the engine's outcomes. Only the end of the whole call is reported.
+   */
+  async executeBatch(req: ExecRequest, options: BatchOptions = {}): Promise<BatchOutcome> {
+    const res = await request(this.opts, "POST", "/v1/exec", req, options.signal);
+    if (res.status !== 200) throw wireToError(res.status, res.body);
+    const batch = wireToBatch(res.body);
+    batch.entries.forEach((outcome, i) => options.onEntryDone?.(i, outcome));
+    return batch;
   }
 
   /** Runs one request under a signal that close() also aborts. */

@@ -89,6 +89,157 @@ function checkSecrets(
   }
 }
 
+/** Why an environment is refused as a whole (a call's, or a call's with an input's laid over it). */
+function envTotalIssues(env: Record<string, string>): string[] {
+  const issues: string[] = [];
+  const entries = Object.entries(env);
+  const total = entries.reduce((n, [k, v]) => n + utf8Bytes(k) + utf8Bytes(v) + 2, 0);
+  if (total > LIMITS.env.maxTotalBytes)
+    issues.push(`env totals ${total} bytes; at most ${LIMITS.env.maxTotalBytes}`);
+  if (entries.length > LIMITS.env.maxEntries)
+    issues.push(`env has ${entries.length} entries; at most ${LIMITS.env.maxEntries}`);
+  return issues;
+}
+
+/** Why an environment is refused: as a whole, and each name and value. */
+function envIssues(env: Record<string, string>): string[] {
+  const issues = envTotalIssues(env);
+  for (const [name, value] of Object.entries(env)) {
+    const err = checkEnvName(name);
+    if (err) issues.push(`env name ${JSON.stringify(name)}: ${err}`);
+    if (value.includes("\0")) issues.push(`env ${name}: value contains a NUL byte`);
+    if (utf8Bytes(value) > LIMITS.env.maxValueBytes)
+      issues.push(`env ${name}: value is longer than ${LIMITS.env.maxValueBytes} bytes`);
+  }
+  return issues;
+}
+
+function checkEnv(env: Record<string, string>, ctx: z.RefinementCtx): void {
+  for (const message of envIssues(env)) ctx.addIssue({ code: "custom", message });
+}
+
+/** Why a set of files (a call's, or a call's with an input's laid over it) is refused as a whole. */
+function filesTotalIssues(files: Record<SandboxPath, FileContent>): string[] {
+  const issues: string[] = [];
+  const entries = Object.values(files);
+  if (entries.length > LIMITS.files.maxCount)
+    issues.push(`files has ${entries.length} entries; at most ${LIMITS.files.maxCount}`);
+  let total = 0;
+  for (const content of entries) {
+    const measured = fileSize(content);
+    if (measured.ok) total += measured.size;
+  }
+  if (total > LIMITS.files.maxTotalBytes)
+    issues.push(`files total ${total} bytes; at most ${LIMITS.files.maxTotalBytes}`);
+  return issues;
+}
+
+/** `files`: each path checked and made absolute once, each file's bytes measured once. */
+function toSandboxFiles(
+  files: Record<string, FileContent>,
+  ctx: z.RefinementCtx,
+): Record<SandboxPath, FileContent> {
+  const entries = Object.entries(files);
+  if (entries.length > LIMITS.files.maxCount)
+    ctx.addIssue({
+      code: "custom",
+      message: `files has ${entries.length} entries; at most ${LIMITS.files.maxCount}`,
+    });
+  let total = 0;
+  const out: Record<SandboxPath, FileContent> = {};
+  for (const [path, content] of entries) {
+    const p = normaliseSandboxPath(path);
+    if (!p.ok) {
+      ctx.addIssue({ code: "custom", message: `files[${JSON.stringify(path)}]: ${p.error}` });
+      continue;
+    }
+    const key = p.path as SandboxPath;
+    if (Object.hasOwn(out, key))
+      ctx.addIssue({ code: "custom", message: `files: ${key} is given twice` });
+    out[key] = content;
+    const measured = fileSize(content);
+    if (!measured.ok) {
+      ctx.addIssue({
+        code: "custom",
+        message: `files[${JSON.stringify(path)}]: ${measured.error}`,
+      });
+      continue;
+    }
+    const size = measured.size;
+    total += size;
+    if (size > LIMITS.files.maxFileBytes)
+      ctx.addIssue({
+        code: "custom",
+        message: `files[${JSON.stringify(path)}]: ${size} bytes; at most ${LIMITS.files.maxFileBytes}`,
+      });
+  }
+  if (total > LIMITS.files.maxTotalBytes)
+    ctx.addIssue({
+      code: "custom",
+      message: `files total ${total} bytes; at most ${LIMITS.files.maxTotalBytes}`,
+    });
+  return out;
+}
+
+/**
+ * One entry of `inputs`: an overlay on the call's own env and files (an input's variable or file
+ * of the same name wins). Each is checked as a call's is, alone here and laid over the call's in
+ * `checkInputs`.
+ */
+const inputEntrySchema = z.strictObject({
+  env: z
+    .record(z.string(), z.string())
+    .superRefine(checkEnv)
+    .optional()
+    .describe("Variables laid over the call's env for this input"),
+  files: z
+    .record(z.string(), fileContentSchema)
+    .transform(toSandboxFiles)
+    .optional()
+    .describe("Files laid over the call's files for this input (same forms as `files`)"),
+});
+export type InputEntry = z.output<typeof inputEntrySchema>;
+
+/**
+ * What only the whole request can check about `inputs`: not with a session (one sandbox), and
+ * each input laid over the call's env and files still within a call's limits. Each refusal names
+ * the input by its index, and any one refuses the call before anything runs.
+ */
+function checkInputs(
+  req: {
+    inputs?: InputEntry[] | undefined;
+    session_id?: string | undefined;
+    env: Record<string, string>;
+    files: Record<SandboxPath, FileContent>;
+  },
+  ctx: z.RefinementCtx,
+): void {
+  if (req.inputs === undefined) return;
+  if (req.session_id !== undefined)
+    ctx.addIssue({
+      code: "custom",
+      path: ["inputs"],
+      message:
+        "not with session_id: a session is one sandbox, and each input runs in a fresh one (call the session once per input)",
+    });
+  req.inputs.forEach((entry, i) => {
+    if (entry.env)
+      for (const message of envTotalIssues({ ...req.env, ...entry.env }))
+        ctx.addIssue({
+          code: "custom",
+          path: ["inputs", i, "env"],
+          message: `with the call's env: ${message}`,
+        });
+    if (entry.files)
+      for (const message of filesTotalIssues({ ...req.files, ...entry.files }))
+        ctx.addIssue({
+          code: "custom",
+          path: ["inputs", i, "files"],
+          message: `with the call's files: ${message}`,
+        });
+  });
+}
+
 /**
  * The tool's input, exactly as the MCP tool, the HTTP API and the CLI accept it, for one policy:
  * the runtime and network enums, and timeout_ms and memory_mb's maxima and defaults, come from
@@ -126,32 +277,7 @@ export function execInputShapeFor(policy: CallPolicy) {
     env: z
       .record(z.string(), z.string())
       .default({})
-      .superRefine((env, ctx) => {
-        const entries = Object.entries(env);
-        const total = entries.reduce((n, [k, v]) => n + utf8Bytes(k) + utf8Bytes(v) + 2, 0);
-        if (total > LIMITS.env.maxTotalBytes)
-          ctx.addIssue({
-            code: "custom",
-            message: `env totals ${total} bytes; at most ${LIMITS.env.maxTotalBytes}`,
-          });
-        if (entries.length > LIMITS.env.maxEntries)
-          ctx.addIssue({
-            code: "custom",
-            message: `env has ${entries.length} entries; at most ${LIMITS.env.maxEntries}`,
-          });
-        for (const [name, value] of entries) {
-          const err = checkEnvName(name);
-          if (err)
-            ctx.addIssue({ code: "custom", message: `env name ${JSON.stringify(name)}: ${err}` });
-          if (value.includes("\0"))
-            ctx.addIssue({ code: "custom", message: `env ${name}: value contains a NUL byte` });
-          if (utf8Bytes(value) > LIMITS.env.maxValueBytes)
-            ctx.addIssue({
-              code: "custom",
-              message: `env ${name}: value is longer than ${LIMITS.env.maxValueBytes} bytes`,
-            });
-        }
-      })
+      .superRefine(checkEnv)
       .describe("Environment variables for the code (use for secrets, not code strings)"),
     secrets: z
       .record(
@@ -169,49 +295,7 @@ export function execInputShapeFor(policy: CallPolicy) {
     files: z
       .record(z.string(), fileContentSchema)
       .default({})
-      .transform((files, ctx) => {
-        // Each path checked and made absolute once, each file's bytes decoded (and kept) once.
-        const entries = Object.entries(files);
-        if (entries.length > LIMITS.files.maxCount)
-          ctx.addIssue({
-            code: "custom",
-            message: `files has ${entries.length} entries; at most ${LIMITS.files.maxCount}`,
-          });
-        let total = 0;
-        const out: Record<SandboxPath, FileContent> = {};
-        for (const [path, content] of entries) {
-          const p = normaliseSandboxPath(path);
-          if (!p.ok) {
-            ctx.addIssue({ code: "custom", message: `files[${JSON.stringify(path)}]: ${p.error}` });
-            continue;
-          }
-          const key = p.path as SandboxPath;
-          if (Object.hasOwn(out, key))
-            ctx.addIssue({ code: "custom", message: `files: ${key} is given twice` });
-          out[key] = content;
-          const measured = fileSize(content);
-          if (!measured.ok) {
-            ctx.addIssue({
-              code: "custom",
-              message: `files[${JSON.stringify(path)}]: ${measured.error}`,
-            });
-            continue;
-          }
-          const size = measured.size;
-          total += size;
-          if (size > LIMITS.files.maxFileBytes)
-            ctx.addIssue({
-              code: "custom",
-              message: `files[${JSON.stringify(path)}]: ${size} bytes; at most ${LIMITS.files.maxFileBytes}`,
-            });
-        }
-        if (total > LIMITS.files.maxTotalBytes)
-          ctx.addIssue({
-            code: "custom",
-            message: `files total ${total} bytes; at most ${LIMITS.files.maxTotalBytes}`,
-          });
-        return out;
-      })
+      .transform(toSandboxFiles)
       .describe(
         'Files to write before execution: path → UTF-8 text, or {"base64": "…"} for binary content',
       ),
@@ -257,12 +341,20 @@ export function execInputShapeFor(policy: CallPolicy) {
       .describe(
         "Replace values passed in env (6+ characters) by [redacted:NAME] in stdout, stderr and returned text files (default true)",
       ),
+    inputs: z
+      .array(inputEntrySchema)
+      .min(1)
+      .max(LIMITS.inputs.maxEntries)
+      .optional()
+      .describe(
+        `Run the same code once per entry, each in its own fresh sandbox, at once as far as your concurrency allows: each entry is {env?, files?} laid over the call's own (an entry's name wins; {} runs the call as is). The answer holds one result per entry, in order, and a summary; timeout_ms applies to each entry, and the answer's size is shared between them. 1 to ${LIMITS.inputs.maxEntries} entries; not with session_id`,
+      ),
   };
 }
 
 /** The product's input shape (DEFAULT_POLICY): what the docs, the OpenAPI file and the CLI show. */
 export const execInputShape = execInputShapeFor(DEFAULT_POLICY);
-export const execInputSchema = z.strictObject(execInputShape);
+export const execInputSchema = z.strictObject(execInputShape).superRefine(checkInputs);
 
 /** Schemas of the policies seen so far; bounded (a server has few distinct policies). */
 const schemas = new Map<string, typeof execInputSchema>([
@@ -276,7 +368,7 @@ export function execInputSchemaFor(policy: CallPolicy): typeof execInputSchema {
   let schema = schemas.get(key);
   if (!schema) {
     if (schemas.size >= MAX_CACHED_SCHEMAS) schemas.clear();
-    schema = z.strictObject(execInputShapeFor(policy));
+    schema = z.strictObject(execInputShapeFor(policy)).superRefine(checkInputs);
     schemas.set(key, schema);
   }
   return schema;
@@ -425,3 +517,29 @@ export type ExecResult = z.infer<typeof execOutputSchema>;
 export type ReturnedFileInfo = z.infer<typeof returnedFileShape>;
 export type Output = z.infer<typeof outputShape>;
 export type OutputForm = z.infer<typeof outputFormShape>;
+
+/** A call with `inputs`: how its inputs went (src/engine/batch.ts). */
+export const batchSummarySchema = z.object({
+  /** Inputs in the call. */
+  count: z.number().int(),
+  /** Inputs whose code exited 0. */
+  passed: z.number().int(),
+  /** The rest: an error exit, a timeout, an OOM, a cancelled or unstarted input. */
+  failed: z.number().int(),
+  /** How many inputs ended each way (only the reasons that occurred). */
+  exit_reasons: z.partialRecord(z.enum(EXIT_REASONS), z.number().int()),
+  /** The inputs' duration_ms: median (nearest rank) and largest. */
+  duration_p50_ms: z.number().int(),
+  duration_max_ms: z.number().int(),
+  /** From the first input's start to the last one's answer. */
+  wall_ms: z.number().int(),
+  /** Inputs run at once at most. */
+  concurrency: z.number().int(),
+});
+
+/** A call with `inputs`: one result per input, in order, each a single call's, and the summary. */
+export const batchOutputSchema = z.object({
+  results: z.array(execOutputSchema),
+  summary: batchSummarySchema,
+});
+export type BatchResult = z.infer<typeof batchOutputSchema>;

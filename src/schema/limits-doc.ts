@@ -72,6 +72,12 @@ function parameterTable(): string {
       "`true`",
       "replace `env` values (6+ characters) by `[redacted:NAME]` in stdout, stderr, streamed output and returned text files (`secrets` values always are)",
     ],
+    [
+      "inputs",
+      "`{env?, files?}`[]",
+      "none (one run)",
+      `1 – ${L.inputs.maxEntries} entries, each laid over the call's \`env\` and \`files\` and held to their limits; the same code runs once per entry in its own fresh sandbox, as many at once as the caller's concurrency allows; one result per entry in order and a summary; each entry's streams show at most ${L.answerChars.max.toLocaleString("en-US")} / (5 × entries) bytes (at least ${formatBytes(L.shownOutputBytes.min)}), so the answer stays within its characters; not with \`session_id\``,
+    ],
   ];
   return [
     "| Parameter | Type | Default | Limit |",

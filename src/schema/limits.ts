@@ -28,6 +28,13 @@ export const LIMITS = {
    * forms together are at most `maxBytes`, a call's outputs together at most `maxTotalBytes`.
    */
   outputs: { maxCount: 20, maxBytes: 2 * 1024 * 1024, maxTotalBytes: 6 * 1024 * 1024 },
+  /**
+   * `inputs` (one call over many inputs, each in its own fresh sandbox): at most `maxEntries`. A
+   * call's answer is shared by its inputs: each input's streams show at most answerChars.max /
+   * (5 × inputs) bytes (and shownOutputBytes.max / inputs; never under shownOutputBytes.min), so
+   * the whole answer stays within answerChars and answerBytes as one call's does.
+   */
+  inputs: { maxEntries: 16 },
   /** One MCP answer never grows past this; files that would push it over are left out, said so. */
   answerBytes: { max: 9 * 1024 * 1024 },
   /**

@@ -7,7 +7,17 @@ import { DEFAULT_POLICY, type CallPolicy } from "./policy.js";
 export function formatIssues(issues: readonly z.core.$ZodIssue[]): string {
   return issues
     .map((issue) => {
-      const field = issue.path.length ? issue.path.map(String).join(".") : "request";
+      // An input by its index as JSON counts it (inputs[3].env); other paths as before
+      // (runtimes.0), which key-policy messages and their callers already name.
+      const field = issue.path.length
+        ? issue.path
+            .map((p, i) =>
+              i === 1 && issue.path[0] === "inputs" && typeof p === "number"
+                ? `[${p}]`
+                : `${i ? "." : ""}${String(p)}`,
+            )
+            .join("")
+        : "request";
       return `${field}: ${issue.message}`;
     })
     .join("; ");
@@ -24,9 +34,17 @@ export function formatIssues(issues: readonly z.core.$ZodIssue[]): string {
 export function protoKeyPaths(input: unknown): string[] {
   if (typeof input !== "object" || input === null || Array.isArray(input)) return [];
   const paths = Object.hasOwn(input, "__proto__") ? ["request"] : [];
+  const own = (value: unknown) =>
+    typeof value === "object" && value !== null && Object.hasOwn(value, "__proto__");
   for (const [field, value] of Object.entries(input)) {
-    if (typeof value === "object" && value !== null && Object.hasOwn(value, "__proto__"))
-      paths.push(field);
+    if (own(value)) paths.push(field);
+    // `inputs`: each entry, and its env and files, are objects a copy would drop the key from too.
+    if (field === "inputs" && Array.isArray(value))
+      value.forEach((entry: unknown, i) => {
+        if (own(entry)) paths.push(`inputs[${i}]`);
+        if (typeof entry !== "object" || entry === null) return;
+        for (const [sub, v] of Object.entries(entry)) if (own(v)) paths.push(`inputs[${i}].${sub}`);
+      });
   }
   return paths;
 }

@@ -20,11 +20,11 @@ describe("scratchrun run (the CLI front end of the same engine)", () => {
   const dir = mkdtempSync(join(tmpdir(), "scratchrun-cli-"));
   after(() => rmSync(dir, { recursive: true, force: true }));
 
-  test("every schema field has a flag, but session_id (a session outlives one CLI process)", () => {
+  test("every schema field has a flag, but session_id (a session outlives one CLI process) and inputs (a list of overlays)", () => {
     assert.deepEqual(
       Object.keys(CLI_FLAGS).sort(),
       Object.keys(execInputShape)
-        .filter((k) => k !== "session_id")
+        .filter((k) => k !== "session_id" && k !== "inputs")
         .sort(),
     );
   });
