@@ -124,36 +124,16 @@ function compile(target, args, what) {
 if (agentStale) compile(out, [...flags, `-I${include}`, ...sources], "the agent");
 // A shared object for the guest's node (same glibc as the image): its Node-API, OpenSSL and V8
 // symbols come from the node binary that loads it; -z now makes a missing one fail the load.
-if (addonStale)
-  compile(
-    addonOut,
-    [
-      "-shared",
-      "-fPIC",
-      "-O2",
-      "-Wall",
-      "-Wextra",
-      "-Werror",
-      "-std=gnu11",
-      "-Wl,-z,now",
-      addonSource,
-    ],
-    "the reseed addon",
-  );
+const ADDON_FLAGS = [
+  "-shared",
+  "-fPIC",
+  "-O2",
+  "-Wall",
+  "-Wextra",
+  "-Werror",
+  "-std=gnu11",
+  "-Wl,-z,now",
+];
+if (addonStale) compile(addonOut, [...ADDON_FLAGS, addonSource], "the reseed addon");
 // The host's node loads this one (the local service reads SO_PEERCRED with it): same flags.
-if (peerStale)
-  compile(
-    peerOut,
-    [
-      "-shared",
-      "-fPIC",
-      "-O2",
-      "-Wall",
-      "-Wextra",
-      "-Werror",
-      "-std=gnu11",
-      "-Wl,-z,now",
-      peerSource,
-    ],
-    "the peer-credentials addon",
-  );
+if (peerStale) compile(peerOut, [...ADDON_FLAGS, peerSource], "the peer-credentials addon");
