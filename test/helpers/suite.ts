@@ -37,12 +37,17 @@ export function serverForSuite(
     const server = h;
     // A namespace server holds 3 fds (the agent's stdin, stdout, stderr) per live jail: its pools
     // fill after the baseline and keep an extra jail per kind during bursts.
-    if (backend === "namespace")
-      await assertServerFdsBack(
-        () => server.serverFds() - JAIL_FDS * (server.serverChildren() - jails),
-        fds,
-      );
-    await server.close();
+    // Closed whatever the fd check says: a server left running holds the test file open, and the
+    // runner waits on it for good (CI's rehearsal of stop 60 hung so after a failed check).
+    try {
+      if (backend === "namespace")
+        await assertServerFdsBack(
+          () => server.serverFds() - JAIL_FDS * (server.serverChildren() - jails),
+          fds,
+        );
+    } finally {
+      await server.close();
+    }
     try {
       await assertNoLeaks(base);
     } catch (err) {
