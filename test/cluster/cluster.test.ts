@@ -148,6 +148,47 @@ describe(
       );
     });
 
+    test("INPUTS-CLUSTER: one call's inputs are spread over both workers by load, answered in order, each a run recorded with its worker", async () => {
+      const seen = await ids();
+      // Both workers' pooled bash sandboxes ready, and the replicas' polls (about once a second)
+      // seeing it: each input then goes where the lighter load is, counting what the replica just
+      // sent. Three inputs fit on one worker (2 running, 2 queued), so only that rule puts them on
+      // both; sending each input to one worker until it refuses would not.
+      await waitFor("both workers' pools to be ready", async () => {
+        const warm = await Promise.all(
+          c.workers.map(async (w) => {
+            const res = await fetch(`http://${w.addr}/v1/worker/status`, {
+              headers: { Authorization: `Bearer ${c.token}` },
+            });
+            const body = (await res.json()) as { warm: Record<string, { ready: number }> };
+            return body.warm.bash?.ready ?? 0;
+          }),
+        );
+        return warm.every((n) => n > 0) ? true : undefined;
+      });
+      await new Promise((r) => setTimeout(r, 2_500));
+      const inputs = Array.from({ length: 3 }, (_, i) => ({ env: { N: String(i) } }));
+      const r = await c.exec({ runtime: "bash", code: 'sleep 0.3; echo "input $N"', inputs });
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+      const body = r.body as unknown as {
+        results: { stdout: string; exit_reason: string }[];
+        summary: { count: number; passed: number };
+      };
+      assert.deepEqual(
+        body.results.map((x) => x.stdout),
+        inputs.map((_, i) => `input ${i}\n`),
+      );
+      assert.deepEqual([body.summary.count, body.summary.passed], [3, 3]);
+      const runs = (await c.runs()).filter((x) => !seen.has(x.id));
+      assert.equal(runs.length, 3, "each input is a run of the key");
+      assert.ok(runs.every((x) => x.status === "finished" && x.exit_reason === "ok"));
+      assert.deepEqual(
+        [...new Set(runs.map((x) => x.worker))].sort(),
+        c.workers.map((w) => w.addr).sort(),
+        "the inputs ran on both workers",
+      );
+    });
+
     test("2026-07-28 needs no affinity: its requests, each on a fresh connection, are served whole by either replica; a 2025 session needs the replica that opened it", async () => {
       const seen = await ids();
       // Every request on a connection of its own: the front door deals them out in turn, as a
