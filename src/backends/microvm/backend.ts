@@ -2,13 +2,16 @@
  * The microVM backend: every call runs in its own QEMU microvm (own guest kernel), taken from the
  * warm pool or cold-booted, used once and killed before run() settles (its cgroup empty; the rest
  * of its teardown runs in the background and close() waits for it).
+ *
+ * Read top to bottom, the class says where a call's VM comes from: run() → acquire() → a pooled
+ * clone or one restored now (pooledOrRestored(), templates from TemplateCache) → clone() or a
+ * cold boot(); then what the pool parks (prepare(), warmed up as WarmUpPolicy says), a session's
+ * VM, and the reports.
  */
 import { execFileSync } from "node:child_process";
 import { availableParallelism } from "node:os";
-import { setTimeout as sleep } from "node:timers/promises";
-import { existsSync, readdirSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { dirname } from "node:path";
-import { fileURLToPath } from "node:url";
 import { takeLease, type Lease } from "../../images/lease.js";
 import { ScratchRunError } from "../../errors.js";
 import { CPU_WEIGHT, detectCgroups, type Cgroup, type CpuPriority } from "../../jail/cgroup.js";
@@ -32,22 +35,17 @@ import {
   touchVmArtifacts,
   type VmArtifacts,
 } from "../../images/vm/build.js";
-import { runtimeArgv, runtimeEntry } from "../../runtimes/table.js";
-import { shellStartPaths, shellStartsNamed } from "../../runtimes/shell-starts.js";
+import { runtimeEntry } from "../../runtimes/table.js";
 import { sessionSandbox, type SessionSandbox } from "../session.js";
 import type { Preimport } from "../../images/preimport.js";
 import type { VmNetworkProvider } from "./guest-net.js";
 import { WarmPool, type PoolConfig, type PoolStart } from "../pool.js";
-import {
-  PREIMPORT_MIN_MEMORY_MB,
-  prestartInterpreter,
-  preimportSpec,
-  type Flavour,
-} from "../prestart.js";
+import { PREIMPORT_MIN_MEMORY_MB, prestartInterpreter, type Flavour } from "../prestart.js";
 import { CODE_UID } from "../../protocol/guest-header.js";
-import { createTemplate, type Template, type TemplateOptions } from "./snapshot.js";
-import { templateKey, type TemplateInputs, type TemplateStore } from "./template-store.js";
-import { VERSION } from "../../version.js";
+import type { Template } from "./snapshot.js";
+import type { TemplateStore } from "./template-store.js";
+import { TemplateCache } from "./template-cache.js";
+import { WarmUpPolicy } from "./warm-up-policy.js";
 import { MicroVm, type HostContext, type WarmUp } from "./vm.js";
 import {
   egressAllowlist,
@@ -108,9 +106,6 @@ function parseVmKind(kind: VmKind): [RuntimeName, Flavour] {
   return [runtime, flavour];
 }
 
-/** A pre-imported template imports for seconds under TCG before it is saved. */
-const PREIMPORT_BOOT_TIMEOUT_MS = 180_000;
-
 export interface PoolOptions {
   sizes?: Partial<Record<RuntimeName, number>>;
   /** Runtimes pooled only once called (their templates and clones wait for a first call). */
@@ -127,8 +122,6 @@ export interface PoolOptions {
   burst?: NonNullable<PoolConfig["burst"]>;
 }
 
-/** How long no call must have started or ended before a new clone gets the full warm-up. */
-const QUIET_MS = 150;
 /**
  * A runtime kind whose pooled clones were taken twice within BURST.windowMs keeps one more clone
  * ready until that long passes without a take (decision 0011, "Bursts"): back-to-back calls then
@@ -147,16 +140,6 @@ const AWAIT_REFILL_MS = 300;
  * takes a plain interpreter, which then imports the stack within the call's own timeout_ms.
  */
 const LOAD_WAIT_MS = 20_000;
-/** How long a shell call's use of another interpreter keeps it in its runtime's clones' warm-up. */
-const SHELL_STARTS_WINDOW_MS = 10 * 60_000;
-
-/** The interpreter a runtime's template runs once to warm the guest page cache. */
-export function warmInterpreter(runtime: RuntimeName): string | undefined {
-  return runtimeArgv(runtime)[0];
-}
-
-export { prestartInterpreter };
-
 function kvmGroupId(): number | null {
   try {
     const line = execFileSync("getent", ["group", "kvm"], { encoding: "utf8" });
@@ -181,12 +164,8 @@ export class MicrovmBackend implements Backend {
   private readonly teardowns = new Teardowns();
   /** Calls getting their VM right now (before they are serving). */
   private acquiring = 0;
-  /** Host CPUs: with fewer calls running than this, a clone made meanwhile is rehearsed. */
-  private readonly cpus: number;
-  /** When a call last started or ended (ms since the epoch). */
-  private lastCallAt = 0;
-  /** Per shell runtime: when a call last started each of its other interpreters (by number). */
-  private readonly shellStartsSeen = new Map<RuntimeName, Map<number, number>>();
+  /** How a clone made for the pool is warmed up: by the calls in flight and the last one's time. */
+  private readonly warmUp: WarmUpPolicy;
   /**
    * What the backend has done so far: templates built, calls run in clones (in pre-imported
    * ones, in fully warmed ones, in rehearsed ones) / cold boots.
@@ -204,16 +183,8 @@ export class MicrovmBackend implements Backend {
     clonedSessions: 0,
     bootedSessions: 0,
   };
-  private readonly templates = new Map<string, Promise<Template>>();
-  private readonly built = new Map<string, Template>();
-  /**
-   * Templates being built that a call waits for, and the cgroup of each build's VM once it has
-   * one: a waited-for build runs at a call's CPU weight (calls first), not the background's.
-   */
-  private readonly templateWaits = new Set<string>();
-  private readonly templateCgroups = new Map<string, Cgroup>();
-  /** Templates whose last build failed: calls cold-boot meanwhile instead of waiting again. */
-  private readonly templateFailed = new Set<string>();
+  /** The snapshot templates clones are restored from (restore mode). */
+  private readonly templates: TemplateCache;
   private closed = false;
   /**
    * Aborted by close(): VMs still booting for the pool or for a template are destroyed at once
@@ -221,8 +192,6 @@ export class MicrovmBackend implements Backend {
    * that waits only a few seconds, leaving a cgroup and a directory behind).
    */
   private readonly closing = new AbortController();
-  /** Last template failure (the backend then cold-boots); for diagnostics. */
-  templateError: unknown = null;
 
   private readonly ctx: HostContext;
   private readonly bootTimeoutMs: number;
@@ -230,11 +199,6 @@ export class MicrovmBackend implements Backend {
   /** Marks the kernel and root disk this backend boots as in use, for the cache's prune. */
   private readonly lease: Lease | null;
   private readonly preimport: Partial<Record<RuntimeName, Preimport>>;
-  /** Templates kept across restarts (null: off); only the pool's memory size is kept. */
-  private readonly templateStore: TemplateStore | null;
-  private readonly poolMemoryMb: number;
-  /** One entry per template save to the store that ended: null when saved, else its error. */
-  readonly templateSaves: unknown[] = [];
 
   constructor(o: {
     ctx: HostContext;
@@ -247,20 +211,32 @@ export class MicrovmBackend implements Backend {
     templateStore?: TemplateStore | null | undefined;
   }) {
     const { ctx } = o;
-    this.templateStore = o.templateStore ?? null;
-    // What earlier builds kept that none can load again (their kernel or disk pruned since).
-    void this.templateStore?.prune().catch(() => {});
     const poolOptions = o.pool ?? {};
     this.ctx = ctx;
     this.bootTimeoutMs = o.bootTimeoutMs;
     this.network = o.network ?? null;
     this.lease = o.lease ?? null;
     this.preimport = o.preimport ?? {};
-    this.cpus = o.cpus ?? availableParallelism();
+    this.warmUp = new WarmUpPolicy({
+      accel: ctx.accel,
+      cpus: o.cpus ?? availableParallelism(),
+      busy: () => this.acquiring + this.serving.size,
+    });
     this.isolation = isolationOf(ctx.accel);
     this.mode = poolOptions.mode ?? "restore";
     const memoryMb = poolOptions.memoryMb ?? LIMITS.memoryMb.default;
-    this.poolMemoryMb = memoryMb;
+    this.templates = new TemplateCache({
+      ctx,
+      bootTimeoutMs: o.bootTimeoutMs,
+      store: o.templateStore ?? null,
+      keptMemoryMb: memoryMb,
+      preimportFor: (runtime, mb) => this.preimportFor(runtime, mb),
+      signal: this.closing.signal,
+      onMade: (t) => {
+        this.counters.templates++;
+        if (t.loaded) this.counters.templatesLoaded++;
+      },
+    });
     const sizes: Partial<Record<VmKind, number>> = {};
     for (const [runtime, n] of Object.entries(poolOptions.sizes ?? {}) as [RuntimeName, number][]) {
       sizes[vmKind(runtime, "plain")] = n;
@@ -281,326 +257,53 @@ export class MicrovmBackend implements Backend {
     this.pool.start();
   }
 
-  /** The runtime's pre-import if a VM of memoryMb may have one (restore mode only). */
-  private preimportFor(runtime: RuntimeName, memoryMb: number): Preimport | undefined {
-    if (this.mode !== "restore" || memoryMb < PREIMPORT_MIN_MEMORY_MB) return undefined;
-    return prestartInterpreter(runtime) ? this.preimport[runtime] : undefined;
-  }
-
-  /**
-   * The snapshot template for (runtime, memoryMb, flavour), created on first use; shared by its
-   * clones.
-   */
-  template(runtime: RuntimeName, memoryMb: number, flavour: Flavour = "plain"): Promise<Template> {
-    const key = `${runtime}/${memoryMb}/${flavour}`;
-    let t = this.templates.get(key);
-    if (!t) {
-      if (this.closed)
-        return Promise.reject(new ScratchRunError("NOT_READY", "the microVM backend is closed"));
-      const build = this.buildOf(runtime, memoryMb, flavour);
-      if (!build)
-        return Promise.reject(new Error(`${runtime} at ${memoryMb} MB has no pre-import`));
-      t = createTemplate(this.ctx, {
-        ...this.kept(key, memoryMb, build),
-        memoryMb,
-        timeoutMs: build.preimport
-          ? Math.max(this.bootTimeoutMs, PREIMPORT_BOOT_TIMEOUT_MS)
-          : this.bootTimeoutMs,
-        signal: this.closing.signal,
-        onCgroup: (cgroup) => {
-          this.templateCgroups.set(key, cgroup);
-          if (this.templateWaits.has(key))
-            void cgroup.setCpuWeight(CPU_WEIGHT.call).catch(() => {});
+  async run(job: SandboxJob, options: RunOptions): Promise<BackendOutcome> {
+    if (job.egress.kind !== "none" && !this.network)
+      throw new ScratchRunError("INVALID_INPUT", "this microVM backend has no network provider", {
+        fix: 'Pass network: "none", or start the server with public egress (SCRATCHRUN_NETWORK)',
+      });
+    const started = Date.now();
+    this.acquiring++;
+    this.warmUp.callStarted(job);
+    const vm = await this.acquire(job, options.signal, options.onWait)
+      .catch((err: unknown) => {
+        this.pool.refillNow();
+        throw err;
+      })
+      .finally(() => this.acquiring--);
+    this.serving.add(vm);
+    try {
+      return await runCall(
+        {
+          input: vm.channel,
+          output: vm.channel,
+          alreadyReady: true, // activate() read READY
+          useAllowlist: (list, broker) => vm.useAllowlist(list, broker),
+          // The guest counts its own OOM kills (the agent reports them); QEMU's cgroup only
+          // holds the VM as a whole.
+          observe: async () => ({ oomKills: 0, network: await vm.networkReport() }),
+          kill: () => vm.kill(),
+          destroy: () => vm.destroy(),
         },
-        // A pre-started interpreter warms the page cache itself.
-        ...build,
-      });
-      this.templates.set(key, t);
-      void t
-        .catch(() => {})
-        .finally(() => {
-          this.templateCgroups.delete(key);
-          this.templateWaits.delete(key);
-        });
-      t.then((v) => {
-        this.templateFailed.delete(key);
-        this.counters.templates++;
-        if (v.loaded) this.counters.templatesLoaded++;
-        this.built.set(key, v);
-      }).catch((err: unknown) => {
-        this.templateError = err;
-        this.templateFailed.add(key);
-        if (this.templates.get(key) === t) this.templates.delete(key);
-      });
-    }
-    return t;
-  }
-
-  /** What a template of (runtime, memoryMb, flavour) runs; null: that flavour has no template. */
-  private buildOf(runtime: RuntimeName, memoryMb: number, flavour: Flavour) {
-    const warm = warmInterpreter(runtime);
-    const prestart = prestartInterpreter(runtime);
-    const pre = flavour === "preimport" ? this.preimportFor(runtime, memoryMb) : undefined;
-    if (flavour === "preimport" && !pre) return null;
-    const also = !prestart && warm ? shellStartPaths(runtime) : [];
-    return {
-      ...(prestart ? { prestart } : warm ? { warm } : {}),
-      ...(also.length ? { warmAlso: also } : {}),
-      ...(pre ? { preimport: preimportSpec(pre) } : {}),
-    };
-  }
-
-  /**
-   * Whether the template store keeps the template of (runtime, memoryMb, flavour) as this build
-   * would make it: its build is then a load from disk (about a second), not a boot.
-   */
-  private keptOnDisk(runtime: RuntimeName, memoryMb: number, flavour: Flavour): boolean {
-    const slot = `${runtime}/${memoryMb}/${flavour}`;
-    const build = this.buildOf(runtime, memoryMb, flavour);
-    const kept = build ? this.kept(slot, memoryMb, build).store : undefined;
-    return kept ? kept.store.has(slot, kept.key) : false;
-  }
-
-  /** Template store keys by slot: a key reads the files it is made from, once per backend. */
-  private readonly keptKeys = new Map<string, string>();
-
-  /**
-   * The template store's part of a template build: its slot and key (everything the template is
-   * made from, src/backends/microvm/template-store.ts), for the pool's memory size only (calls
-   * with other sizes are rare, and each size would be another file).
-   */
-  private kept(
-    slot: string,
-    memoryMb: number,
-    build: TemplateInputs["build"],
-  ): Pick<TemplateOptions, "store"> {
-    const store = this.templateStore;
-    if (!store || memoryMb !== this.poolMemoryMb) return {};
-    const files = [
-      this.ctx.artifacts.kernel,
-      this.ctx.artifacts.initramfs,
-      this.ctx.disk,
-      QEMU_BINARY,
-      ...moduleFiles(),
-    ];
-    const key =
-      this.keptKeys.get(slot) ??
-      templateKey({
-        slot,
-        memoryMb,
-        files,
-        accel: this.ctx.accel,
-        tscKhz: this.ctx.tscKhz,
-        build,
-        version: VERSION,
-      });
-    this.keptKeys.set(slot, key);
-    return {
-      store: { store, slot, key, madeFrom: files, saved: (e) => this.templateSaves.push(e) },
-    };
-  }
-
-  private track(vm: MicroVm): MicroVm {
-    this.live.add(vm);
-    void vm.exited.then(() => this.live.delete(vm));
-    return vm;
-  }
-
-  /**
-   * A pooled VM: a paused clone of the runtime's template (restore mode), else a booted VM
-   * waiting for its seed. With a network provider it gets a network now, since most calls ask
-   * for "public" (the default) and building one costs tens of ms of ip/nft commands.
-   */
-  private async prepare(kind: VmKind, memoryMb: number, claim?: PoolStart): Promise<MicroVm> {
-    const [runtime, flavour] = parseVmKind(kind);
-    const egress = this.network ? egressFor("public", this.network.defaultAllowlist) : NO_EGRESS;
-    if (this.mode === "boot") return this.boot(memoryMb, this.closing.signal, egress, "background");
-    if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
-    const t = await this.template(runtime, memoryMb, flavour);
-    const now = await this.warmUpNow();
-    let warmUp = now;
-    // A rehearsal runs in the kept interpreter; a runtime without one (bash) would get nothing and
-    // its call would run bash cold (~200 ms against ~60 ms warm in the bench): its full warm-up
-    // (one bash on /dev/null) is as cheap as a rehearsal.
-    if (warmUp === "rehearse" && !prestartInterpreter(runtime)) warmUp = "full";
-    // With no call running, a shell's clone also starts the interpreters its runtime's recent calls
-    // started (`node -v` in a bash call: ~250 ms cold under TCG, ~40 warm). While calls run, that
-    // CPU is theirs: a back-to-back client's next clone is made on the spare CPU.
-    const also = now === "full" && flavour === "plain" ? this.shellStartsRecent(runtime) : [];
-    if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
-    // A call waiting for this clone (takeOrAwait) raises it to a call's CPU weight.
-    const onCgroup = (cgroup: Cgroup) =>
-      claim?.onClaimed(() => void cgroup.setCpuWeight(CPU_WEIGHT.call).catch(() => {}));
-    return this.clone(t, memoryMb, this.closing.signal, egress, warmUp, "background", {
-      onCgroup,
-      warmAlso: also,
-    });
-  }
-
-  /** Notes which of its runtime's other interpreters a shell call starts (shellStartsRecent). */
-  private noteShellStarts(job: SandboxJob): void {
-    if (shellStartPaths(job.runtime).length === 0) return; // not a shell: nothing to read
-    const codePath = job.request.argv.at(-1);
-    const file = job.request.files.find((f) => f.path === codePath);
-    if (!file) return;
-    const named = shellStartsNamed(job.runtime, Buffer.from(file.content).toString("utf8"));
-    if (named.length === 0) return;
-    const seen = this.shellStartsSeen.get(job.runtime) ?? new Map<number, number>();
-    for (const n of named) seen.set(n, Date.now());
-    this.shellStartsSeen.set(job.runtime, seen);
-  }
-
-  /** The runtime's shell starts (by number) some call named in the last SHELL_STARTS_WINDOW_MS. */
-  private shellStartsRecent(runtime: RuntimeName): number[] {
-    const seen = this.shellStartsSeen.get(runtime);
-    if (!seen) return [];
-    return [...seen]
-      .filter(([, at]) => Date.now() - at < SHELL_STARTS_WINDOW_MS)
-      .map(([n]) => n)
-      .sort((a, b) => a - b);
-  }
-
-  /**
-   * How a clone made now is warmed up before it is parked (vm.ts warmUp()). "full" when no call is
-   * in flight and none started or ended in the last QUIET_MS (the wait is there because a refill
-   * starts as a call ends, a few ms before a busy client's next call arrives). While calls run:
-   * "rehearse" if a CPU is left for it (a back-to-back client's next clone, made on the spare CPU
-   * in ~180 ms instead of ~700), else "none": on a host whose CPUs all run calls a warm-up costs
-   * more CPU than it saves the call, and that CPU is the calls' throughput. Under KVM: "none".
-   */
-  private async warmUpNow(): Promise<WarmUp> {
-    // Under KVM the guest runs natively: there is no translation cache to fill, and the template
-    // already left the guest's page cache and the pre-imported modules warm.
-    if (this.ctx.accel === "kvm") return "none";
-    for (;;) {
-      const busy = this.acquiring + this.serving.size;
-      if (busy > 0) return busy < this.cpus ? "rehearse" : "none";
-      // A loop: a timer may fire a millisecond early by Date.now(), and a call that starts or
-      // ends meanwhile moves the window.
-      const wait = this.lastCallAt + QUIET_MS - Date.now();
-      if (wait <= 0) return "full";
-      await sleep(Math.min(wait, 10));
+        job,
+        options,
+        {
+          isolation: this.isolation,
+          startedAt: started,
+          teardowns: this.teardowns,
+        },
+      );
+    } finally {
+      this.serving.delete(vm);
+      this.warmUp.callEnded();
+      this.pool.refillNow();
     }
   }
 
-  private bootOptions(
-    memoryMb: number,
-    signal: AbortSignal | undefined,
-    egress: Egress,
-    priority: CpuPriority,
-  ) {
-    return {
-      memoryMb,
-      priority,
-      readyTimeoutMs: this.bootTimeoutMs,
-      ...(signal ? { signal } : {}),
-      ...(egress.kind !== "none" && this.network
-        ? { network: this.network, egressAllowlist: egressAllowlist(egress) }
-        : {}),
-    };
-  }
-
-  private async clone(
-    t: Template,
-    memoryMb: number,
-    signal: AbortSignal | undefined,
-    egress: Egress,
-    warmUp: WarmUp,
-    priority: CpuPriority,
-    extra: { onCgroup?: (cgroup: Cgroup) => void; warmAlso?: readonly number[] } = {},
-  ): Promise<MicroVm> {
-    const options = {
-      ...this.bootOptions(memoryMb, signal, egress, priority),
-      onCgroup: extra.onCgroup,
-    };
-    const vm = await MicroVm.start(this.ctx, options, {
-      kind: "clone",
-      image: t.image,
-      warmUp,
-      ...(extra.warmAlso?.length ? { warmAlso: extra.warmAlso } : {}),
-    });
-    return this.track(vm);
-  }
-
-  /** A pooled VM of this kind for the call, or a clone of its template restored now, or null. */
-  private async pooledOrRestored(
-    job: SandboxJob,
-    flavour: Flavour,
-    signal: AbortSignal,
-    onWait?: (what: string) => void,
-  ): Promise<MicroVm | null> {
-    let vm = poolServes(job.egress, this.network?.defaultAllowlist ?? null)
-      ? await this.pool.takeOrAwait(vmKind(job.runtime, flavour), job.memoryMb, signal, {
-          refill: false,
-          maxWaitMs: AWAIT_REFILL_MS,
-        })
-      : null;
-    if (vm && job.egress.kind !== "none" && !vm.hasNetwork) {
-      void vm.destroy(); // cannot happen with a provider; never serve "public" without a network
-      vm = null;
-    }
-    if (!vm && this.mode === "restore") {
-      let t = this.built.get(`${job.runtime}/${job.memoryMb}/${flavour}`) ?? null;
-      if (!t && flavour === "plain")
-        t = await this.waitForTemplate(job.runtime, job.memoryMb, "plain", signal);
-      else if (!t && this.keptOnDisk(job.runtime, job.memoryMb, flavour)) {
-        // Kept on disk: loaded in about a second, where a plain interpreter imports the stack in
-        // the call for seconds (more than timeout_ms's default under TCG).
-        onWait?.(`loading ${job.runtime}'s pre-imported interpreter from disk`);
-        t = await this.waitForTemplate(job.runtime, job.memoryMb, flavour, signal, LOAD_WAIT_MS);
-      }
-      // A pre-imported template to build imports for seconds: the call goes on to the plain
-      // kind, and the build goes on for the calls after it.
-      else if (!t) void this.template(job.runtime, job.memoryMb, flavour).catch(() => {});
-      if (t)
-        vm = await this.clone(t, job.memoryMb, signal, job.egress, "none", "call").catch(
-          () => null,
-        );
-    }
-    return vm;
-  }
-
   /**
-   * The template of (runtime, memoryMb, flavour), built or loaded now if need be, for a call that
-   * found none: a build runs at a call's CPU weight from then on. A plain template is a cold boot
-   * that stops at the agent's seed step, so the call waits about as long as its own cold boot
-   * would take, plus a clone's restore, and the calls after it find the template built instead of
-   * cold-booting beside it (two VMs booting on the same CPUs, each slower). A pre-imported one is
-   * waited for only when kept on disk, for at most `boundMs`. Null when the build fails, the last
-   * one failed (it is retried in the background, not waited for), the bound passes or the call is
-   * aborted meanwhile: the call takes the next way (the plain kind, a cold boot).
-   */
-  private async waitForTemplate(
-    runtime: RuntimeName,
-    memoryMb: number,
-    flavour: Flavour,
-    signal: AbortSignal,
-    boundMs?: number,
-  ): Promise<Template | null> {
-    const key = `${runtime}/${memoryMb}/${flavour}`;
-    const build = this.template(runtime, memoryMb, flavour);
-    if (this.templateFailed.has(key)) {
-      void build.catch(() => {});
-      return null;
-    }
-    this.templateWaits.add(key);
-    void this.templateCgroups
-      .get(key)
-      ?.setCpuWeight(CPU_WEIGHT.call)
-      .catch(() => {});
-    const stop =
-      boundMs === undefined ? signal : AbortSignal.any([signal, AbortSignal.timeout(boundMs)]);
-    const stopped = new Promise<null>((resolve) => {
-      if (stop.aborted) resolve(null);
-      stop.addEventListener("abort", () => resolve(null), { once: true });
-    });
-    return Promise.race([build.catch(() => null), stopped]);
-  }
-
-  /**
-   * A VM for a call: a pooled clone of its kind, else a clone of its template restored for it (the
-   * plain template waited for if it is not built yet: waitForTemplate), else, in boot mode or when
-   * the build failed, a cold boot. A call the engine routed to a pre-imported interpreter whose
+   * A VM for a call: a pooled clone of its kind, else a clone of its template restored for it
+   * (the plain template waited for if it is not built yet: TemplateCache.wait), else, in boot
+   * mode or when the build failed, a cold boot. A call the engine routed to a pre-imported interpreter whose
    * template is not built yet takes the plain kind. Then resumed to READY. A clone that fails to
    * come up is replaced by a cold boot.
    */
@@ -644,6 +347,70 @@ export class MicrovmBackend implements Backend {
     return booted;
   }
 
+  /** A pooled VM of this kind for the call, or a clone of its template restored now, or null. */
+  private async pooledOrRestored(
+    job: SandboxJob,
+    flavour: Flavour,
+    signal: AbortSignal,
+    onWait?: (what: string) => void,
+  ): Promise<MicroVm | null> {
+    let vm = poolServes(job.egress, this.network?.defaultAllowlist ?? null)
+      ? await this.pool.takeOrAwait(vmKind(job.runtime, flavour), job.memoryMb, signal, {
+          refill: false,
+          maxWaitMs: AWAIT_REFILL_MS,
+        })
+      : null;
+    if (vm && job.egress.kind !== "none" && !vm.hasNetwork) {
+      void vm.destroy(); // cannot happen with a provider; never serve "public" without a network
+      vm = null;
+    }
+    if (!vm && this.mode === "restore") {
+      const key = { runtime: job.runtime, memoryMb: job.memoryMb, flavour };
+      let t = this.templates.built(key) ?? null;
+      // A plain template is a cold boot that stops at the agent's seed step, so the call waits
+      // about as long as its own cold boot would take, plus a clone's restore, and the calls after
+      // it find the template built instead of cold-booting beside it (two VMs booting on the same
+      // CPUs, each slower).
+      if (!t && flavour === "plain") t = await this.templates.wait(key, signal);
+      else if (!t && this.templates.keptOnDisk(key)) {
+        // Kept on disk: loaded in about a second, where a plain interpreter imports the stack in
+        // the call for seconds (more than timeout_ms's default under TCG).
+        onWait?.(`loading ${job.runtime}'s pre-imported interpreter from disk`);
+        t = await this.templates.wait(key, signal, LOAD_WAIT_MS);
+      }
+      // A pre-imported template to build imports for seconds: the call goes on to the plain
+      // kind, and the build goes on for the calls after it.
+      else if (!t) void this.templates.get(key).catch(() => {});
+      if (t)
+        vm = await this.clone(t, job.memoryMb, signal, job.egress, "none", "call").catch(
+          () => null,
+        );
+    }
+    return vm;
+  }
+
+  private async clone(
+    t: Template,
+    memoryMb: number,
+    signal: AbortSignal | undefined,
+    egress: Egress,
+    warmUp: WarmUp,
+    priority: CpuPriority,
+    extra: { onCgroup?: (cgroup: Cgroup) => void; warmAlso?: readonly number[] } = {},
+  ): Promise<MicroVm> {
+    const options = {
+      ...this.bootOptions(memoryMb, signal, egress, priority),
+      onCgroup: extra.onCgroup,
+    };
+    const vm = await MicroVm.start(this.ctx, options, {
+      kind: "clone",
+      image: t.image,
+      warmUp,
+      ...(extra.warmAlso?.length ? { warmAlso: extra.warmAlso } : {}),
+    });
+    return this.track(vm);
+  }
+
   private async boot(
     memoryMb: number,
     signal: AbortSignal | undefined,
@@ -655,79 +422,49 @@ export class MicrovmBackend implements Backend {
     return this.track(vm);
   }
 
-  onSandboxReady(listener: () => void): () => void {
-    return this.pool.onReady(listener);
-  }
-
-  whenPoolsFull(): Promise<number | null> {
-    return this.pool.whenFirstFull();
-  }
-
-  pools(): PoolsReport {
-    return this.pool.report();
-  }
-
-  /**
-   * Every template this backend has made or loaded so far (runtime/memory/flavour, ms, loaded),
-   * once the saves of those it built are done: what `scratchrun templates` reports.
-   */
-  async templatesKept(): Promise<{ slot: string; buildMs: number; loaded: boolean }[]> {
-    const done = [...this.built];
-    await Promise.all(done.map(([, t]) => t.saving));
-    return done.map(([slot, t]) => ({ slot, buildMs: t.buildMs, loaded: t.loaded }));
-  }
-
-  /** Pooled clones that would serve this runtime, of both flavours. */
-  pooled(runtime: RuntimeName): { ready: number; target: number } {
-    const kinds = [vmKind(runtime, "plain"), vmKind(runtime, "preimport")];
+  private bootOptions(
+    memoryMb: number,
+    signal: AbortSignal | undefined,
+    egress: Egress,
+    priority: CpuPriority,
+  ) {
     return {
-      ready: kinds.reduce((n, k) => n + this.pool.readyCount(k), 0),
-      target: kinds.reduce((n, k) => n + this.pool.size(k), 0),
+      memoryMb,
+      priority,
+      readyTimeoutMs: this.bootTimeoutMs,
+      ...(signal ? { signal } : {}),
+      ...(egress.kind !== "none" && this.network
+        ? { network: this.network, egressAllowlist: egressAllowlist(egress) }
+        : {}),
     };
   }
 
-  async run(job: SandboxJob, options: RunOptions): Promise<BackendOutcome> {
-    if (job.egress.kind !== "none" && !this.network)
-      throw new ScratchRunError("INVALID_INPUT", "this microVM backend has no network provider", {
-        fix: 'Pass network: "none", or start the server with public egress (SCRATCHRUN_NETWORK)',
-      });
-    const started = Date.now();
-    this.acquiring++;
-    this.lastCallAt = Date.now();
-    this.noteShellStarts(job);
-    const vm = await this.acquire(job, options.signal, options.onWait)
-      .catch((err: unknown) => {
-        this.pool.refillNow();
-        throw err;
-      })
-      .finally(() => this.acquiring--);
-    this.serving.add(vm);
-    try {
-      return await runCall(
-        {
-          input: vm.channel,
-          output: vm.channel,
-          alreadyReady: true, // activate() read READY
-          useAllowlist: (list, broker) => vm.useAllowlist(list, broker),
-          // The guest counts its own OOM kills (the agent reports them); QEMU's cgroup only
-          // holds the VM as a whole.
-          observe: async () => ({ oomKills: 0, network: await vm.networkReport() }),
-          kill: () => vm.kill(),
-          destroy: () => vm.destroy(),
-        },
-        job,
-        options,
-        {
-          isolation: this.isolation,
-          startedAt: started,
-          teardowns: this.teardowns,
-        },
-      );
-    } finally {
-      this.serving.delete(vm);
-      this.lastCallAt = Date.now();
-      this.pool.refillNow();
-    }
+  private track(vm: MicroVm): MicroVm {
+    this.live.add(vm);
+    void vm.exited.then(() => this.live.delete(vm));
+    return vm;
+  }
+
+  /**
+   * A pooled VM: a paused clone of the runtime's template (restore mode), else a booted VM
+   * waiting for its seed. With a network provider it gets a network now, since most calls ask
+   * for "public" (the default) and building one costs tens of ms of ip/nft commands.
+   */
+  private async prepare(kind: VmKind, memoryMb: number, claim?: PoolStart): Promise<MicroVm> {
+    const [runtime, flavour] = parseVmKind(kind);
+    const egress = this.network ? egressFor("public", this.network.defaultAllowlist) : NO_EGRESS;
+    if (this.mode === "boot") return this.boot(memoryMb, this.closing.signal, egress, "background");
+    if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
+    const t = await this.templates.get({ runtime, memoryMb, flavour });
+    const { warmUp, warmAlso } = await this.warmUp.forClone(runtime, flavour);
+    if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
+    // A call waiting for this clone (takeOrAwait) raises it to a call's CPU weight.
+    const onCgroup = (cgroup: Cgroup) =>
+      claim?.onClaimed(() => void cgroup.setCpuWeight(CPU_WEIGHT.call).catch(() => {}));
+    return this.clone(t, memoryMb, this.closing.signal, egress, warmUp, "background", {
+      onCgroup,
+      warmAlso,
+    });
   }
 
   /**
@@ -796,7 +533,7 @@ export class MicrovmBackend implements Backend {
         ? ["preimport", "plain"]
         : ["plain"];
       for (const flavour of flavours) {
-        const t = this.built.get(`${job.runtime}/${job.memoryMb}/${flavour}`);
+        const t = this.templates.built({ runtime: job.runtime, memoryMb: job.memoryMb, flavour });
         if (!t) continue;
         const vm = await this.clone(t, job.memoryMb, signal, job.egress, "none", "call").catch(
           () => null,
@@ -805,6 +542,59 @@ export class MicrovmBackend implements Backend {
       }
     }
     return { vm: await this.boot(job.memoryMb, signal, job.egress, "call"), prestarted: null };
+  }
+
+  /** The runtime's pre-import if a VM of memoryMb may have one (restore mode only). */
+  private preimportFor(runtime: RuntimeName, memoryMb: number): Preimport | undefined {
+    if (this.mode !== "restore" || memoryMb < PREIMPORT_MIN_MEMORY_MB) return undefined;
+    return prestartInterpreter(runtime) ? this.preimport[runtime] : undefined;
+  }
+
+  /**
+   * The snapshot template for (runtime, memoryMb, flavour), created on first use; shared by its
+   * clones.
+   */
+  template(runtime: RuntimeName, memoryMb: number, flavour: Flavour = "plain"): Promise<Template> {
+    return this.templates.get({ runtime, memoryMb, flavour });
+  }
+
+  /** Last template failure (the backend then cold-boots); for diagnostics. */
+  get templateError(): unknown {
+    return this.templates.error;
+  }
+
+  /** One entry per template save to the store that ended: null when saved, else its error. */
+  get templateSaves(): readonly unknown[] {
+    return this.templates.saves;
+  }
+
+  /**
+   * Every template this backend has made or loaded so far (runtime/memory/flavour, ms, loaded),
+   * once the saves of those it built are done: what `scratchrun templates` reports.
+   */
+  templatesKept(): Promise<{ slot: string; buildMs: number; loaded: boolean }[]> {
+    return this.templates.list();
+  }
+
+  onSandboxReady(listener: () => void): () => void {
+    return this.pool.onReady(listener);
+  }
+
+  whenPoolsFull(): Promise<number | null> {
+    return this.pool.whenFirstFull();
+  }
+
+  pools(): PoolsReport {
+    return this.pool.report();
+  }
+
+  /** Pooled clones that would serve this runtime, of both flavours. */
+  pooled(runtime: RuntimeName): { ready: number; target: number } {
+    const kinds = [vmKind(runtime, "plain"), vmKind(runtime, "preimport")];
+    return {
+      ready: kinds.reduce((n, k) => n + this.pool.readyCount(k), 0),
+      target: kinds.reduce((n, k) => n + this.pool.size(k), 0),
+    };
   }
 
   /**
@@ -823,11 +613,7 @@ export class MicrovmBackend implements Backend {
     await this.pool.close();
     await Promise.all([...this.live].map((vm) => vm.destroy()));
     await this.teardowns.drain();
-    const templates = [...this.templates.values()];
-    this.templates.clear();
-    this.built.clear();
-    for (const t of await Promise.allSettled(templates))
-      if (t.status === "fulfilled") t.value.close();
+    await this.templates.close();
     this.lease?.release();
   }
 }
@@ -885,16 +671,4 @@ export async function createMicrovmBackend(
     cpus: options.cpus,
     templateStore: options.templateStore,
   });
-}
-
-/**
- * This backend's own compiled files: the QEMU command line and the guest protocol live here, so
- * a kept template is only reused by the very build that made it.
- */
-function moduleFiles(): string[] {
-  const dir = dirname(fileURLToPath(import.meta.url));
-  return readdirSync(dir)
-    .filter((f) => f.endsWith(".js"))
-    .sort()
-    .map((f) => `${dir}/${f}`);
 }
