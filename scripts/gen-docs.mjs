@@ -1,11 +1,12 @@
 // Rewrites the generated blocks of the docs (limits quoted from src/schema/limits.ts, the
-// README's configuration table from src/schema/settings/table.ts), and the README's speed
+// settings table from src/schema/settings/table.ts, the error codes from src/errors.ts, the command
+// list from src/cli/commands.ts: src/cli/doc-blocks.ts), and the README's speed
 // section and the figures the docs quote from the latest benchmark results file (bench/readme.ts,
 // bench/doc-figures.ts).
-// Run after changing a limit or a setting: npm run build && node scripts/gen-docs.mjs
+// Run after changing a limit, a setting, an error code or a command: npm run build && node scripts/gen-docs.mjs
 // test/schema/docs.unit.test.ts fails while a doc differs from what this writes.
 import { readFileSync, writeFileSync } from "node:fs";
-import { renderGeneratedBlocks } from "../dist/src/schema/limits-doc.js";
+import { renderDocBlocks } from "../dist/src/cli/doc-blocks.js";
 import { GENERATED_DOCS } from "../dist/src/schema/doc-files.js";
 import { latestResultsFile, renderReadme } from "../dist/bench/readme.js";
 import { FIGURE_DOCS, renderFigures } from "../dist/bench/doc-figures.js";
@@ -13,7 +14,7 @@ import { FIGURE_DOCS, renderFigures } from "../dist/bench/doc-figures.js";
 for (const file of GENERATED_DOCS) {
   const url = new URL(`../${file}`, import.meta.url);
   const before = readFileSync(url, "utf8");
-  const after = renderGeneratedBlocks(before);
+  const after = renderDocBlocks(before);
   if (after !== before) {
     writeFileSync(url, after);
     console.log(`${file}: generated blocks rewritten`);

@@ -1,21 +1,7 @@
 /**
- * The one error class the engine throws, with string codes documented here. What the sandboxed
- * program does wrong is never an error: it is a result with an exit_reason.
- *
- * Codes:
- * - INVALID_INPUT      the request failed validation; nothing was started
- * - NOT_READY          the host cannot run sandboxes (missing image, bwrap, QEMU, cgroups)
- * - BUSY               admission refused: the queue is full, or the call waited past its deadline
- *                      (a call cancelled while queued is a result: `cancelled`)
- * - SANDBOX_FAILED     the sandbox could not be set up (boot, agent never ready) or torn down;
- *                      a sandbox that breaks off once the call runs is a result (`killed`)
- * - SESSION_NOT_FOUND  a session_id that names no session of this caller: never started, ended,
- *                      expired, or another caller's (the same answer for each)
- * - SESSION_LOST       a session of this caller whose sandbox's process died without ending it
- *                      (a worker lost, a server killed): it is over and is never re-created
- * - WORKER_LOST        (API replicas) the worker running the call stopped answering mid-call;
- *                      the call may or may not have run to its end and is never re-run
- * - INTERNAL           a bug in ScratchRun
+ * The one error class the engine throws, with string codes documented here (and, rendered from
+ * `ERROR_CODE_MEANINGS`, in ARCHITECTURE's "Failure model"). What the sandboxed program does wrong
+ * is never an error: it is a result with an exit_reason.
  */
 export const ERROR_CODES = [
   "INVALID_INPUT",
@@ -28,6 +14,22 @@ export const ERROR_CODES = [
   "INTERNAL",
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
+
+/** What each code means, as the docs say it. */
+export const ERROR_CODE_MEANINGS: Readonly<Record<ErrorCode, string>> = {
+  INVALID_INPUT: "the request failed validation; nothing was started",
+  NOT_READY: "the host cannot run sandboxes (missing image, bwrap, QEMU, cgroups)",
+  BUSY: "admission refused: the queue is full, or the call waited past its deadline (a call cancelled while queued is a result: `cancelled`)",
+  SANDBOX_FAILED:
+    "the sandbox could not be set up (boot, agent never ready) or torn down; a sandbox that breaks off once the call runs is a result (`killed`)",
+  WORKER_LOST:
+    "(API replicas) the worker running the call stopped answering mid-call; the call may or may not have run to its end and is never re-run",
+  SESSION_NOT_FOUND:
+    "a `session_id` that names no session of this caller: never started, ended, expired, or another caller's (the same answer for each)",
+  SESSION_LOST:
+    "a session of this caller whose sandbox's process died without ending it (a worker lost, a server killed): it is over and is never re-created",
+  INTERNAL: "a bug in ScratchRun",
+};
 
 export class ScratchRunError extends Error {
   readonly code: ErrorCode;

@@ -1,27 +1,25 @@
 #!/usr/bin/env node
 // `scratchrun-mcp` (what `npx -y scratchrun-mcp` runs): the stdio MCP server, or, given a command
-// first (`npx -y scratchrun-mcp setup`), that `scratchrun` command.
+// first (`npx -y scratchrun-mcp setup`), that `scratchrun` command: every one of src/cli/commands.ts.
+// A first word that is neither a command nor an option is answered as `scratchrun` answers it
+// (unknown command, the usage), not taken for the server's argument.
 import { runMcpStdio } from "../cli/mcp.js";
+import { isCommandName } from "../cli/commands.js";
 import { unknownSettingWarnings } from "../schema/settings/unknown.js";
 
-const COMMANDS = new Set([
-  "setup",
-  "doctor",
-  "serve",
-  "daemon",
-  "keys",
-  "run",
-  "help",
-  "--help",
-  "-h",
-]);
 const argv = process.argv.slice(2);
+const first = argv[0];
 
 // Once, before any command or the server starts; stderr only (stdout is the server's JSON-RPC).
 for (const line of unknownSettingWarnings(process.env, "scratchrun-mcp"))
   process.stderr.write(`${line}\n`);
 
-if (argv[0] !== undefined && COMMANDS.has(argv[0])) {
+if (
+  isCommandName(first) ||
+  (first !== undefined && !first.startsWith("-")) ||
+  first === "--help" ||
+  first === "-h"
+) {
   const { main } = await import("../cli/main.js");
   main(argv).then(
     (code) => process.exit(code),

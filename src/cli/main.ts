@@ -2,25 +2,12 @@ import { RUNTIMES } from "../runtimes/names.js";
 import { runDoctor } from "./doctor.js";
 import { runMcpStdio } from "./mcp.js";
 import { runCommand } from "./run.js";
+import { COMMANDS, type CommandName, isCommandName, usageLine } from "./commands.js";
 
 const USAGE = `scratchrun — run code in a fresh sandbox per call
 
 Usage:
-  scratchrun run --runtime <${RUNTIMES.join("|")}> [options] <file | ->
-  scratchrun mcp [--egress-allow LIST]   start the stdio MCP server (same as scratchrun-mcp)
-  scratchrun doctor              check what this host can do, and how to fix what is missing
-  scratchrun setup               as root: install the Debian packages, build the agent, the runtime
-                                 image and the microVM guest (idempotent; progress on stderr)
-  scratchrun image build         as root: build the runtime image with the image config (--help)
-  scratchrun templates           as root: build and keep the microVM snapshot templates the server's
-                                 pools start from, so its first calls need no cold boot (setup runs it)
-  scratchrun serve [--host H] [--port N]   the HTTP service: REST /v1/exec, MCP at /mcp (--help)
-  scratchrun daemon              as root: the local service, every user's engine on a unix socket
-                                 (group scratchrun); setup installs it (--help)
-  scratchrun service install     as root: a world-readable copy, scratchrun and scratchrun-mcp on
-                                 every user's PATH, the group and the service (setup runs it)
-  scratchrun keys create --name N | list | revoke <id|name>   API keys of the HTTP service
-  scratchrun users create --name N [--role admin|member]   console users (password on stdin)
+${commandLines()}
 
 Run options (the same as the scratchrun_exec tool's parameters):
   --runtime R            ${RUNTIMES.join(" | ")} (required)
@@ -48,32 +35,37 @@ SCRATCHRUN_EGRESS_ALLOW (or --egress-allow for mcp and serve) limits network "pu
 names over HTTP(S): domain names and *. wildcards, comma-separated ("pypi.org,*.github.com").
 `;
 
+/** The usage lines, one per command of COMMANDS, each with its summary below it. */
+function commandLines(): string {
+  return COMMANDS.map((c) => {
+    const line = `  ${usageLine(c)}`;
+    const summary = `${c.root ? "as root: " : ""}${c.summary}`;
+    return `${line}\n      ${summary}`;
+  }).join("\n");
+}
+
+/** What each command of COMMANDS runs; a command without a row here does not compile. */
+const HANDLERS: Record<CommandName, (argv: string[]) => Promise<number>> = {
+  run: runCommand,
+  mcp: async (argv) => {
+    await runMcpStdio(argv);
+    return new Promise<number>(() => {});
+  },
+  doctor: runDoctor,
+  setup: async (argv) => (await import("./setup.js")).runSetup(argv),
+  image: async (argv) => (await import("./image.js")).runImage(argv),
+  templates: async (argv) => (await import("./templates.js")).runTemplates(argv),
+  serve: async (argv) => (await import("./serve.js")).runServe(argv),
+  daemon: async (argv) => (await import("./daemon.js")).runDaemon(argv),
+  service: async (argv) => (await import("./service.js")).runService(argv),
+  keys: async (argv) => (await import("./keys.js")).runKeys(argv),
+  users: async (argv) => (await import("./users.js")).runUsers(argv),
+};
+
 export async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
+  if (isCommandName(command)) return HANDLERS[command](rest);
   switch (command) {
-    case "run":
-      return runCommand(rest);
-    case "mcp":
-      await runMcpStdio(rest);
-      return new Promise<number>(() => {});
-    case "serve":
-      return (await import("./serve.js")).runServe(rest);
-    case "daemon":
-      return (await import("./daemon.js")).runDaemon(rest);
-    case "service":
-      return (await import("./service.js")).runService(rest);
-    case "keys":
-      return (await import("./keys.js")).runKeys(rest);
-    case "users":
-      return (await import("./users.js")).runUsers(rest);
-    case "doctor":
-      return runDoctor(rest);
-    case "image":
-      return (await import("./image.js")).runImage(rest);
-    case "setup":
-      return (await import("./setup.js")).runSetup(rest);
-    case "templates":
-      return (await import("./templates.js")).runTemplates(rest);
     case undefined:
     case "help":
     case "--help":

@@ -1,6 +1,7 @@
 import { LIMITS } from "./limits.js";
 import { RUNTIMES } from "./exec.js";
 import { settingsTable } from "./settings/doc.js";
+import { ERROR_CODES, ERROR_CODE_MEANINGS } from "../errors.js";
 
 /**
  * The parts of the docs that quote limits or settings, rendered from `LIMITS` and `SETTINGS` so
@@ -102,19 +103,34 @@ function resultLimits(): string {
   ].join("\n");
 }
 
-/** Every generated block, by name. */
+function errorCodes(): string {
+  return [
+    "| Code | Means |",
+    "|---|---|",
+    ...ERROR_CODES.map((c) => `| \`${c}\` | ${ERROR_CODE_MEANINGS[c]} |`),
+  ].join("\n");
+}
+
+/**
+ * Every generated block this layer can render, by name (`src/cli/doc-blocks.ts` adds the blocks
+ * rendered from above it, the command list).
+ */
 export const GENERATED_BLOCKS: Readonly<Record<string, () => string>> = {
   "parameter-table": parameterTable,
   "result-limits": resultLimits,
   "settings-table": settingsTable,
+  "error-codes": errorCodes,
 };
 
 const BLOCK = /(<!-- generated:([a-z-]+) -->\n)([\s\S]*?)(\n<!-- \/generated:\2 -->)/g;
 
-/** The doc with every generated block rendered afresh; unknown block names throw. */
-export function renderGeneratedBlocks(doc: string): string {
+/** The doc with every generated block rendered afresh from `blocks`; unknown block names throw. */
+export function renderGeneratedBlocks(
+  doc: string,
+  blocks: Readonly<Record<string, () => string>> = GENERATED_BLOCKS,
+): string {
   return doc.replace(BLOCK, (_all, open: string, name: string, _body: string, close: string) => {
-    const render = GENERATED_BLOCKS[name];
+    const render = blocks[name];
     if (!render) throw new Error(`unknown generated block "${name}"`);
     return `${open}${render()}${close}`;
   });

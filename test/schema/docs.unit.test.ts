@@ -10,6 +10,8 @@ import {
   renderGeneratedBlocks,
 } from "../../src/schema/limits-doc.js";
 import { GENERATED_DOCS } from "../../src/schema/doc-files.js";
+import { DOC_BLOCKS, renderDocBlocks } from "../../src/cli/doc-blocks.js";
+import { ERROR_CODES } from "../../src/errors.js";
 import { settingsTable } from "../../src/schema/settings/doc.js";
 import { SETTING_NAMES } from "../../src/schema/settings/table.js";
 import { LIMITS } from "../../src/schema/limits.js";
@@ -39,13 +41,32 @@ describe("docs quote the limits the code has (generated from LIMITS)", () => {
   it("every generated block in every doc equals its rendering (run scripts/gen-docs.mjs)", () => {
     for (const file of GENERATED_DOCS) {
       const doc = read(file);
-      assert.equal(renderGeneratedBlocks(doc), doc, `${file} is stale: node scripts/gen-docs.mjs`);
+      assert.equal(renderDocBlocks(doc), doc, `${file} is stale: node scripts/gen-docs.mjs`);
     }
   });
 
-  it("the README carries the parameter table, the result limits and the settings as generated blocks", () => {
-    const names = generatedBlockNames(read("README.md"));
-    for (const name of Object.keys(GENERATED_BLOCKS)) assert.ok(names.includes(name), name);
+  it("every block is in a doc: the tool's parameters and result limits and the commands in the README, the commands and error codes in ARCHITECTURE", () => {
+    const inAny = GENERATED_DOCS.flatMap((f) => generatedBlockNames(read(f)));
+    for (const name of Object.keys(DOC_BLOCKS)) assert.ok(inAny.includes(name), name);
+    const readme = generatedBlockNames(read("README.md"));
+    for (const name of ["parameter-table", "result-limits", "commands"])
+      assert.ok(readme.includes(name), `README.md: ${name}`);
+    const architecture = generatedBlockNames(read("docs/ARCHITECTURE.md"));
+    for (const name of ["commands", "error-codes"])
+      assert.ok(architecture.includes(name), `docs/ARCHITECTURE.md: ${name}`);
+  });
+
+  it("the error codes' table has every code, and no doc names a code the code lacks", () => {
+    const table = DOC_BLOCKS["error-codes"]!();
+    for (const code of ERROR_CODES) assert.ok(table.includes(`\`${code}\``), code);
+    // Codes the HTTP body reader adds beside the engine's, and the table's own name.
+    const wire = new Set(["PAYLOAD_TOO_LARGE", "UNSUPPORTED_MEDIA_TYPE", "ERROR_CODE_MEANINGS"]);
+    const failure =
+      /## Failure model\n([\s\S]*?)(\n## |$)/.exec(read("docs/ARCHITECTURE.md"))?.[1] ?? "";
+    const named = [...failure.matchAll(/`([A-Z][A-Z_]{3,})`/g)].map((m) => m[1]!);
+    assert.ok(named.length >= ERROR_CODES.length);
+    for (const n of named)
+      assert.ok((ERROR_CODES as readonly string[]).includes(n) || wire.has(n), n);
   });
 
   it("the parameter table names every limit the schema enforces", () => {
@@ -104,6 +125,6 @@ describe("docs quote the limits the code has (generated from LIMITS)", () => {
       "| `SCRATCHRUN_POOL_SIZE` | `2` |",
     );
     assert.notEqual(edited, readme);
-    assert.notEqual(renderGeneratedBlocks(edited), edited);
+    assert.notEqual(renderDocBlocks(edited), edited);
   });
 });
