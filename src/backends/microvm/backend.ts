@@ -46,7 +46,8 @@ import type { Template } from "./snapshot.js";
 import type { TemplateStore } from "./template-store.js";
 import { TemplateCache } from "./template-cache.js";
 import { WarmUpPolicy } from "./warm-up-policy.js";
-import { MicroVm, type HostContext, type WarmUp } from "./vm.js";
+import { MicroVm } from "./vm.js";
+import type { HostContext, WarmUp } from "./vm-types.js";
 import {
   egressAllowlist,
   egressFor,

@@ -8,7 +8,8 @@ import { closeSync } from "node:fs";
 import type { Cgroup } from "../../jail/cgroup.js";
 import { SealedRam } from "./sealed-ram.js";
 import type { TemplateStore } from "./template-store.js";
-import { GUEST_KERNEL_MB, MicroVm, type HostContext, type TemplateImage } from "./vm.js";
+import { MicroVm } from "./vm.js";
+import { GUEST_KERNEL_MB, type HostContext, type TemplateImage } from "./vm-types.js";
 
 const MiB = 1024 * 1024;
 

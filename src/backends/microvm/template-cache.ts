@@ -18,7 +18,7 @@ import { VERSION } from "../../version.js";
 import { QEMU_BINARY } from "./accel.js";
 import { createTemplate, type Template, type TemplateOptions } from "./snapshot.js";
 import { templateKey, type TemplateInputs, type TemplateStore } from "./template-store.js";
-import type { HostContext } from "./vm.js";
+import type { HostContext } from "./vm-types.js";
 
 /** A pre-imported template imports for seconds under TCG before it is saved. */
 const PREIMPORT_BOOT_TIMEOUT_MS = 180_000;

@@ -2,125 +2,39 @@
  * One microVM's life: jail + cgroup + QEMU started, control sockets connected, parked until a call
  * activates it; then killed and destroyed exactly once (QEMU killed, cgroup removed, private
  * directory deleted, uid returned). Where it is in that life is one `Phase`, and every transition
- * is in this file; the snapshot commands it issues are in vm-snapshot.ts, the activation of a
- * call in vm-activate.ts.
+ * is in this file; the host steps of its start (uid, dir, cgroup, tap, channel, spawn) are in
+ * vm-start.ts, the snapshot commands it issues in vm-snapshot.ts, the activation of a call in
+ * vm-activate.ts.
  */
 import { randomBytes } from "node:crypto";
-import { setTimeout as sleep } from "node:timers/promises";
-import { chmodSync, chownSync, mkdtempSync, rmSync } from "node:fs";
-import { connect, createServer, type Socket } from "node:net";
-import { tmpdir } from "node:os";
+import { rmSync } from "node:fs";
+import type { Socket } from "node:net";
 import { join } from "node:path";
 import type { ChildProcess } from "node:child_process";
 import { ScratchRunError } from "../../errors.js";
-import {
-  CPU_WEIGHT,
-  createCgroup,
-  type Cgroup,
-  type CgroupHost,
-  type CpuPriority,
-} from "../../jail/cgroup.js";
-import type { UidPool } from "../../jail/uids.js";
+import { CPU_WEIGHT, type Cgroup } from "../../jail/cgroup.js";
 import type { DomainAllowlist } from "../../net/allowlist.js";
 import type { BrokerSpec } from "../../net/proxy/control.js";
 import type { NetworkReport } from "../types.js";
-import type { Accel } from "./accel.js";
-import type { VmArtifacts } from "../../images/vm/build.js";
-import { SEED_PORT, randomMac, type VmNetwork, type VmNetworkProvider } from "./guest-net.js";
-import { renderJailArgs } from "./jail-args.js";
+import { SEED_PORT, type VmNetwork } from "./guest-net.js";
 import { Qmp } from "./qmp.js";
-import { renderQemuArgs, type QemuSpec } from "./qemu-args.js";
-import { renderSeccompFilter } from "../../jail/seccomp.js";
-import { spawnJailed } from "../../jail/spawn.js";
 import { UndoStack } from "../undo.js";
 import { activateCall, readByte } from "./vm-activate.js";
 import { restoreClone, saveTemplateState, warmUpClone } from "./vm-snapshot.js";
-import { VM_DIR_PREFIX } from "./reap-dirs.js";
+import {
+  connectRetry,
+  listenChannel,
+  makeCgroup,
+  makeRunDir,
+  makeTap,
+  raceBoot,
+  spawnQemu,
+  takeUid,
+  type ChannelListener,
+} from "./vm-start.js";
+import type { BootOptions, HostContext, StartMode, WarmUp } from "./vm-types.js";
 
-/** The namespace backend's seccomp policy, applied to the jailed QEMU too (bwrap --seccomp). */
-const QEMU_SECCOMP = renderSeccompFilter();
-const QEMU_SECCOMP_FD = 4;
-
-const MiB = 1024 * 1024;
-
-/** Guest RAM on top of memory_mb: the guest kernel, init and page tables live there. */
-export const GUEST_KERNEL_MB = 64;
-/** Host memory QEMU may use beyond guest RAM (TCG translation cache, device state, libraries). */
-export const QEMU_OVERHEAD_MB = 160;
-/** QEMU's threads (vCPU, I/O, RCU, workers). */
-const QEMU_PIDS = 64;
 const STDERR_TAIL = 2048;
-
-export interface HostContext {
-  artifacts: VmArtifacts;
-  disk: string;
-  accel: Accel;
-  tscKhz: number | null;
-  cgroups: CgroupHost;
-  uids: UidPool;
-  /** gid QEMU runs as: the kvm group under KVM (for /dev/kvm), else its own uid. */
-  kvmGid: number | null;
-  scratchMb: number;
-}
-
-/** A saved "ready" VM: guest RAM in a sealed memfd plus QEMU's device state (a few tens of KB). */
-export interface TemplateImage {
-  /** Sealed memfd (see sealed-ram.ts), inherited by each clone as fd 3. */
-  ramFd: number;
-  state: Buffer;
-  /** memory_mb the template was booted with (clones must match it). */
-  memoryMb: number;
-}
-
-/**
- * How a VM starts. boot: cold boot until the guest agent waits for its seed (agent --seed);
- * activate() then seeds it and waits for READY. template: the same into `ramFd` (shared), for
- * saveState(). clone: restore `image` paused (with warmUp: first resumed until the guest has run
- * what a call runs once, or rehearsed it, then paused again; see warmUpClone()); activate()
- * resumes, seeds and waits for READY.
- */
-export type StartMode =
-  | { kind: "boot" }
-  | {
-      kind: "template";
-      ramFd: number;
-      warm?: string;
-      warmAlso?: readonly string[];
-      prestart?: string;
-      preimport?: string;
-    }
-  | { kind: "clone"; image: TemplateImage; warmUp?: WarmUp; warmAlso?: readonly number[] };
-
-/**
- * How a clone is warmed up before it is parked: "full" runs what a call runs (a second
- * interpreter, or a pre-imported Python's hot paths), "rehearse" only the call's path in the kept
- * interpreter (~4x cheaper to make, the call runs its exit untranslated), "none" parks it cold.
- */
-export type WarmUp = "full" | "rehearse" | "none";
-
-/** The tap's name inside the VM's own network namespace (one tap per namespace). */
-export const TAP_NAME = "tap0";
-
-export interface BootOptions {
-  /** memory_mb of the call; the guest gets this plus GUEST_KERNEL_MB. */
-  memoryMb: number;
-  readyTimeoutMs: number;
-  signal?: AbortSignal;
-  /**
-   * Give the VM a "public" network: a tap in a sandbox network namespace from this provider, QEMU
-   * started inside that namespace. Absent: the NIC is a hub port with nothing behind it.
-   */
-  network?: VmNetworkProvider;
-  /** With `network`: the allowlist its network is made for (null: unrestricted egress). */
-  egressAllowlist?: DomainAllowlist | null;
-  /**
-   * Its CPU weight (default "call"): a template or a pooled VM starts at "background" and a
-   * pooled one is promoted when a call takes it.
-   */
-  priority?: CpuPriority;
-  /** Called with its cgroup once made (a pooled start raises its weight when a call waits). */
-  onCgroup?: (cgroup: Cgroup) => void;
-}
 
 /** The sockets a VM is driven through before its call: the seed port and (not booted) QMP. */
 interface Control {
@@ -224,10 +138,10 @@ export class MicroVm {
   }
 
   /**
-   * Starts QEMU in its jail, each step undone by one stack if a later one fails: a uid, the run
-   * directory, the cgroup, the tap (public network), the agent channel's socket, QEMU; then (the
-   * VM owns everything from here, its destroy() undoes it) the seed port, QMP, the channel, and a
-   * clone's restore and warm-up, or a cold boot's wait for the seed step.
+   * Starts a VM as a recipe of named steps (vm-start.ts), each pushing its undo onto one stack so
+   * that a failure at any step tears down exactly what exists: uid, dir, cgroup, tap, channel,
+   * spawn; then (the VM owns everything from here, its destroy() undoes it) connect and
+   * restore-or-seed.
    */
   static async start(ctx: HostContext, opts: BootOptions, mode: StartMode): Promise<MicroVm> {
     const id = `vm-${randomBytes(6).toString("hex")}`;
@@ -237,156 +151,31 @@ export class MicroVm {
       if (opts.network && mode.kind === "template") throw new Error("a template has no network");
       if (mode.kind === "clone" && mode.image.memoryMb !== opts.memoryMb)
         throw new Error("clone memory differs from its template's");
-
-      const uid = ctx.uids.acquire();
-      undo.push(() => ctx.uids.release(uid));
-      const gid = ctx.kvmGid ?? uid;
-
-      const dir = mkdtempSync(join(tmpdir(), VM_DIR_PREFIX));
-      undo.push(() => rmSync(dir, { recursive: true, force: true }));
-      chownSync(dir, uid, gid);
-      chmodSync(dir, 0o700);
-
-      const guestMb = opts.memoryMb + GUEST_KERNEL_MB;
-      const cgroup = await createCgroup(ctx.cgroups, id, {
-        // A clone's RAM is a private mapping of the template's memfd: a first touch of a page the
-        // template never used instantiates it in the memfd (charged here) and a write then copies
-        // it, so a clone can use up to twice its guest RAM on the host.
-        memoryBytes: ((mode.kind === "boot" ? 1 : 2) * guestMb + QEMU_OVERHEAD_MB) * MiB,
-        pids: QEMU_PIDS,
-        cpuQuotaPercent: 100,
-        cpuWeight: CPU_WEIGHT[opts.priority ?? "call"],
-      });
-      undo.push(() => cgroup.destroy());
-      opts.onCgroup?.(cgroup);
-
-      const net = opts.network
-        ? await opts.network.createTap(
-            id,
-            { name: TAP_NAME, uid },
-            opts.egressAllowlist !== undefined
-              ? opts.egressAllowlist
-              : opts.network.defaultAllowlist,
-          )
-        : null;
-      if (net) undo.push(() => net.teardown());
-
-      const channelPath = join(dir, "channel.sock");
-      const srv = createServer();
-      await new Promise<void>((resolve, reject) => {
-        srv.once("error", reject);
-        srv.listen(channelPath, () => resolve());
-      });
-      undo.push(() => srv.close());
-      chownSync(channelPath, uid, gid);
-      chmodSync(channelPath, 0o600);
-      const accepted = new Promise<Socket>((resolve) => srv.once("connection", resolve));
-
-      const mac = randomMac();
-      const spec: QemuSpec = {
-        accel: ctx.accel,
-        guestMb,
-        memoryMb: opts.memoryMb,
-        tscKhz: ctx.tscKhz,
-        scratchMb: ctx.scratchMb,
-        tcgCacheMb: 64,
-        nic: {
-          mac,
-          backend: net ? { kind: "tap" as const, ifname: net.tapName } : { kind: "none" as const },
-        },
-        ...snapshotSpec(mode),
-      };
-      const argv = renderJailArgs(
-        {
-          kernel: ctx.artifacts.kernel,
-          initramfs: ctx.artifacts.initramfs,
-          disk: ctx.disk,
-          runDir: dir,
-          kvm: ctx.accel === "kvm",
-          net: net ? "tap" : "none",
-          seccompFd: QEMU_SECCOMP_FD,
-        },
-        renderQemuArgs(spec),
-      );
-      const ramFd =
-        mode.kind === "template"
-          ? mode.ramFd
-          : mode.kind === "clone"
-            ? mode.image.ramFd
-            : undefined;
-      // fd 3: the snapshot's RAM (QEMU opens /proc/self/fd/3); fd 4: our seccomp program.
-      const child = spawnJailed({
-        cgroupProcsFiles: cgroup.procsFiles,
-        uid,
-        gid,
-        argv,
-        stdioExtra: [ramFd ?? "ignore", "pipe"],
-        ...(net ? { netnsPath: net.netnsPath } : {}),
-      });
-      (child.stdio[QEMU_SECCOMP_FD] as NodeJS.WritableStream | null)?.end(QEMU_SECCOMP);
+      const ids = takeUid(ctx, undo);
+      const dir = makeRunDir(ids, undo);
+      const cgroup = await makeCgroup(ctx, id, opts, mode, undo);
+      const net = await makeTap(id, ids, opts, undo);
+      const channel = await listenChannel(dir, ids, undo);
+      const { child, mac } = spawnQemu(ctx, { ids, dir, cgroup, net, opts, mode });
       const warmedUp = mode.kind === "clone" ? (mode.warmUp ?? "none") : "none";
       const v = new MicroVm({
-        id,
-        memoryMb: opts.memoryMb,
-        kind: mode.kind,
-        warmedUp,
-        ctx,
-        uid,
-        dir,
-        cgroup,
-        child,
-        mac,
-        net,
+        ...{ id, memoryMb: opts.memoryMb, kind: mode.kind, warmedUp, ctx, uid: ids.uid, dir },
+        ...{ cgroup, child, mac, net },
       });
       vm = v;
       // The VM owns its uid, directory, cgroup and tap now: destroy() undoes them, after QEMU.
       undo.handOver(async () => {
-        srv.close();
+        channel.server.close();
         await v.destroy();
       });
-
-      const open = v.phase.name === "starting" ? v.phase.open : {};
       const deadline = Date.now() + opts.readyTimeoutMs;
-      const connectTo = (name: string) => connectRetry(join(dir, name), v, deadline);
-      // The sockets exist once QEMU has parsed its arguments; connect before the guest runs
-      // (the seed port must look connected to the guest, see guest/agent-seed.c).
-      const seed = await raceBoot(connectTo("seed.sock"), v, opts, "no seed port");
-      open.seed = seed;
-      const qmp =
-        mode.kind === "boot"
-          ? null
-          : await raceBoot(connectTo("qmp.sock").then(Qmp.over), v, opts, "no QMP");
-      if (qmp) open.qmp = qmp;
-      const channel = await raceBoot(accepted, v, opts, "QEMU did not connect the agent channel");
-      open.channel = channel;
-      srv.close();
-      if (qmp && mode.kind === "clone") {
-        await raceBoot(
-          restoreClone(qmp, mode.image.state, () => connectTo("state.sock")),
-          v,
-          opts,
-          "restore did not complete",
-        );
-        if (warmedUp !== "none")
-          await raceBoot(
-            warmUpClone(qmp, seed, warmedUp, mode.warmAlso ?? []),
-            v,
-            opts,
-            "warm-up did not complete",
-          );
-      } else {
-        await raceBoot(
-          readByte(seed, SEED_PORT.waiting),
-          v,
-          opts,
-          "guest did not reach its seed step",
-        );
-      }
+      const control = await v.connect(opts, mode, channel, deadline);
+      await v.restoreOrSeed(control, opts, mode, deadline);
       if (v.phase.name !== "starting") throw new Error("killed while starting");
       v.phase =
-        qmp && mode.kind === "template"
-          ? { name: "template", control: { seed, qmp, channel } }
-          : { name: "parked", control: { seed, qmp, channel } };
+        control.qmp && mode.kind === "template"
+          ? { name: "template", control: { ...control, qmp: control.qmp } }
+          : { name: "parked", control };
       return v;
     } catch (cause) {
       const detail = vm?.qemuDiagnostics ? ` (QEMU: ${vm.qemuDiagnostics.slice(-400)})` : "";
@@ -398,6 +187,73 @@ export class MicroVm {
         {
           cause,
         },
+      );
+    }
+  }
+
+  /**
+   * Step connect: the seed port, QMP (not for a cold boot) and the agent channel, each open
+   * socket held by the starting phase. The sockets exist once QEMU has parsed its arguments;
+   * connect before the guest runs (the seed port must look connected to the guest, see
+   * guest/agent-seed.c).
+   */
+  private async connect(
+    opts: BootOptions,
+    mode: StartMode,
+    listener: ChannelListener,
+    deadline: number,
+  ): Promise<Control> {
+    const open = this.phase.name === "starting" ? this.phase.open : {};
+    const connectTo = (name: string) => connectRetry(join(this.dir, name), this, deadline);
+    const seed = await raceBoot(connectTo("seed.sock"), this, opts, "no seed port");
+    open.seed = seed;
+    const qmp =
+      mode.kind === "boot"
+        ? null
+        : await raceBoot(connectTo("qmp.sock").then(Qmp.over), this, opts, "no QMP");
+    if (qmp) open.qmp = qmp;
+    const channel = await raceBoot(
+      listener.accepted,
+      this,
+      opts,
+      "QEMU did not connect the agent channel",
+    );
+    open.channel = channel;
+    listener.server.close();
+    return { seed, qmp, channel };
+  }
+
+  /**
+   * Step restore-or-seed: a clone restores its template's device state (and runs its warm-up);
+   * a cold boot or a template waits until the guest agent reaches its seed step.
+   */
+  private async restoreOrSeed(
+    c: Control,
+    opts: BootOptions,
+    mode: StartMode,
+    deadline: number,
+  ): Promise<void> {
+    if (c.qmp && mode.kind === "clone") {
+      const state = () => connectRetry(join(this.dir, "state.sock"), this, deadline);
+      await raceBoot(
+        restoreClone(c.qmp, mode.image.state, state),
+        this,
+        opts,
+        "restore did not complete",
+      );
+      if (this.warmedUp !== "none")
+        await raceBoot(
+          warmUpClone(c.qmp, c.seed, this.warmedUp, mode.warmAlso ?? []),
+          this,
+          opts,
+          "warm-up did not complete",
+        );
+    } else {
+      await raceBoot(
+        readByte(c.seed, SEED_PORT.waiting),
+        this,
+        opts,
+        "guest did not reach its seed step",
       );
     }
   }
@@ -563,19 +419,6 @@ export class MicroVm {
   }
 }
 
-/** The QEMU arguments a start mode adds: save into or restore from a snapshot, pre-runs. */
-function snapshotSpec(mode: StartMode): Partial<QemuSpec> {
-  if (mode.kind === "clone") return { snapshot: { mode: "restore" } };
-  if (mode.kind !== "template") return {};
-  return {
-    snapshot: { mode: "save" },
-    ...(mode.warm ? { warm: mode.warm } : {}),
-    ...(mode.warmAlso?.length ? { warmAlso: mode.warmAlso } : {}),
-    ...(mode.prestart ? { prestart: mode.prestart } : {}),
-    ...(mode.preimport ? { preimport: mode.preimport } : {}),
-  };
-}
-
 /** Closes whatever sockets a phase holds. */
 function closeSockets(phase: Phase): void {
   const c: Partial<Control> =
@@ -591,41 +434,4 @@ function closeSockets(phase: Phase): void {
   c.qmp?.close();
 }
 
-/** Connects to a unix socket QEMU creates, retrying until it exists or QEMU dies. */
-async function connectRetry(path: string, vm: MicroVm, deadline: number): Promise<Socket> {
-  for (;;) {
-    try {
-      return await new Promise<Socket>((resolve, reject) => {
-        const s = connect(path, () => {
-          s.removeListener("error", reject);
-          s.on("error", () => {}); // later errors surface as close/EOF where they matter
-          resolve(s);
-        });
-        s.once("error", reject);
-      });
-    } catch (e) {
-      if (vm.dead || Date.now() > deadline) throw e;
-      await sleep(5);
-    }
-  }
-}
-
 const errText = (e: unknown) => (e instanceof Error ? e.message : String(e));
-
-/** Resolves with `p`, or rejects when QEMU exits, the boot deadline passes or the signal fires. */
-function raceBoot<T>(p: Promise<T>, vm: MicroVm, opts: BootOptions, what: string): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    const timer = setTimeout(
-      () => reject(new Error(`${what} within ${opts.readyTimeoutMs} ms`)),
-      opts.readyTimeoutMs,
-    );
-    const onAbort = () => reject(new Error("boot aborted"));
-    opts.signal?.addEventListener("abort", onAbort, { once: true });
-    if (opts.signal?.aborted) onAbort();
-    void vm.exited.then(() => reject(new Error(`QEMU exited (${what})`)));
-    p.then(resolve, reject).finally(() => {
-      clearTimeout(timer);
-      opts.signal?.removeEventListener("abort", onAbort);
-    });
-  });
-}

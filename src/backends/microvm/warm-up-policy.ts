@@ -9,7 +9,7 @@ import { shellStartPaths, shellStartsNamed } from "../../runtimes/shell-starts.j
 import type { SandboxJob } from "../types.js";
 import { prestartInterpreter, type Flavour } from "../prestart.js";
 import type { Accel } from "./accel.js";
-import type { WarmUp } from "./vm.js";
+import type { WarmUp } from "./vm-types.js";
 
 /** How long no call must have started or ended before a new clone gets the full warm-up. */
 const QUIET_MS = 150;
