@@ -4,10 +4,11 @@
 // layouts of the same rules, each timed for the three `nft` runs of a sandbox's life: its rules
 // loaded (one `nft -f`), its counters read (a call's report) and its rules removed (one `nft -f`):
 //
-//  - tables: today's, two tables per sandbox (renderEgressRuleset), each with its own copies of
-//    the blocked and host sets; counters read with `list table` of both (sandbox-net.ts);
-//  - chains: one shared table holding the blocked and host sets once, each sandbox's chains and
-//    counters in it under names of its own (renderEgressRuleset's rules, renamed, not changed);
+//  - tables: the layout before, two tables per sandbox (renderEgressRuleset), each with its own
+//    copies of the blocked and host sets; counters read with `list table` of both;
+//  - chains: one shared table per family holding the blocked and host sets once, each sandbox's
+//    chains and counters in it under names of its own (what sandbox-net.ts loads since decision
+//    0019's shared tables: renderSharedTables, renderSandboxRules, renderSandboxRulesRemoval);
 //    counters read with one `list counters`;
 //  - sets: one shared table whose sets and maps name the sandbox links (source per link, mark per
 //    link, counter per link), its chains written once; per sandbox a netdev chain and set
@@ -18,13 +19,22 @@
 import { spawnSync } from "node:child_process";
 import { performance } from "node:perf_hooks";
 import { BLOCKED_CIDRS, cidrText } from "../src/net/addresses.js";
-import { renderEgressRuleset } from "../src/net/nftables.js";
+import {
+  renderEgressRuleset,
+  renderSandboxRules,
+  renderSandboxRulesRemoval,
+  renderSharedTables,
+  sandboxObjects,
+  type EgressPolicy,
+} from "../src/net/nftables.js";
 import { summarize } from "./stats.js";
 
 const REPS = Number(process.argv[2] ?? 7);
 const COUNTS = (process.argv[3] ?? "0,16,64,128").split(",").map(Number);
 const NS = "srbench-nft";
 const SHARED = "srb";
+/** The chains layout's shared tables, as a server names them (sharedTableName("srb")). */
+const SHARED_RULES = "srb.rules";
 
 function nsRun(args: string[], input?: string): string {
   const r = spawnSync("ip", ["netns", "exec", NS, ...args], { input, encoding: "utf8" });
@@ -57,9 +67,8 @@ const HOST = {
   hostNetworks: [{ family: 4 as const, network: "192.168.2.0", prefix: 24, name: "on-link" }],
 };
 
-/** Today's two tables of sandbox i, as sandbox-net.ts loads them. */
-function tablesOf(i: number): string {
-  return renderEgressRuleset({
+function policyOf(i: number): EgressPolicy {
+  return {
     table: `t${i}`,
     hostIfname: `b${i}`,
     sandboxV4: addr(i).sb,
@@ -69,46 +78,17 @@ function tablesOf(i: number): string {
     dnsResolvers: ["1.1.1.1"],
     blocked: BLOCKED_CIDRS,
     connMark: 0x5700 + i,
-  });
+  };
 }
+/** The two tables of sandbox i of the layout before decision 0019's shared tables. */
+const tablesOf = (i: number): string => renderEgressRuleset(policyOf(i));
 
-const BASE_CHAINS = ["forward", "forward_late", "input", "mark_new", "output", "postrouting"];
-const JUMP_CHAINS = ["from_sandbox", "to_sandbox", "sandbox_to_host"];
 const COUNTERS = ["blocked", "forwarded", "passed"];
 
-/** The same rules in the shared table: chains and counters renamed `t<i>_*`, no sets of their own. */
-function chainsOf(i: number): string {
-  const p = `t${i}_`;
-  const out: string[] = [];
-  let skip = false;
-  for (const line of tablesOf(i).split("\n")) {
-    if (/^(delete )?table (netdev|inet) t\d+$/.test(line) || line.startsWith("#")) continue;
-    if (/^\tset /.test(line)) skip = true;
-    if (skip) {
-      if (line === "\t}") skip = false;
-      continue;
-    }
-    out.push(
-      line
-        .replace(/^table (netdev|inet) t\d+ \{$/, `table $1 ${SHARED} {`)
-        .replace(/^\t(chain|counter) (\w+) \{$/, `\t$1 ${p}$2 {`)
-        .replace(/counter name "(\w+)"/g, `counter name "${p}$1"`)
-        .replace(/jump (\w+)/g, `jump ${p}$1`),
-    );
-  }
-  return out.join("\n");
-}
-function chainsRemoval(i: number): string {
-  const p = `t${i}_`;
-  return [
-    `delete chain netdev ${SHARED} ${p}ingress`,
-    `delete counter netdev ${SHARED} ${p}link_dropped`,
-    ...BASE_CHAINS.map((c) => `delete chain inet ${SHARED} ${p}${c}`),
-    ...JUMP_CHAINS.map((c) => `delete chain inet ${SHARED} ${p}${c}`),
-    ...COUNTERS.map((c) => `delete counter inet ${SHARED} ${p}${c}`),
-    "",
-  ].join("\n");
-}
+/** The same rules as sandbox-net.ts loads them now: chains `t<i>.*` in the shared tables. */
+const chainsOf = (i: number): string => renderSandboxRules(policyOf(i), SHARED_RULES);
+const chainsRemoval = (i: number): string =>
+  renderSandboxRulesRemoval(SHARED_RULES, sandboxObjects(policyOf(i)));
 function sharedSets(): string[] {
   const v4 = BLOCKED_CIDRS.filter((c) => c.family === 4).map(cidrText);
   const v6 = BLOCKED_CIDRS.filter((c) => c.family === 6).map(cidrText);
@@ -122,7 +102,7 @@ function sharedSets(): string[] {
   ];
 }
 const chainsBase = () =>
-  `table netdev ${SHARED} {\n}\ntable inet ${SHARED} {\n${sharedSets().join("\n")}\n}\n`;
+  renderSharedTables(SHARED_RULES, HOST.hostAddresses, HOST.hostNetworks, BLOCKED_CIDRS);
 
 /** The per-set layout: chains written once, a sandbox is a netdev chain and set elements. */
 function setsBase(): string {

@@ -1,9 +1,10 @@
 /**
  * The host's neighbourhood (host-block.ts) for one uplink, read when a sandbox network is made
- * and kept current in every live sandbox's tables: while sandboxes of the uplink exist, an
+ * and kept current in the host sets every live sandbox's chains use (the uplink's shared table,
+ * decision 0019): while sandboxes of the uplink exist, an
  * `ip monitor address route nexthop` in the uplink namespace reports changes, and each change
  * (debounced) re-reads the host's addresses and routes and, when the block set moved, refills
- * the host sets of every live table in one `nft -f` per table. Changes on the sandboxes' own
+ * the shared table's host sets in one `nft -f`. Changes on the sandboxes' own
  * links are not the host's neighbourhood and are ignored.
  *
  * Cost on the path that makes a sandbox network: nothing while the watch has the set current
@@ -18,7 +19,7 @@ import {
   parseHostNetwork,
   type HostBlockSet,
 } from "./host-block.js";
-import { renderHostSetUpdate } from "./nftables.js";
+import { renderHostSetUpdate, sharedTableName } from "./nftables.js";
 import { liveNetworks, uplinkKey } from "./resources.js";
 import type { UplinkConfig } from "./uplink.js";
 
@@ -104,7 +105,8 @@ export class HostWatch {
       this.current = { set, generation };
       if (!force && !moved) return;
       this.refreshes += 1;
-      for (const table of liveNetworks(this.u)) {
+      // The sandboxes' host sets are the shared table's, one refill for all (decision 0019).
+      for (const table of liveNetworks(this.u).size > 0 ? [sharedTableName(this.u.prefix)] : []) {
         const script = renderHostSetUpdate(table, set.addresses, set.networks);
         // A table torn down meanwhile has nothing to update.
         await mustRun(inNetns(this.u.netns, "nft", ["-f", "-"]), script).catch(() => undefined);

@@ -60,8 +60,8 @@ export function proxyInputRules(ports: ProxyPorts): string[] {
 }
 
 /** Forward rules replacing the sandbox's accept: everything not redirected is refused, fast. */
-export function proxyRefuseRules(): string[] {
-  const count = `counter name "${COUNTER_REFUSED}"`;
+export function proxyRefuseRules(counter = COUNTER_REFUSED): string[] {
+  const count = `counter name "${counter}"`;
   return [
     `meta l4proto tcp ${count} reject with tcp reset`,
     `${count} reject with icmpx admin-prohibited`,

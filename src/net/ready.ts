@@ -7,8 +7,8 @@
  * The work that is not a call's runs one step at a time, after the calls: a step starts only
  * once no network was taken for `quietMs` (a burst's calls use the CPU first), unless more than
  * `maxPending` networks wait for removal. A network is used once: a slot's addresses come back
- * only after its namespace, link and tables are gone, and its successor is a new namespace with
- * new tables whose conntrack mark differs (nftables.ts connMark): nothing of the last sandbox on
+ * only after its namespace, link and chains are gone, and its successor is a new namespace with
+ * new chains and counters whose conntrack mark differs (nftables.ts connMark): nothing of the last sandbox on
  * those addresses is left to the next.
  */
 import { randomBytes } from "node:crypto";

@@ -12,6 +12,7 @@ import { readdirSync, readFileSync } from "node:fs";
 import { after, afterEach, before, describe, it } from "node:test";
 import { inNetns, mustRun } from "../../src/net/commands.js";
 import { hostWatch } from "../../src/net/host-watch.js";
+import { sharedTableName } from "../../src/net/nftables.js";
 import { listSandboxNetworkResources } from "../../src/net/resources.js";
 import { createSandboxNetwork, type SandboxNetwork } from "../../src/net/sandbox-net.js";
 import { TEST_BACKENDS } from "../helpers/backends.js";
@@ -170,7 +171,13 @@ describe("on-link subnets of the host (real namespaces)", { timeout: 180_000 }, 
     for (let i = 0; i < 50 && !set.includes("203.0.113.64/27"); i++) {
       await new Promise((r) => setTimeout(r, 100));
       set = await mustRun(
-        inNetns(topo.uplinkNs, "nft", ["list", "set", "inet", net.netns, "host4"]),
+        inNetns(topo.uplinkNs, "nft", [
+          "list",
+          "set",
+          "inet",
+          sharedTableName(topo.uplink.prefix),
+          "host4",
+        ]),
       );
     }
     assert.match(set, /203\.0\.113\.64\/27/, "the live sandbox's host set was refilled");
@@ -179,10 +186,16 @@ describe("on-link subnets of the host (real namespaces)", { timeout: 180_000 }, 
     const res = await probe(net.netns, checksFor("late", LATE_NEIGHBOUR));
     assert.deepEqual(reached(res), []);
     assert.doesNotMatch(topo.logSince(mark, lan.ns), /late|scratchrun-probe/);
-    // The next sandbox reads it at creation.
-    const next = await newNet();
+    // The next sandbox's rules use the same host set (the shared table's), which has it.
+    await newNet();
     const fresh = await mustRun(
-      inNetns(topo.uplinkNs, "nft", ["list", "set", "inet", next.netns, "host4"]),
+      inNetns(topo.uplinkNs, "nft", [
+        "list",
+        "set",
+        "inet",
+        sharedTableName(topo.uplink.prefix),
+        "host4",
+      ]),
     );
     assert.match(fresh, /203\.0\.113\.64\/27/);
   });
@@ -200,10 +213,16 @@ describe("on-link subnets of the host (real namespaces)", { timeout: 180_000 }, 
   });
 
   it("the update script is accepted by the kernel on a live table", async () => {
-    const net = await newNet();
+    await newNet();
     await hostWatch(topo.uplink).refresh(true);
     const set = await mustRun(
-      inNetns(topo.uplinkNs, "nft", ["list", "set", "inet", net.netns, "host4"]),
+      inNetns(topo.uplinkNs, "nft", [
+        "list",
+        "set",
+        "inet",
+        sharedTableName(topo.uplink.prefix),
+        "host4",
+      ]),
     );
     assert.match(set, /192\.0\.2\.0\/24/);
     assert.match(set, /203\.0\.113\.128\/25/);

@@ -3,14 +3,17 @@
  * private test internet of topology.ts: a network taken from the ready list is served without
  * being made, a used one is cut at once and removed later, and the next network on the same
  * slot's addresses has nothing of the last one: no connection of its in conntrack delivers to
- * it, no address, table or counter of its is there. No packet leaves the test namespaces.
+ * it, no address, table or counter of its is there, and no chain or counter of its is left in
+ * the shared tables. No packet leaves the test namespaces.
  */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { after, afterEach, before, describe, it } from "node:test";
 import { inNetns, mustRun, runCommand } from "../../src/net/commands.js";
+import { BLOCKED_CIDRS } from "../../src/net/addresses.js";
+import { renderSandboxRules, renderSharedTables, sharedTableName } from "../../src/net/nftables.js";
 import { ReadyNetworks } from "../../src/net/ready.js";
-import { listSandboxNetworkResources } from "../../src/net/resources.js";
+import { listSandboxNetworkResources, reapOrphanNetworks } from "../../src/net/resources.js";
 import { createSandboxNetwork, type SandboxNetwork } from "../../src/net/sandbox-net.js";
 import { PUBLIC, Topology } from "./topology.js";
 
@@ -181,6 +184,130 @@ for _ in range(3): s.sendto(b"x", ("10.1.0.10", 9))
       const left = await listSandboxNetworkResources(topo.uplink);
       assert.deepEqual(left.netns, [b.netns]);
       assert.deepEqual(left.tables.sort(), [`inet ${b.netns}`, `netdev ${b.netns}`]);
+    });
+
+    it("a sandbox's chains and counters leave the shared tables with its network; the others' stay", async () => {
+      const shared = sharedTableName(topo.uplink.prefix);
+      /** Names of every chain and counter in the shared tables (both families). */
+      const objects = async (): Promise<string[]> => {
+        const names: string[] = [];
+        for (const family of ["inet", "netdev"]) {
+          const res = await runCommand(
+            inNetns(topo.uplinkNs, "nft", ["-j", "list", "table", family, shared]),
+          );
+          const doc = JSON.parse(res.stdout || "{}") as {
+            nftables?: Array<Record<string, { name?: string }>>;
+          };
+          for (const item of doc.nftables ?? [])
+            for (const kind of ["chain", "counter", "set", "map"])
+              if (item[kind]?.name) names.push(`${family} ${kind} ${item[kind].name}`);
+        }
+        return names.sort();
+      };
+      const keep = await createSandboxNetwork({ id: "slot-e", uplink: topo.uplink });
+      nets.push(keep);
+      const a = await createSandboxNetwork({ id: "slot-f", uplink: topo.uplink });
+      nets.push(a);
+      await python(
+        a.netns,
+        `
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for _ in range(3): s.sendto(b"x", ("10.1.0.10", 9))
+`,
+      );
+      assert.ok((await a.blockedCount()) >= 3, "the drops of A were not counted");
+      const withA = await objects();
+      assert.ok(
+        withA.some((n) => n.endsWith(` ${a.netns}.blocked`)),
+        withA.join("\n"),
+      );
+      await a.teardown();
+      nets.splice(nets.indexOf(a), 1);
+      const left = await objects();
+      // Nothing named for A: no chain, no counter; the shared sets and the other's rules stay.
+      assert.deepEqual(
+        left.filter((n) => n.includes(` ${a.netns}.`)),
+        [],
+        "A's chains or counters are left in the shared tables",
+      );
+      assert.deepEqual(
+        left,
+        withA.filter((n) => !n.includes(` ${a.netns}.`)),
+      );
+      assert.ok(left.some((n) => n.endsWith(` ${keep.netns}.blocked`)));
+      assert.ok(left.includes("inet set host4"));
+      // The next network on A's slot counts from zero, in chains of its own name.
+      const b = await createSandboxNetwork({ id: "slot-g", uplink: topo.uplink });
+      nets.push(b);
+      assert.deepEqual(b.addresses, a.addresses);
+      assert.equal(await b.blockedCount(), 0);
+      // The last network's removal takes the shared tables with it.
+      await keep.teardown();
+      await b.teardown();
+      nets.splice(0);
+      assert.deepEqual(await objects(), []);
+    });
+
+    it("reaping finds a dead server's chains in the shared tables and removes them, never a live one's", async () => {
+      const p = topo.uplink.prefix;
+      const shared = sharedTableName(p);
+      // A dead server's sandbox: its chains and counters in the shared tables, on a link of its own.
+      const dead = renderSandboxRules(
+        {
+          table: `${p}dead`,
+          hostIfname: `${p}h998`,
+          sandboxV4: "10.99.0.2",
+          gatewayV4: "10.99.0.1",
+          sandboxV6: null,
+          hostAddresses: [],
+          dnsResolvers: ["1.1.1.1"],
+          blocked: BLOCKED_CIDRS,
+          connMark: 9,
+        },
+        shared,
+      );
+      const deadLink = () =>
+        mustRun(
+          inNetns(topo.uplinkNs, "ip", [
+            "link",
+            "add",
+            `${p}h998`,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "dead-peer",
+          ]),
+        );
+      const live = await createSandboxNetwork({ id: "slot-h", uplink: topo.uplink });
+      nets.push(live);
+      await deadLink();
+      await mustRun(inNetns(topo.uplinkNs, "nft", ["-f", "-"]), dead);
+      const both = await listSandboxNetworkResources(topo.uplink);
+      assert.deepEqual(both.tables.sort(), [
+        `inet ${p}dead`,
+        `inet ${live.netns}`,
+        `netdev ${p}dead`,
+        `netdev ${live.netns}`,
+      ]);
+      const removed = await reapOrphanNetworks(topo.uplink);
+      assert.deepEqual(removed.tables.sort(), [`inet ${p}dead`, `netdev ${p}dead`]);
+      assert.deepEqual(removed.links, [`${p}h998`]);
+      const left = await listSandboxNetworkResources(topo.uplink);
+      assert.deepEqual(left.tables.sort(), [`inet ${live.netns}`, `netdev ${live.netns}`]);
+      assert.equal(await live.blockedCount(), 0, "the live sandbox's counters are still read");
+      // With no live sandbox, the dead server's shared tables go whole.
+      await live.teardown();
+      nets.splice(0);
+      await deadLink();
+      await mustRun(
+        inNetns(topo.uplinkNs, "nft", ["-f", "-"]),
+        renderSharedTables(shared, [], [], BLOCKED_CIDRS) + dead,
+      );
+      const again = await reapOrphanNetworks(topo.uplink);
+      assert.deepEqual(again.tables.sort(), [`inet ${p}dead`, `netdev ${p}dead`]);
+      assert.deepEqual((await listSandboxNetworkResources(topo.uplink)).tables, []);
     });
 
     it("a ready network is taken without being made, cut at its teardown, removed afterwards", async () => {
