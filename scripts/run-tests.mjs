@@ -3,7 +3,15 @@
 // checks), with node's own test runner, and ends with the ten slowest files and their seconds.
 // Arguments narrow the set: substrings of file paths. --unit runs only the pure tests
 // (*.unit.test.ts).
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import {
+  copyFileSync,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
 import { spawnSync } from "node:child_process";
@@ -69,6 +77,13 @@ const r = spawnSync(
   },
 );
 printSlowest(timingFile);
+// Every file's seconds stay beside the build (dist/test-seconds.json): what a run cost, file by
+// file, for whoever plans which files to speed up or run side by side.
+try {
+  copyFileSync(timingFile, join("dist", "test-seconds.json"));
+} catch {
+  // the run ended before the reporter wrote (killed): nothing to keep
+}
 rmSync(timingDir, { recursive: true, force: true });
 process.exit(r.status ?? 1);
 
