@@ -7,6 +7,27 @@
  * has been idle for a while (then the extra sandboxes are destroyed).
  */
 import type { RuntimeName } from "../schema/exec.js";
+import type { NetworkMode } from "../schema/names.js";
+import type { Flavour } from "./prestart.js";
+
+/**
+ * What a pooled sandbox is: its runtime, its flavour (whether its Python pre-imported) and, for
+ * the namespace backend's jails, its network mode (fixed when a jail starts). Keys are grouped by
+ * runtime; a pre-imported flavour is refilled after every runtime's plain one (its tier).
+ */
+export interface PoolKey<R extends string = RuntimeName> {
+  readonly runtime: R;
+  readonly flavour: Flavour;
+  readonly network?: NetworkMode;
+}
+
+/** A key's name in reports (`runtime/flavour`, or `network/runtime/flavour`); never parsed. */
+export function poolKeyName(k: PoolKey<string>): string {
+  return k.network ? `${k.network}/${k.runtime}/${k.flavour}` : `${k.runtime}/${k.flavour}`;
+}
+
+/** Refill tier: every runtime's plain sandbox before any pre-imported one. */
+const tierOf = (k: PoolKey<string>): number => (k.flavour === "preimport" ? 1 : 0);
 
 export interface PooledVm {
   readonly memoryMb: number;
@@ -51,9 +72,9 @@ class Start implements PoolStart {
   }
 }
 
-export interface PoolConfig<K extends string = RuntimeName> {
-  /** Ready VMs to keep per key (a runtime; the namespace backend's jails have one key); 0 or absent: none. */
-  sizes: Partial<Record<K, number>>;
+export interface PoolConfig<R extends string = RuntimeName> {
+  /** Ready sandboxes to keep per key (0: none), in the order refills break ties by. */
+  sizes: readonly (readonly [PoolKey<R>, number])[];
   /** Guest memory_mb of pooled VMs; calls asking for another size cold-boot. */
   memoryMb: number;
   maxConcurrentBoots: number;
@@ -65,19 +86,11 @@ export interface PoolConfig<K extends string = RuntimeName> {
    */
   burst?: { extra: number; takes: number; windowMs: number; maxConcurrentBoots?: number };
   /**
-   * A key's group (its runtime) when the key is kept only once called: such a key's size counts
-   * from the first take of any key of its group on, and is 0 before (no sandbox, no memory, no
-   * CPU for a runtime nobody calls). Absent, or null for a key: its size counts from the start.
+   * Runtimes whose keys are kept only once called: such a key's size counts from the first take
+   * of any key of its runtime on, and is 0 before (no sandbox, no memory, no CPU for a runtime
+   * nobody calls). Other runtimes' sizes count from the start.
    */
-  onceCalled?: (key: K) => string | null;
-  /**
-   * Which keys are refilled first when several are short (lower first; absent: 0 for all). The
-   * backends give a pre-imported flavour 1 and a plain one 0: every runtime gets a plain sandbox
-   * before any runtime gets the costlier variant.
-   */
-  tier?: (key: K) => number;
-  /** A key's runtime, for refill order (default: the key itself). */
-  groupOf?: (key: K) => string;
+  onceCalled?: readonly R[];
 }
 
 /**
@@ -105,7 +118,15 @@ export interface PoolsReport {
   fullAfterMs: number | null;
 }
 
-export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
+/**
+ * The pool's bookkeeping is by key name (K below): a map key must be a value, and the typed key
+ * of a name is kept beside it (`keys`), never parsed back.
+ */
+type K = string;
+
+export class WarmPool<V extends PooledVm, R extends string = RuntimeName> {
+  /** Every key the pool has been configured with or asked for, by name. */
+  private readonly keys = new Map<K, PoolKey<R>>();
   private readonly ready = new Map<K, V[]>();
   private booting = 0;
   private closed = false;
@@ -119,8 +140,8 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
   private shrinkTimer: NodeJS.Timeout | null = null;
   /** Destroys the pool started (dead, surplus or pooled at close); close() waits for them all. */
   private readonly destroying = new Set<Promise<void>>();
-  /** The groups of `onceCalled` keys that have been called (their sizes count from then on). */
-  private readonly called = new Set<string>();
+  /** The `onceCalled` runtimes that have been called (their sizes count from then on). */
+  private readonly called = new Set<R>();
   /** When each group (runtime) was last taken from: refills favour the most recently called. */
   private readonly calledAt = new Map<string, number>();
   /** Keys a take found empty, until a sandbox of theirs is ready: refilled before all others. */
@@ -133,9 +154,18 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
   fullAfterMs: number | null = null;
 
   constructor(
-    private readonly boot: (runtime: K, memoryMb: number, start: PoolStart) => Promise<V>,
-    readonly config: PoolConfig<K>,
-  ) {}
+    private readonly boot: (key: PoolKey<R>, memoryMb: number, start: PoolStart) => Promise<V>,
+    readonly config: PoolConfig<R>,
+  ) {
+    for (const [key] of config.sizes) this.keys.set(poolKeyName(key), key);
+  }
+
+  /** The name of `key`, remembering the key by it. */
+  private nameOf(key: PoolKey<R>): K {
+    const name = poolKeyName(key);
+    if (!this.keys.has(name)) this.keys.set(name, key);
+    return name;
+  }
 
   start(): void {
     this.startedAt = Date.now();
@@ -150,9 +180,9 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
       const s = this.states.get(key)!;
       return {
         kind: key,
-        runtime: this.groupOf(key),
+        runtime: this.keys.get(key)!.runtime,
         state: s.state,
-        ready: this.readyCount(key),
+        ready: this.readyNamed(key),
         size,
         since: new Date(s.sinceMs).toISOString(),
       };
@@ -168,7 +198,7 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
 
   private stateOf(key: K, size: number): PoolState {
     if (size === 0) return "off";
-    if (this.readyCount(key) >= size) return "full";
+    if (this.readyNamed(key) >= size) return "full";
     return (this.inflight.get(key) ?? 0) > 0 ? "building" : "empty";
   }
 
@@ -189,7 +219,11 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
    * `refill: false` the caller calls refillNow() once its call is done, so refilling (CPU-heavy
    * under TCG) does not compete with the call on a small host.
    */
-  take(runtime: K, memoryMb: number, opts: { refill?: boolean } = {}): V | null {
+  take(key: PoolKey<R>, memoryMb: number, opts: { refill?: boolean } = {}): V | null {
+    return this.takeNamed(this.nameOf(key), memoryMb, opts);
+  }
+
+  private takeNamed(runtime: K, memoryMb: number, opts: { refill?: boolean }): V | null {
     this.calledAt.set(this.groupOf(runtime), Date.now());
     this.noteCalled(runtime, opts.refill !== false);
     if (memoryMb !== this.config.memoryMb) return null;
@@ -200,7 +234,7 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
       if (!vm.dead) break;
       this.discard(vm);
     }
-    if (!vm && this.size(runtime) > 0) this.wanted.add(runtime);
+    if (!vm && this.sizeNamed(runtime) > 0) this.wanted.add(runtime);
     if (opts.refill !== false) this.refill();
     return vm ?? null;
   }
@@ -211,12 +245,12 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
    * there is neither, the awaited start failed or went to another caller, or `signal` aborted.
    */
   async takeOrAwait(
-    key: K,
+    key: PoolKey<R>,
     memoryMb: number,
     signal?: AbortSignal,
     opts: { refill?: boolean; maxWaitMs?: number } = {},
   ): Promise<V | null> {
-    const vm = await this.takeOrAwaitAny(key, memoryMb, signal, opts);
+    const vm = await this.takeOrAwaitAny(this.nameOf(key), memoryMb, signal, opts);
     // A sandbox whose cgroup is gone fails its call on its own; its weight does not matter then.
     await vm?.promote?.().catch(() => {});
     return vm;
@@ -228,7 +262,7 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
     signal: AbortSignal | undefined,
     opts: { refill?: boolean; maxWaitMs?: number },
   ): Promise<V | null> {
-    const now = this.take(key, memoryMb, opts);
+    const now = this.takeNamed(key, memoryMb, opts);
     if (now || memoryMb !== this.config.memoryMb) return now;
     const claimed = this.claimed.get(key) ?? 0;
     if ((this.inflight.get(key) ?? 0) <= claimed) return null;
@@ -242,7 +276,7 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
       opts.maxWaitMs === undefined ? null : setTimeout(() => bound.abort(), opts.maxWaitMs);
     const stop = AbortSignal.any([...(signal ? [signal] : []), bound.signal]);
     try {
-      while (!this.closed && this.readyCount(key) === 0 && (this.inflight.get(key) ?? 0) > 0) {
+      while (!this.closed && this.readyNamed(key) === 0 && (this.inflight.get(key) ?? 0) > 0) {
         if (stop.aborted) return null;
         await new Promise<void>((r) => {
           this.waiters.push(r);
@@ -280,25 +314,36 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
     return this.booting;
   }
 
-  readyCount(runtime: K): number {
-    return (this.ready.get(runtime) ?? []).filter((v) => !v.dead).length;
+  /** Ready sandboxes of `key` now. */
+  readyCount(key: PoolKey<R>): number {
+    return this.readyNamed(poolKeyName(key));
+  }
+
+  private readyNamed(key: K): number {
+    return (this.ready.get(key) ?? []).filter((v) => !v.dead).length;
   }
 
   /**
    * The key's size as configured, 0 for a key kept only once called while its group has not
    * been (a burst's extra comes on top: target()).
    */
-  size(key: K): number {
-    const group = this.config.onceCalled?.(key) ?? null;
-    if (group !== null && !this.called.has(group)) return 0;
-    return Number(this.config.sizes[key] ?? 0);
+  size(key: PoolKey<R>): number {
+    return this.sizeNamed(poolKeyName(key));
   }
 
-  /** A first take of a once-called group starts keeping its keys (refilled now unless told not). */
+  private sizeNamed(key: K): number {
+    const runtime = this.keys.get(key)?.runtime;
+    if (runtime === undefined) return 0;
+    if (this.config.onceCalled?.includes(runtime) && !this.called.has(runtime)) return 0;
+    return this.config.sizes.find(([k]) => poolKeyName(k) === key)?.[1] ?? 0;
+  }
+
+  /** A first take of a once-called runtime starts keeping its keys (refilled now unless told not). */
   private noteCalled(key: K, refill: boolean): void {
-    const group = this.config.onceCalled?.(key) ?? null;
-    if (group === null || this.called.has(group)) return;
-    this.called.add(group);
+    const runtime = this.keys.get(key)?.runtime;
+    if (runtime === undefined || !this.config.onceCalled?.includes(runtime)) return;
+    if (this.called.has(runtime)) return;
+    this.called.add(runtime);
     if (refill) this.refill();
   }
 
@@ -314,8 +359,12 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
   }
 
   /** How many sandboxes of this key the pool keeps now (its size, plus a burst's extra). */
-  target(key: K): number {
-    const size = this.size(key);
+  target(key: PoolKey<R>): number {
+    return this.targetNamed(poolKeyName(key));
+  }
+
+  private targetNamed(key: K): number {
+    const size = this.sizeNamed(key);
     const b = this.config.burst;
     if (!b || size === 0) return size;
     const recent = (this.takes.get(key) ?? []).filter((t) => Date.now() - t < b.windowMs);
@@ -339,9 +388,9 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
       this.shrinkTimer = null;
       let pending = false;
       for (const [key, list] of this.ready) {
-        const surplus = list.length - this.target(key);
+        const surplus = list.length - this.targetNamed(key);
         for (const vm of list.splice(0, Math.max(0, surplus))) this.discard(vm);
-        if (this.target(key) > this.size(key)) pending = true;
+        if (this.targetNamed(key) > this.sizeNamed(key)) pending = true;
       }
       if (pending) this.scheduleShrink();
     }, b.windowMs + 50);
@@ -353,13 +402,17 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
     while (!this.closed && !this.full()) await new Promise<void>((r) => this.waiters.push(r));
   }
 
+  /** Every configured key's name and size now, in configured order. */
   private sizes(): [K, number][] {
-    return Object.keys(this.config.sizes).map((key) => [key as K, this.size(key as K)]);
+    return this.config.sizes.map(([key]) => {
+      const name = poolKeyName(key);
+      return [name, this.sizeNamed(name)];
+    });
   }
 
   /** Every key has its size ready (a burst's extra is not waited for). */
   private full(): boolean {
-    return this.sizes().every(([key, n]) => this.readyCount(key) >= n);
+    return this.sizes().every(([key, n]) => this.readyNamed(key) >= n);
   }
 
   private notify(): void {
@@ -372,7 +425,7 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
     const b = this.config.burst;
     const base = this.config.maxConcurrentBoots;
     if (!b?.maxConcurrentBoots) return base;
-    const inBurst = this.sizes().some(([key, size]) => this.target(key) > size);
+    const inBurst = this.sizes().some(([key, size]) => this.targetNamed(key) > size);
     return inBurst ? Math.max(base, b.maxConcurrentBoots) : base;
   }
 
@@ -394,8 +447,9 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
   /** Callers of takeOrAwait waiting for a start in flight, per key. */
   private readonly claimed = new Map<K, number>();
 
+  /** A key's runtime (the refill order's group). */
   private groupOf(key: K): string {
-    return this.config.groupOf?.(key) ?? key;
+    return this.keys.get(key)?.runtime ?? key;
   }
 
   /**
@@ -409,12 +463,12 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
       .map(([key], order) => ({
         key,
         order,
-        deficit: this.target(key) - this.readyCount(key) - (this.inflight.get(key) ?? 0),
+        deficit: this.targetNamed(key) - this.readyNamed(key) - (this.inflight.get(key) ?? 0),
       }))
       .filter((c) => c.deficit > 0);
     const rank = (c: (typeof short)[number]): number[] => [
       this.wanted.has(c.key) ? 0 : 1,
-      this.config.tier?.(c.key) ?? 0,
+      tierOf(this.keys.get(c.key)!),
       -(this.calledAt.get(this.groupOf(c.key)) ?? 0),
       -c.deficit,
       c.order,
@@ -434,7 +488,7 @@ export class WarmPool<V extends PooledVm, K extends string = RuntimeName> {
     starts.add(start);
     this.starts.set(runtime, starts);
     try {
-      const vm = await this.boot(runtime, this.config.memoryMb, start);
+      const vm = await this.boot(this.keys.get(runtime)!, this.config.memoryMb, start);
       this.failures = 0;
       if (this.closed) {
         await vm.destroy();

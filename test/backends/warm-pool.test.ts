@@ -1,6 +1,25 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { WarmPool, type PooledVm, type PoolStart } from "../../src/backends/pool.js";
+import {
+  poolKeyName,
+  WarmPool,
+  type PooledVm,
+  type PoolKey,
+  type PoolStart,
+} from "../../src/backends/pool.js";
+
+/** The one key of the single-key pools below. */
+const K = { runtime: "k", flavour: "plain" } as const;
+/** The keys of the two-runtime pools below, by the names their reports give them. */
+const KEYS = {
+  "a/plain": { runtime: "a", flavour: "plain" },
+  "a/preimport": { runtime: "a", flavour: "preimport" },
+  "b/plain": { runtime: "b", flavour: "plain" },
+  "b/preimport": { runtime: "b", flavour: "preimport" },
+  "old/plain": { runtime: "old", flavour: "plain" },
+  "new/plain": { runtime: "new", flavour: "plain" },
+  "new/preimport": { runtime: "new", flavour: "preimport" },
+} as const satisfies Record<string, PoolKey<string>>;
 
 /**
  * The pool's bookkeeping with sandboxes whose starts the test completes by hand: what a caller
@@ -33,9 +52,9 @@ class Fake implements PooledVm {
 /** A pool whose starts wait until the test resolves (or rejects) them, in order. */
 function manual(size: number, burst?: { extra: number; takes: number; windowMs: number }) {
   const starts: { resolve: (v: Fake) => void; reject: (e: Error) => void }[] = [];
-  const pool = new WarmPool<Fake, "k">(
+  const pool = new WarmPool<Fake, string>(
     () => new Promise<Fake>((resolve, reject) => starts.push({ resolve, reject })),
-    { sizes: { k: size }, memoryMb: 256, maxConcurrentBoots: 1, ...(burst ? { burst } : {}) },
+    { sizes: [[K, size]], memoryMb: 256, maxConcurrentBoots: 1, ...(burst ? { burst } : {}) },
   );
   const tick = () => new Promise((r) => setImmediate(r));
   const finish = async (fail = false) => {
@@ -55,13 +74,13 @@ describe("WarmPool", () => {
     pool.start();
     await finish();
     await finish();
-    assert.equal(pool.readyCount("k"), 2);
-    const first = pool.take("k", 256, { refill: false });
+    assert.equal(pool.readyCount(K), 2);
+    const first = pool.take(K, 256, { refill: false });
     assert.ok(first);
-    const ready = pool.take("k", 256, { refill: false });
+    const ready = pool.take(K, 256, { refill: false });
     assert.ok(ready);
     assert.notEqual(first, ready);
-    assert.equal(pool.take("k", 256, { refill: false }), null);
+    assert.equal(pool.take(K, 256, { refill: false }), null);
     await pool.close();
   });
 
@@ -69,20 +88,20 @@ describe("WarmPool", () => {
     const { pool, finish, starts, tick } = manual(1);
     pool.start();
     await finish();
-    const vm = pool.take("k", 256, { refill: false });
+    const vm = pool.take(K, 256, { refill: false });
     assert.ok(vm);
     pool.refillNow();
     await finish();
-    assert.equal(pool.readyCount("k"), 1);
+    assert.equal(pool.readyCount(K), 1);
     // Kill the pooled one: the pool notices through `exited` and starts another.
-    const pooled = (pool as unknown as { ready: Map<string, Fake[]> }).ready.get("k")![0]!;
+    const pooled = (pool as unknown as { ready: Map<string, Fake[]> }).ready.get("k/plain")![0]!;
     pooled.die();
     await tick();
     assert.equal(pooled.destroyed, true);
-    assert.equal(pool.readyCount("k"), 0);
+    assert.equal(pool.readyCount(K), 0);
     assert.equal(starts.length, 1, "a replacement is starting");
     await finish();
-    assert.equal(pool.readyCount("k"), 1);
+    assert.equal(pool.readyCount(K), 1);
     await pool.close();
   });
 
@@ -91,7 +110,7 @@ describe("WarmPool", () => {
     pool.start();
     await finish();
     await finish();
-    const [a, b] = (pool as unknown as { ready: Map<string, Fake[]> }).ready.get("k")!;
+    const [a, b] = (pool as unknown as { ready: Map<string, Fake[]> }).ready.get("k/plain")!;
     assert.ok(a && b);
     a.destroyMs = 200;
     b.destroyMs = 10;
@@ -112,8 +131,8 @@ describe("WarmPool", () => {
     pool.start();
     await new Promise((r) => setImmediate(r));
     assert.equal(starts.length, 1);
-    const waiting = pool.takeOrAwait("k", 256);
-    const second = await pool.takeOrAwait("k", 256);
+    const waiting = pool.takeOrAwait(K, 256);
+    const second = await pool.takeOrAwait(K, 256);
     assert.equal(second, null, "only one start in flight, already claimed");
     await finish();
     const got = await waiting;
@@ -129,8 +148,8 @@ describe("WarmPool", () => {
     const { pool, finish } = manual(1);
     pool.start();
     await new Promise((r) => setImmediate(r));
-    assert.equal(await pool.takeOrAwait("k", 512), null);
-    const waiting = pool.takeOrAwait("k", 256);
+    assert.equal(await pool.takeOrAwait(K, 512), null);
+    const waiting = pool.takeOrAwait(K, 256);
     await finish(true);
     assert.equal(await waiting, null);
     await finish(); // the start its take() asked for
@@ -142,11 +161,11 @@ describe("WarmPool", () => {
     pool.start();
     await new Promise((r) => setImmediate(r));
     const abort = new AbortController();
-    const waiting = pool.takeOrAwait("k", 256, abort.signal);
+    const waiting = pool.takeOrAwait(K, 256, abort.signal);
     abort.abort();
     assert.equal(await waiting, null);
     await finish();
-    assert.equal(pool.readyCount("k"), 1, "the start it waited for still joins the pool");
+    assert.equal(pool.readyCount(K), 1, "the start it waited for still joins the pool");
     await pool.close();
   });
 
@@ -157,11 +176,11 @@ describe("WarmPool", () => {
     pool.start();
     await finish();
     assert.equal(told, 1);
-    pool.take("k", 256);
+    pool.take(K, 256);
     await finish();
     assert.equal(told, 2);
     off();
-    pool.take("k", 256);
+    pool.take(K, 256);
     await finish();
     assert.equal(told, 2);
     await pool.close();
@@ -172,10 +191,10 @@ describe("WarmPool", () => {
     pool.start();
     await new Promise((r) => setImmediate(r));
     const t0 = Date.now();
-    assert.equal(await pool.takeOrAwait("k", 256, undefined, { maxWaitMs: 50 }), null);
+    assert.equal(await pool.takeOrAwait(K, 256, undefined, { maxWaitMs: 50 }), null);
     assert.ok(Date.now() - t0 >= 45, "it waited");
     await finish();
-    assert.equal(pool.readyCount("k"), 1);
+    assert.equal(pool.readyCount(K), 1);
     await pool.close();
   });
 
@@ -183,22 +202,22 @@ describe("WarmPool", () => {
     const { pool, finish, starts, tick } = manual(1, { extra: 1, takes: 2, windowMs: 150 });
     pool.start();
     await finish();
-    assert.equal(pool.target("k"), 1);
-    pool.take("k", 256, { refill: false });
-    assert.equal(pool.target("k"), 1, "one take is no burst");
-    pool.take("k", 256, { refill: false });
-    assert.equal(pool.target("k"), 2, "two takes are");
+    assert.equal(pool.target(K), 1);
+    pool.take(K, 256, { refill: false });
+    assert.equal(pool.target(K), 1, "one take is no burst");
+    pool.take(K, 256, { refill: false });
+    assert.equal(pool.target(K), 2, "two takes are");
     pool.refillNow();
     await finish();
     await finish();
-    assert.equal(pool.readyCount("k"), 2, "the extra one is kept ready");
+    assert.equal(pool.readyCount(K), 2, "the extra one is kept ready");
     assert.equal(starts.length, 0);
     const kept = pool.readySandboxes()[0]![1];
     // No take for a window: back to the size, the surplus destroyed.
     await new Promise((r) => setTimeout(r, 300));
     await tick();
-    assert.equal(pool.target("k"), 1);
-    assert.equal(pool.readyCount("k"), 1);
+    assert.equal(pool.target(K), 1);
+    assert.equal(pool.readyCount(K), 1);
     assert.equal(kept.filter((v) => v.destroyed).length, 1);
     await pool.close();
   });
@@ -207,8 +226,8 @@ describe("WarmPool", () => {
     const { pool, finish } = manual(1, { extra: 1, takes: 2, windowMs: 10_000 });
     pool.start();
     await finish();
-    pool.take("k", 256, { refill: false });
-    pool.take("k", 256, { refill: false });
+    pool.take(K, 256, { refill: false });
+    pool.take(K, 256, { refill: false });
     pool.refillNow();
     await finish();
     let full = false;
@@ -223,14 +242,17 @@ describe("WarmPool", () => {
   });
   test("once called: a key of a group nobody has called keeps nothing; its group's first take starts keeping it", async () => {
     const starts: { key: string; resolve: (v: Fake) => void }[] = [];
-    type Key = "old/plain" | "new/plain" | "new/preimport";
-    const pool = new WarmPool<Fake, Key>(
-      (key) => new Promise<Fake>((resolve) => starts.push({ key, resolve })),
+    const pool = new WarmPool<Fake, string>(
+      (key) => new Promise<Fake>((resolve) => starts.push({ key: poolKeyName(key), resolve })),
       {
-        sizes: { "old/plain": 1, "new/plain": 1, "new/preimport": 1 },
+        sizes: [
+          [KEYS["old/plain"], 1],
+          [KEYS["new/plain"], 1],
+          [KEYS["new/preimport"], 1],
+        ],
         memoryMb: 256,
         maxConcurrentBoots: 3,
-        onceCalled: (key) => (key.startsWith("new/") ? "new" : null),
+        onceCalled: ["new"],
       },
     );
     const tick = () => new Promise((r) => setImmediate(r));
@@ -241,21 +263,21 @@ describe("WarmPool", () => {
       ["old/plain"],
       "only the key kept from the start is started",
     );
-    assert.equal(pool.size("new/plain"), 0);
+    assert.equal(pool.size(KEYS["new/plain"]), 0);
     starts.shift()?.resolve(new Fake());
     await tick();
     await pool.whenFull(); // full without the once-called keys: nothing waits for them
     // A call at another memory size still counts as the runtime's first call.
-    assert.equal(pool.take("new/preimport", 512), null);
+    assert.equal(pool.take(KEYS["new/preimport"], 512), null);
     await tick();
     assert.deepEqual(starts.map((s) => s.key).sort(), ["new/plain", "new/preimport"]);
-    assert.equal(pool.size("new/plain"), 1);
-    assert.equal(pool.size("new/preimport"), 1);
+    assert.equal(pool.size(KEYS["new/plain"]), 1);
+    assert.equal(pool.size(KEYS["new/preimport"]), 1);
     for (const s of starts.splice(0)) s.resolve(new Fake());
     await tick();
-    assert.equal(pool.readyCount("new/plain"), 1);
-    assert.equal(pool.readyCount("new/preimport"), 1);
-    assert.equal(pool.readyCount("old/plain"), 1);
+    assert.equal(pool.readyCount(KEYS["new/plain"]), 1);
+    assert.equal(pool.readyCount(KEYS["new/preimport"]), 1);
+    assert.equal(pool.readyCount(KEYS["old/plain"]), 1);
     await pool.close();
   });
 
@@ -263,14 +285,18 @@ describe("WarmPool", () => {
   function tiered() {
     type Key = "a/plain" | "a/preimport" | "b/plain" | "b/preimport";
     const starts: { key: Key; resolve: (v: Fake) => void }[] = [];
-    const pool = new WarmPool<Fake, Key>(
-      (key) => new Promise<Fake>((resolve) => starts.push({ key, resolve })),
+    const pool = new WarmPool<Fake, string>(
+      (key) =>
+        new Promise<Fake>((resolve) => starts.push({ key: poolKeyName(key) as Key, resolve })),
       {
-        sizes: { "a/plain": 1, "a/preimport": 1, "b/plain": 1, "b/preimport": 1 },
+        sizes: [
+          [KEYS["a/plain"], 1],
+          [KEYS["a/preimport"], 1],
+          [KEYS["b/plain"], 1],
+          [KEYS["b/preimport"], 1],
+        ],
         memoryMb: 256,
         maxConcurrentBoots: 1,
-        tier: (key) => (key.endsWith("/preimport") ? 1 : 0),
-        groupOf: (key) => key.split("/")[0]!,
       },
     );
     const tick = () => new Promise((r) => setImmediate(r));
@@ -303,7 +329,7 @@ describe("WarmPool", () => {
     await tick();
     assert.equal(await next(), "b/plain");
     // b is called (its plain sandbox still starting): b's variant goes before a's.
-    assert.equal(pool.take("b/plain", 256, { refill: false }), null);
+    assert.equal(pool.take(KEYS["b/plain"], 256, { refill: false }), null);
     assert.equal(await next(), "b/preimport");
     assert.equal(await next(), "a/preimport");
     await next();
@@ -318,8 +344,8 @@ describe("WarmPool", () => {
     assert.equal(await next(), "b/plain");
     assert.equal(await next(), "a/preimport");
     // a's variant is being started; a call finds b's variant empty and a's plain one taken.
-    assert.ok(pool.take("a/plain", 256, { refill: false }));
-    assert.equal(pool.take("b/preimport", 256, { refill: false }), null);
+    assert.ok(pool.take(KEYS["a/plain"], 256, { refill: false }));
+    assert.equal(pool.take(KEYS["b/preimport"], 256, { refill: false }), null);
     // b/preimport was wanted by a call: before a/plain (tier 0, called more recently).
     assert.equal(await next(), "b/preimport");
     assert.equal(await next(), "a/plain");
@@ -336,13 +362,13 @@ describe("WarmPool", () => {
       }
     }
     const made: Promotable[] = [];
-    const pool = new WarmPool<Promotable, "k">(
+    const pool = new WarmPool<Promotable, string>(
       async () => {
         const p = new Promotable();
         made.push(p);
         return p;
       },
-      { sizes: { k: 2 }, memoryMb: 256, maxConcurrentBoots: 1 },
+      { sizes: [[K, 2]], memoryMb: 256, maxConcurrentBoots: 1 },
     );
     pool.start();
     await pool.whenFull();
@@ -351,7 +377,7 @@ describe("WarmPool", () => {
       [0, 0],
       "pooled sandboxes stay at the background weight",
     );
-    const vm = await pool.takeOrAwait("k", 256);
+    const vm = await pool.takeOrAwait(K, 256);
     assert.equal(vm?.promoted, 1);
     assert.equal(made.filter((p) => p.promoted > 0).length, 1);
     await pool.close();
@@ -359,14 +385,14 @@ describe("WarmPool", () => {
 
   test("a start a call waits for is claimed (its boot raises it to a call's weight); one nobody waits for is not", async () => {
     const starts: { start: PoolStart; resolve: (v: Fake) => void; raised: number }[] = [];
-    const pool = new WarmPool<Fake, "k">(
+    const pool = new WarmPool<Fake, string>(
       (_k, _mb, start) =>
         new Promise<Fake>((resolve) => {
           const s = { start, resolve, raised: 0 };
           start.onClaimed(() => s.raised++);
           starts.push(s);
         }),
-      { sizes: { k: 1 }, memoryMb: 256, maxConcurrentBoots: 1 },
+      { sizes: [[K, 1]], memoryMb: 256, maxConcurrentBoots: 1 },
     );
     pool.start();
     await new Promise((r) => setImmediate(r));
@@ -379,11 +405,11 @@ describe("WarmPool", () => {
     starts[0]!.resolve(new Fake());
     await new Promise((r) => setImmediate(r));
     // Taking the ready one starts a refill; a second call finds none ready and waits for it.
-    assert.ok(await pool.takeOrAwait("k", 256));
+    assert.ok(await pool.takeOrAwait(K, 256));
     await new Promise((r) => setImmediate(r));
     assert.equal(starts.length, 2);
     assert.equal(starts[1]!.start.claimed, false);
-    const waiting = pool.takeOrAwait("k", 256);
+    const waiting = pool.takeOrAwait(K, 256);
     assert.equal(starts[1]!.start.claimed, true, "the call waits for it: the call's work now");
     assert.equal(starts[1]!.raised, 1, "its boot was told once");
     starts[1]!.start.onClaimed(() => starts[1]!.raised++);
@@ -400,7 +426,7 @@ describe("WarmPool", () => {
     let inflight = 0;
     let most = 0;
     const pending: (() => void)[] = [];
-    const pool = new WarmPool<Fake, "k">(
+    const pool = new WarmPool<Fake, string>(
       () =>
         new Promise<Fake>((resolve) => {
           inflight++;
@@ -411,7 +437,7 @@ describe("WarmPool", () => {
           });
         }),
       {
-        sizes: { k: 1 },
+        sizes: [[K, 1]],
         memoryMb: 256,
         maxConcurrentBoots: 1,
         burst: { extra: 2, takes: 2, windowMs: 10_000, maxConcurrentBoots: 2 },
@@ -424,19 +450,19 @@ describe("WarmPool", () => {
     pending.shift()!();
     await tick();
     assert.equal(most, 1, "filling to its size: one start at a time");
-    assert.ok(pool.take("k", 256));
+    assert.ok(pool.take(K, 256));
     await tick();
     assert.equal(inflight, 1, "one take is no burst");
-    assert.equal(pool.take("k", 256), null);
+    assert.equal(pool.take(K, 256), null);
     await tick();
-    assert.equal(pool.target("k"), 3);
+    assert.equal(pool.target(K), 3);
     assert.equal(inflight, 2, "in a burst: two starts at once");
     while (pending.length) {
       pending.shift()!();
       await tick();
     }
     assert.equal(most, 2);
-    assert.equal(pool.readyCount("k"), 3);
+    assert.equal(pool.readyCount(K), 3);
     await pool.close();
   });
 
@@ -469,7 +495,7 @@ describe("WarmPool", () => {
     );
     assert.ok(pool.fullAfterMs !== null && pool.fullAfterMs >= 0);
     // A take leaves its key short and refilling.
-    assert.ok(pool.take("a/plain", 256));
+    assert.ok(pool.take(KEYS["a/plain"], 256));
     assert.equal(states()["a/plain"], "building");
     await next();
     await pool.close();

@@ -13,6 +13,9 @@ import { CPU_WEIGHT } from "../../src/jail/cgroup.js";
 import { cpuWeightOfPid, sandboxCgroupWeights } from "../helpers/cpu-weight.js";
 import { assertNoLeaks, SANDBOX_UID_MAX, SANDBOX_UID_MIN, snapshot } from "../helpers/leaks.js";
 
+/** The pool key of bash jails without a network, plain. */
+const NONE_BASH = { network: "none", runtime: "bash", flavour: "plain" } as const;
+
 /**
  * The namespace backend's warm pool, driven directly: jails started to the agent's READY ahead
  * of the calls, per runtime (a python jail's agent pre-started the interpreter; a pre-imported
@@ -160,10 +163,10 @@ describe("namespace backend: warm pool and teardown", () => {
     assert.equal(backend.counters.pooledCalls + backend.counters.coldCalls, before + 4);
     await backend.pool.whenFull();
     // Four takes within the burst window: the bash pool keeps one more jail for a while.
-    assert.equal(backend.pool.target("none/bash/plain"), 2);
-    for (let i = 0; i < 200 && backend.pool.readyCount("none/bash/plain") < 2; i++)
+    assert.equal(backend.pool.target(NONE_BASH), 2);
+    for (let i = 0; i < 200 && backend.pool.readyCount(NONE_BASH) < 2; i++)
       await new Promise((r) => setTimeout(r, 25));
-    assert.equal(backend.pool.readyCount("none/bash/plain"), 2);
+    assert.equal(backend.pool.readyCount(NONE_BASH), 2);
   });
 
   test("another memory size starts its own jail, with that limit", async () => {
@@ -204,7 +207,7 @@ describe("namespace backend: warm pool and teardown", () => {
   test("a start a call waits for runs at a call's CPU weight before it is ready (calls first)", async () => {
     await backend.pool.whenFull();
     // The pre-imported kind: its start takes ~0.6 s of CPU, long enough to look at it meanwhile.
-    const kind = "none/python3.11/preimport" as const;
+    const kind = { network: "none", runtime: "python3.11", flavour: "preimport" } as const;
     const taken = backend.pool.take(kind, LIMITS.memoryMb.default, { refill: false });
     assert.ok(taken, "a pre-imported jail was ready");
     await taken.destroy();

@@ -15,6 +15,9 @@ import {
   type TinyRoot,
 } from "./fixture.js";
 
+/** The pool key of plain bash clones. */
+const BASH_PLAIN = { runtime: "bash", flavour: "plain" } as const;
+
 const skip = skipOutsideCi(canRunMicrovm());
 const signal = () => new AbortController().signal;
 
@@ -140,7 +143,7 @@ describe("microvm backend", { skip: skip ?? false, timeout: 300_000 }, () => {
     try {
       await backend.pool.whenFull();
       const mb = backend.pool.config.memoryMb;
-      const taken = backend.pool.take("bash/plain", mb, { refill: false });
+      const taken = backend.pool.take(BASH_PLAIN, mb, { refill: false });
       assert.ok(taken, "a pooled clone was ready");
       await taken.destroy();
       const known = new Set(sandboxCgroupWeights().keys());
@@ -156,7 +159,7 @@ describe("microvm backend", { skip: skip ?? false, timeout: 300_000 }, () => {
         CPU_WEIGHT.background,
         "a refill nobody waits for",
       );
-      const waiting = backend.pool.takeOrAwait("bash/plain", mb, undefined, { refill: false });
+      const waiting = backend.pool.takeOrAwait(BASH_PLAIN, mb, undefined, { refill: false });
       // Handed out, it is promoted anyway (takeOrAwait): the raise must come before it joined the
       // pool (onReady is told before the waiting call gets it).
       let joined = false;
@@ -310,7 +313,7 @@ describe("microvm backend", { skip: skip ?? false, timeout: 300_000 }, () => {
     });
     try {
       await backend.pool.whenFull();
-      assert.equal(backend.pool.readyCount("bash/plain"), 2);
+      assert.equal(backend.pool.readyCount(BASH_PLAIN), 2);
       const burst = await Promise.all(
         [1, 2, 3].map(() =>
           backend.run(shJob("cat /proc/sys/kernel/random/boot_id"), { signal: signal() }),
@@ -319,7 +322,7 @@ describe("microvm backend", { skip: skip ?? false, timeout: 300_000 }, () => {
       const bootIds = new Set(burst.map((r) => text(r.agent.stdout)));
       assert.equal(bootIds.size, 3, "two calls of the burst shared a VM");
       await backend.pool.whenFull();
-      assert.equal(backend.pool.readyCount("bash/plain"), 2);
+      assert.equal(backend.pool.readyCount(BASH_PLAIN), 2);
     } finally {
       await backend.close();
     }

@@ -39,7 +39,7 @@ import { runtimeEntry } from "../../runtimes/table.js";
 import { sessionSandbox, type SessionSandbox } from "../session.js";
 import type { Preimport } from "../../images/preimport.js";
 import type { VmNetworkProvider } from "./guest-net.js";
-import { WarmPool, type PoolConfig, type PoolStart } from "../pool.js";
+import { WarmPool, type PoolConfig, type PoolKey, type PoolStart } from "../pool.js";
 import { PREIMPORT_MIN_MEMORY_MB, prestartInterpreter, type Flavour } from "../prestart.js";
 import { CODE_UID } from "../../protocol/guest-header.js";
 import type { Template } from "./snapshot.js";
@@ -47,7 +47,7 @@ import type { TemplateStore } from "./template-store.js";
 import { TemplateCache } from "./template-cache.js";
 import { WarmUpPolicy } from "./warm-up-policy.js";
 import { MicroVm } from "./vm.js";
-import type { HostContext, WarmUp } from "./vm-types.js";
+import type { HostContext, StartMode, WarmUp } from "./vm-types.js";
 import {
   egressAllowlist,
   egressFor,
@@ -97,16 +97,6 @@ export interface MicrovmBackendOptions {
   templateStore?: TemplateStore | null;
 }
 
-/** A pool and template kind: a runtime, and whether its Python has pre-imported. */
-export type VmKind = `${RuntimeName}/${Flavour}`;
-
-const vmKind = (runtime: RuntimeName, flavour: Flavour): VmKind => `${runtime}/${flavour}`;
-
-function parseVmKind(kind: VmKind): [RuntimeName, Flavour] {
-  const [runtime, flavour] = kind.split("/") as [RuntimeName, Flavour];
-  return [runtime, flavour];
-}
-
 export interface PoolOptions {
   sizes?: Partial<Record<RuntimeName, number>>;
   /** Runtimes pooled only once called (their templates and clones wait for a first call). */
@@ -141,6 +131,27 @@ const AWAIT_REFILL_MS = 300;
  * takes a plain interpreter, which then imports the stack within the call's own timeout_ms.
  */
 const LOAD_WAIT_MS = 20_000;
+/** How a VM starts, whatever its mode: its size, abort, network and CPU weight. */
+interface VmStart {
+  memoryMb: number;
+  signal?: AbortSignal;
+  egress: Egress;
+  priority: CpuPriority;
+  /** Called with its cgroup once made (a pooled start raises its weight when a call waits). */
+  onCgroup?: ((cgroup: Cgroup) => void) | undefined;
+}
+
+const BOOT: StartMode = { kind: "boot" };
+
+/** A clone of `t`, warmed up as told before it is parked (a call's or a session's: not at all). */
+function cloneOf(
+  t: Template,
+  warmUp: WarmUp = "none",
+  warmAlso: readonly number[] = [],
+): StartMode {
+  return { kind: "clone", image: t.image, warmUp, ...(warmAlso.length ? { warmAlso } : {}) };
+}
+
 function kvmGroupId(): number | null {
   try {
     const line = execFileSync("getent", ["group", "kvm"], { encoding: "utf8" });
@@ -156,7 +167,8 @@ export class MicrovmBackend implements Backend {
   readonly isolation: Isolation;
   /** The guest's unprivileged user (the agent in the guest runs as root). */
   readonly codeIds = GUEST_UID;
-  readonly pool: WarmPool<MicroVm, VmKind>;
+  /** Keyed by runtime and flavour (a microVM gets its network when a call takes it). */
+  readonly pool: WarmPool<MicroVm>;
   readonly mode: "restore" | "boot";
   private readonly live = new Set<MicroVm>();
   /** VMs serving a call right now (taken from the pool or started for it). */
@@ -238,21 +250,16 @@ export class MicrovmBackend implements Backend {
         if (t.loaded) this.counters.templatesLoaded++;
       },
     });
-    const sizes: Partial<Record<VmKind, number>> = {};
+    const sizes: [PoolKey, number][] = [];
     for (const [runtime, n] of Object.entries(poolOptions.sizes ?? {}) as [RuntimeName, number][]) {
-      sizes[vmKind(runtime, "plain")] = n;
-      if (this.preimportFor(runtime, memoryMb)) sizes[vmKind(runtime, "preimport")] = n;
+      sizes.push([{ runtime, flavour: "plain" }, n]);
+      if (this.preimportFor(runtime, memoryMb)) sizes.push([{ runtime, flavour: "preimport" }, n]);
     }
-    this.pool = new WarmPool<MicroVm, VmKind>((kind, mb, start) => this.prepare(kind, mb, start), {
+    this.pool = new WarmPool<MicroVm>((key, mb, start) => this.prepare(key, mb, start), {
       sizes,
       memoryMb,
       maxConcurrentBoots: poolOptions.maxConcurrentBoots ?? 1,
-      onceCalled: (kind) => {
-        const [runtime] = parseVmKind(kind);
-        return poolOptions.onceCalled?.includes(runtime) ? runtime : null;
-      },
-      tier: (kind) => (parseVmKind(kind)[1] === "preimport" ? 1 : 0),
-      groupOf: (kind) => parseVmKind(kind)[0],
+      ...(poolOptions.onceCalled ? { onceCalled: poolOptions.onceCalled } : {}),
       ...(this.mode === "restore" ? { burst: poolOptions.burst ?? BURST } : {}),
     });
     this.pool.start();
@@ -331,7 +338,7 @@ export class MicrovmBackend implements Backend {
         await vm.destroy();
       }
     }
-    const booted = await this.boot(job.memoryMb, signal, job.egress, "call");
+    const booted = await this.startVm(this.forCall(job, signal), BOOT);
     try {
       await booted.activate(this.bootTimeoutMs, networkModeOf(job.egress));
     } catch (cause) {
@@ -356,7 +363,7 @@ export class MicrovmBackend implements Backend {
     onWait?: (what: string) => void,
   ): Promise<MicroVm | null> {
     let vm = poolServes(job.egress, this.network?.defaultAllowlist ?? null)
-      ? await this.pool.takeOrAwait(vmKind(job.runtime, flavour), job.memoryMb, signal, {
+      ? await this.pool.takeOrAwait({ runtime: job.runtime, flavour }, job.memoryMb, signal, {
           refill: false,
           maxWaitMs: AWAIT_REFILL_MS,
         })
@@ -382,68 +389,40 @@ export class MicrovmBackend implements Backend {
       // A pre-imported template to build imports for seconds: the call goes on to the plain
       // kind, and the build goes on for the calls after it.
       else if (!t) void this.templates.get(key).catch(() => {});
-      if (t)
-        vm = await this.clone(t, job.memoryMb, signal, job.egress, "none", "call").catch(
-          () => null,
-        );
+      if (t) vm = await this.startVm(this.forCall(job, signal), cloneOf(t)).catch(() => null);
     }
     return vm;
   }
 
-  private async clone(
-    t: Template,
-    memoryMb: number,
-    signal: AbortSignal | undefined,
-    egress: Egress,
-    warmUp: WarmUp,
-    priority: CpuPriority,
-    extra: { onCgroup?: (cgroup: Cgroup) => void; warmAlso?: readonly number[] } = {},
-  ): Promise<MicroVm> {
-    const options = {
-      ...this.bootOptions(memoryMb, signal, egress, priority),
-      onCgroup: extra.onCgroup,
-    };
-    const vm = await MicroVm.start(this.ctx, options, {
-      kind: "clone",
-      image: t.image,
-      warmUp,
-      ...(extra.warmAlso?.length ? { warmAlso: extra.warmAlso } : {}),
-    });
-    return this.track(vm);
-  }
-
-  private async boot(
-    memoryMb: number,
-    signal: AbortSignal | undefined,
-    egress: Egress,
-    priority: CpuPriority,
-  ): Promise<MicroVm> {
-    if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
-    const vm = await MicroVm.boot(this.ctx, this.bootOptions(memoryMb, signal, egress, priority));
-    return this.track(vm);
-  }
-
-  private bootOptions(
-    memoryMb: number,
-    signal: AbortSignal | undefined,
-    egress: Egress,
-    priority: CpuPriority,
-  ) {
-    return {
-      memoryMb,
-      priority,
-      readyTimeoutMs: this.bootTimeoutMs,
-      ...(signal ? { signal } : {}),
-      ...(egress.kind !== "none" && this.network
-        ? { network: this.network, egressAllowlist: egressAllowlist(egress) }
-        : {}),
-    };
-  }
-
-  private track(vm: MicroVm): MicroVm {
+  /**
+   * A VM for a call, a session or the pool, started as `mode` says (a clone of a template, or a
+   * cold boot), with a network when its egress needs one; tracked until it exits.
+   */
+  private async startVm(o: VmStart, mode: StartMode): Promise<MicroVm> {
+    if (mode.kind === "boot" && this.closed)
+      throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
+    const vm = await MicroVm.start(
+      this.ctx,
+      {
+        memoryMb: o.memoryMb,
+        priority: o.priority,
+        readyTimeoutMs: this.bootTimeoutMs,
+        ...(o.signal ? { signal: o.signal } : {}),
+        ...(o.egress.kind !== "none" && this.network
+          ? { network: this.network, egressAllowlist: egressAllowlist(o.egress) }
+          : {}),
+        onCgroup: o.onCgroup,
+      },
+      mode,
+    );
     this.live.add(vm);
     void vm.exited.then(() => this.live.delete(vm));
     return vm;
+  }
+
+  /** How a call's or a session's VM starts: its size and network, at a call's CPU weight. */
+  private forCall(job: SandboxJob | SessionJob, signal: AbortSignal): VmStart {
+    return { memoryMb: job.memoryMb, signal, egress: job.egress, priority: "call" };
   }
 
   /**
@@ -451,10 +430,11 @@ export class MicrovmBackend implements Backend {
    * waiting for its seed. With a network provider it gets a network now, since most calls ask
    * for "public" (the default) and building one costs tens of ms of ip/nft commands.
    */
-  private async prepare(kind: VmKind, memoryMb: number, claim?: PoolStart): Promise<MicroVm> {
-    const [runtime, flavour] = parseVmKind(kind);
+  private async prepare(key: PoolKey, memoryMb: number, claim?: PoolStart): Promise<MicroVm> {
+    const { runtime, flavour } = key;
     const egress = this.network ? egressFor("public", this.network.defaultAllowlist) : NO_EGRESS;
-    if (this.mode === "boot") return this.boot(memoryMb, this.closing.signal, egress, "background");
+    const o: VmStart = { memoryMb, signal: this.closing.signal, egress, priority: "background" };
+    if (this.mode === "boot") return this.startVm(o, BOOT);
     if (this.closed) throw new ScratchRunError("NOT_READY", "the microVM backend is closed");
     const t = await this.templates.get({ runtime, memoryMb, flavour });
     const { warmUp, warmAlso } = await this.warmUp.forClone(runtime, flavour);
@@ -462,10 +442,7 @@ export class MicrovmBackend implements Backend {
     // A call waiting for this clone (takeOrAwait) raises it to a call's CPU weight.
     const onCgroup = (cgroup: Cgroup) =>
       claim?.onClaimed(() => void cgroup.setCpuWeight(CPU_WEIGHT.call).catch(() => {}));
-    return this.clone(t, memoryMb, this.closing.signal, egress, warmUp, "background", {
-      onCgroup,
-      warmAlso,
-    });
+    return this.startVm({ ...o, onCgroup }, cloneOf(t, warmUp, warmAlso));
   }
 
   /**
@@ -536,13 +513,11 @@ export class MicrovmBackend implements Backend {
       for (const flavour of flavours) {
         const t = this.templates.built({ runtime: job.runtime, memoryMb: job.memoryMb, flavour });
         if (!t) continue;
-        const vm = await this.clone(t, job.memoryMb, signal, job.egress, "none", "call").catch(
-          () => null,
-        );
+        const vm = await this.startVm(this.forCall(job, signal), cloneOf(t)).catch(() => null);
         if (vm) return { vm, prestarted: prestartInterpreter(job.runtime) ? flavour : null };
       }
     }
-    return { vm: await this.boot(job.memoryMb, signal, job.egress, "call"), prestarted: null };
+    return { vm: await this.startVm(this.forCall(job, signal), BOOT), prestarted: null };
   }
 
   /** The runtime's pre-import if a VM of memoryMb may have one (restore mode only). */
@@ -591,7 +566,10 @@ export class MicrovmBackend implements Backend {
 
   /** Pooled clones that would serve this runtime, of both flavours. */
   pooled(runtime: RuntimeName): { ready: number; target: number } {
-    const kinds = [vmKind(runtime, "plain"), vmKind(runtime, "preimport")];
+    const kinds: PoolKey[] = [
+      { runtime, flavour: "plain" },
+      { runtime, flavour: "preimport" },
+    ];
     return {
       ready: kinds.reduce((n, k) => n + this.pool.readyCount(k), 0),
       target: kinds.reduce((n, k) => n + this.pool.size(k), 0),

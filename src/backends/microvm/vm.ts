@@ -133,10 +133,6 @@ export class MicroVm {
     return this.phase.channel;
   }
 
-  static boot(ctx: HostContext, opts: BootOptions): Promise<MicroVm> {
-    return MicroVm.start(ctx, opts, { kind: "boot" });
-  }
-
   /**
    * Starts a VM as a recipe of named steps (vm-start.ts), each pushing its undo onto one stack so
    * that a failure at any step tears down exactly what exists: uid, dir, cgroup, tap, channel,

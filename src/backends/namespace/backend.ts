@@ -17,9 +17,9 @@ import { runCall, Teardowns } from "../call.js";
 import type { Preimport } from "../../images/preimport.js";
 import { RUNTIMES, type RuntimeName } from "../../schema/exec.js";
 import { LIMITS } from "../../schema/limits.js";
-import { WarmPool, type PooledVm, type PoolStart } from "../pool.js";
+import { WarmPool, type PoolKey, type PooledVm, type PoolStart } from "../pool.js";
 import type { DomainAllowlist } from "../../net/allowlist.js";
-import { agentPrestartArgs, type Flavour } from "../prestart.js";
+import { agentPrestartArgs } from "../prestart.js";
 import type {
   Backend,
   BackendOutcome,
@@ -57,17 +57,6 @@ export interface NamespaceBackendOptions {
   preimport?: Partial<Record<RuntimeName, Preimport>>;
 }
 
-/** A pool of jails: network mode, runtime, and whether its Python pre-imported. */
-export type JailKind = `${NetworkMode}/${RuntimeName}/${Flavour}`;
-
-const kindOf = (network: NetworkMode, runtime: RuntimeName, flavour: Flavour): JailKind =>
-  `${network}/${runtime}/${flavour}`;
-
-function parseKind(kind: JailKind): [NetworkMode, RuntimeName, Flavour] {
-  const [network, runtime, flavour] = kind.split("/") as [NetworkMode, RuntimeName, Flavour];
-  return [network, runtime, flavour];
-}
-
 export interface NetworkProvider {
   /** The allowlist pooled networks are made for: the server's (null: unrestricted egress). */
   readonly defaultAllowlist: DomainAllowlist | null;
@@ -102,6 +91,20 @@ interface Jail extends PooledVm {
   kill(): Promise<void>;
 }
 
+/** How a jail starts: its memory, network, the agent's pre-start arguments and its CPU weight. */
+interface JailStart {
+  memoryMb: number;
+  network: NetworkMode;
+  /** With network "public": the allowlist its network is made for (null: unrestricted). */
+  allowlist: DomainAllowlist | null;
+  agentArgs: string[];
+  priority: CpuPriority;
+  /** A session's jail is freezable (stopped between its calls). */
+  cgroupOptions?: CgroupOptions;
+  /** Called with its cgroup once made (a pooled start raises its weight when a call waits). */
+  onCgroup?: (cgroup: Cgroup) => void;
+}
+
 /**
  * The namespace backend: one bubblewrap jail per call, in its own cgroup, as its own host uid.
  * Every process of a call's jail has exited before run() settles; removing its cgroup, network
@@ -127,38 +130,31 @@ export class NamespaceBackend implements Backend {
    * Keyed by network mode (a jail's network namespace is fixed when it starts), runtime (the
    * interpreter its agent pre-started) and flavour.
    */
-  readonly pool: WarmPool<Jail, JailKind>;
+  readonly pool: WarmPool<Jail>;
   /** Calls served by a pooled jail (pre-imported ones also counted apart), and by a cold one. */
   readonly counters = { pooledCalls: 0, preimportedCalls: 0, coldCalls: 0 };
 
   constructor(private readonly options: NamespaceBackendOptions) {
     this.cgroups = detectCgroups();
-    const sizes: Partial<Record<JailKind, number>> = {};
+    const sizes: [PoolKey, number][] = [];
     for (const network of options.network ? (["none", "public"] as const) : (["none"] as const))
       for (const runtime of RUNTIMES) {
         const n = options.poolSizes?.[runtime] ?? options.poolSize ?? 0;
-        sizes[kindOf(network, runtime, "plain")] = n;
-        if (options.preimport?.[runtime]) sizes[kindOf(network, runtime, "preimport")] = n;
+        sizes.push([{ network, runtime, flavour: "plain" }, n]);
+        if (options.preimport?.[runtime])
+          sizes.push([{ network, runtime, flavour: "preimport" }, n]);
       }
-    this.pool = new WarmPool<Jail, JailKind>(
-      (kind, memoryMb, start) => this.prepare(memoryMb, kind, start),
-      {
-        sizes,
-        memoryMb: LIMITS.memoryMb.default,
-        maxConcurrentBoots: 1,
-        onceCalled: (kind) => {
-          const runtime = parseKind(kind)[1];
-          return options.poolOnceCalled?.includes(runtime) ? runtime : null;
-        },
-        tier: (kind) => (parseKind(kind)[2] === "preimport" ? 1 : 0),
-        groupOf: (kind) => parseKind(kind)[1],
-        // Back-to-back calls of one kind keep one more jail ready (a pre-imported one takes ~0.6 s
-        // to start), until 20 s pass without one, and two start at once meanwhile: a plain jail
-        // takes longer to start (~20 ms, most of it waiting on the kernel) than a short call takes
-        // to run, so one start at a time left every other back-to-back call waiting for one.
-        burst: { extra: 1, takes: 2, windowMs: 20_000, maxConcurrentBoots: 2 },
-      },
-    );
+    this.pool = new WarmPool<Jail>((key, memoryMb, start) => this.prepare(memoryMb, key, start), {
+      sizes,
+      memoryMb: LIMITS.memoryMb.default,
+      maxConcurrentBoots: 1,
+      onceCalled: options.poolOnceCalled ?? [],
+      // Back-to-back calls of one kind keep one more jail ready (a pre-imported one takes ~0.6 s
+      // to start), until 20 s pass without one, and two start at once meanwhile: a plain jail
+      // takes longer to start (~20 ms, most of it waiting on the kernel) than a short call takes
+      // to run, so one start at a time left every other back-to-back call waiting for one.
+      burst: { extra: 1, takes: 2, windowMs: 20_000, maxConcurrentBoots: 2 },
+    });
     this.pool.start();
   }
 
@@ -178,10 +174,10 @@ export class NamespaceBackend implements Backend {
   pooled(runtime: RuntimeName): { ready: number; target: number } {
     let ready = 0;
     let target = 0;
-    for (const kind of Object.keys(this.pool.config.sizes) as JailKind[]) {
-      if (parseKind(kind)[1] !== runtime) continue;
-      ready += this.pool.readyCount(kind);
-      target += this.pool.size(kind);
+    for (const [key] of this.pool.config.sizes) {
+      if (key.runtime !== runtime) continue;
+      ready += this.pool.readyCount(key);
+      target += this.pool.size(key);
     }
     return { ready, target };
   }
@@ -204,15 +200,23 @@ export class NamespaceBackend implements Backend {
    */
   private async acquire(job: SandboxJob, signal: AbortSignal): Promise<Jail | null> {
     if (job.flavour === "preimport") {
-      const kind = kindOf(networkModeOf(job.egress), job.runtime, "preimport");
-      const jail = await this.pool.takeOrAwait(kind, job.memoryMb, signal);
+      const key: PoolKey = {
+        network: networkModeOf(job.egress),
+        runtime: job.runtime,
+        flavour: "preimport",
+      };
+      const jail = await this.pool.takeOrAwait(key, job.memoryMb, signal);
       if (jail) {
         this.counters.preimportedCalls++;
         return jail;
       }
     }
-    const kind = kindOf(networkModeOf(job.egress), job.runtime, "plain");
-    return this.pool.takeOrAwait(kind, job.memoryMb, signal);
+    const key: PoolKey = {
+      network: networkModeOf(job.egress),
+      runtime: job.runtime,
+      flavour: "plain",
+    };
+    return this.pool.takeOrAwait(key, job.memoryMb, signal);
   }
 
   private async runOnce(job: SandboxJob, options: RunOptions): Promise<BackendOutcome> {
@@ -221,13 +225,13 @@ export class NamespaceBackend implements Backend {
     const pooled = poolable ? await this.acquire(job, options.signal) : null;
     const jail =
       pooled ??
-      (await this.start(
-        job.memoryMb,
-        networkModeOf(job.egress),
-        egressAllowlist(job.egress),
-        [],
-        "call",
-      ));
+      (await this.start({
+        memoryMb: job.memoryMb,
+        network: networkModeOf(job.egress),
+        allowlist: egressAllowlist(job.egress),
+        agentArgs: [],
+        priority: "call",
+      }));
     this.counters[pooled ? "pooledCalls" : "coldCalls"]++;
     return runCall(
       {
@@ -261,14 +265,14 @@ export class NamespaceBackend implements Backend {
    */
   async openSession(job: SessionJob, signal: AbortSignal): Promise<SessionSandbox> {
     if (this.closing.signal.aborted) throw new Error("backend is closed");
-    const jail = await this.start(
-      job.memoryMb,
-      networkModeOf(job.egress),
-      egressAllowlist(job.egress),
-      [],
-      "call",
-      { freezable: true },
-    );
+    const jail = await this.start({
+      memoryMb: job.memoryMb,
+      network: networkModeOf(job.egress),
+      allowlist: egressAllowlist(job.egress),
+      agentArgs: [],
+      priority: "call",
+      cgroupOptions: { freezable: true },
+    });
     try {
       const ready = await waitForReady(
         jail.child.stdout!,
@@ -314,24 +318,24 @@ export class NamespaceBackend implements Backend {
    * pre-import flavour its modules imported) and past the agent's READY, so a call sends its
    * request at once.
    */
-  private async prepare(memoryMb: number, kind: JailKind, claim: PoolStart): Promise<Jail> {
-    const [network, runtime, flavour] = parseKind(kind);
+  private async prepare(memoryMb: number, key: PoolKey, claim: PoolStart): Promise<Jail> {
+    const { network = "none", runtime, flavour } = key;
     const args = agentPrestartArgs(
       runtime,
       flavour,
       this.options.preimport?.[runtime],
       AGENT_MOUNT,
     );
-    const jail = await this.start(
+    const jail = await this.start({
       memoryMb,
       network,
-      this.options.network?.defaultAllowlist ?? null,
-      args,
-      claim.claimed ? "call" : "background",
-      {},
+      allowlist: this.options.network?.defaultAllowlist ?? null,
+      agentArgs: args,
+      priority: claim.claimed ? "call" : "background",
       // A call waiting for this jail raises it to a call's weight (pool.ts PoolStart).
-      (cgroup) => claim.onClaimed(() => void cgroup.setCpuWeight(CPU_WEIGHT.call).catch(() => {})),
-    );
+      onCgroup: (cgroup) =>
+        claim.onClaimed(() => void cgroup.setCpuWeight(CPU_WEIGHT.call).catch(() => {})),
+    });
     const ready = await waitForReady(
       jail.child.stdout!,
       AbortSignal.any([this.closing.signal, AbortSignal.timeout(READY_TIMEOUT_MS)]),
@@ -347,15 +351,8 @@ export class NamespaceBackend implements Backend {
    * Starts a jail: uid, cgroup, network, then bwrap with the agent as its pid 1. A pooled jail
    * starts at the background CPU weight and is promoted when a call takes it.
    */
-  private async start(
-    memoryMb: number,
-    network: NetworkMode,
-    allowlist: DomainAllowlist | null,
-    agentArgs: string[],
-    priority: CpuPriority,
-    cgroupOptions: CgroupOptions = {},
-    onCgroup?: (cgroup: Cgroup) => void,
-  ): Promise<Jail> {
+  private async start(o: JailStart): Promise<Jail> {
+    const { memoryMb, network, allowlist, agentArgs, priority, cgroupOptions = {}, onCgroup } = o;
     const id = `ns-${randomBytes(6).toString("hex")}`;
     const undo = new UndoStack();
     try {
