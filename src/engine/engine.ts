@@ -12,8 +12,8 @@ import { parseExecRequest } from "../schema/validate.js";
 import { Admission } from "./admission.js";
 import { entryRequests as entryRequestsOf, runBatch, type BatchOutcome } from "./batch.js";
 import { flavourFor } from "./preimport-route.js";
-import { toAgentRequest } from "./request.js";
-import { cancelledOutcome, toExecOutcome, type ExecOutcome } from "./result.js";
+import { runAdmitted } from "./admitted-call.js";
+import type { ExecOutcome } from "./result.js";
 import { egressFor } from "../backends/egress.js";
 import { LIMITS } from "../schema/limits.js";
 import { parseSessionStart, type SessionInfo } from "../schema/session.js";
@@ -142,19 +142,18 @@ export class Engine {
     this.policy = options.policy ?? DEFAULT_POLICY;
     this.ceiling = options.ceiling ?? hostCeiling();
     this.ceilingPolicy = ceilingPolicyOf(this.ceiling);
-    this.sessions = new Sessions(
+    this.sessions = new Sessions({
       backend,
-      this.admission,
-      options.sessions ?? {
+      admission: this.admission,
+      limits: options.sessions ?? {
         perServer: LIMITS.session.perServer,
         perCaller: LIMITS.session.perCaller,
         memoryMbPerServer: LIMITS.session.memoryMbPerServer,
         memoryMbPerCaller: LIMITS.session.memoryMbPerCaller,
       },
-      options.seedFiles ?? {},
-      undefined,
-      options.preimport ?? {},
-    );
+      seeds: options.seedFiles ?? {},
+      preimport: options.preimport ?? {},
+    });
   }
 
   /**
@@ -297,42 +296,33 @@ export class Engine {
     }
     const req: ExecRequest = { ...request, network: this.effectiveNetwork(request) };
     options.onProgress?.({ stage: "queued" });
-    const queuedAt = Date.now();
-    const admitted = await this.admission.acquire(options.signal);
     // Cancelled while queued: answered as a cancelled call is, not refused (no sandbox started).
-    if (!admitted.ok) return cancelledOutcome(req, this.backend.isolation, Date.now() - queuedAt);
-    const { release } = admitted;
-    const controller = new AbortController();
-    const onAbort = () => controller.abort();
-    options.signal?.addEventListener("abort", onAbort, { once: true });
-    if (options.signal?.aborted) controller.abort();
-    const started = Date.now();
-    try {
-      const agentRequest = toAgentRequest(
-        req,
-        this.backend.codeIds,
-        this.options.seedFiles?.[req.runtime],
-      );
-      options.onProgress?.({ stage: "starting" });
-      const outcome = await this.backend.run(
-        {
-          runtime: req.runtime,
-          memoryMb: req.memory_mb,
-          egress: egressFor(req.network, allow, secrets?.broker),
-          request: secrets ? withSecrets(agentRequest, secrets) : agentRequest,
-          flavour: flavourFor(req, this.options.preimport?.[req.runtime]),
-        },
-        {
-          signal: controller.signal,
-          onEvent: (e) => relay(e, options.onProgress),
-          onWait: (waiting) => options.onProgress?.({ stage: "starting", waiting }),
-        },
-      );
-      return toExecOutcome(req, outcome, Date.now() - started, controller.signal.aborted);
-    } finally {
-      options.signal?.removeEventListener("abort", onAbort);
-      release();
-    }
+    const { result } = await runAdmitted({
+      admission: this.admission,
+      isolation: this.backend.isolation,
+      codeIds: this.backend.codeIds,
+      request: req,
+      seeds: this.options.seedFiles?.[req.runtime],
+      signal: options.signal,
+      run: (agentRequest, signal) => {
+        options.onProgress?.({ stage: "starting" });
+        return this.backend.run(
+          {
+            runtime: req.runtime,
+            memoryMb: req.memory_mb,
+            egress: egressFor(req.network, allow, secrets?.broker),
+            request: secrets ? withSecrets(agentRequest, secrets) : agentRequest,
+            flavour: flavourFor(req, this.options.preimport?.[req.runtime]),
+          },
+          {
+            signal,
+            onEvent: (e) => relay(e, options.onProgress),
+            onWait: (waiting) => options.onProgress?.({ stage: "starting", waiting }),
+          },
+        );
+      },
+    });
+    return result;
   }
 
   /** A public call's allowlist: the call's (or the server's), narrowed by its key's. */

@@ -10,7 +10,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import type { Egress } from "../backends/egress.js";
 import type { SessionSandbox } from "../backends/session.js";
-import type { Backend, Isolation } from "../backends/types.js";
+import type { Backend } from "../backends/types.js";
 import { ScratchRunError } from "../errors.js";
 import type { AgentFile } from "../protocol/types.js";
 import { runtimeEntry } from "../runtimes/table.js";
@@ -18,10 +18,10 @@ import type { ExecRequest } from "../schema/exec.js";
 import type { SessionInfo, SessionStartRequest } from "../schema/session.js";
 import { givenFields } from "../schema/validate.js";
 import type { Admission } from "./admission.js";
-import { toAgentRequest } from "./request.js";
+import { runAdmitted } from "./admitted-call.js";
 import { flavourFor } from "./preimport-route.js";
 import type { Preimport } from "../images/preimport.js";
-import { cancelledOutcome, toExecOutcome, type ExecOutcome } from "./result.js";
+import type { ExecOutcome } from "./result.js";
 import type { AgentEvent } from "../protocol/types.js";
 
 export interface SessionLimits {
@@ -69,6 +69,18 @@ export interface SessionCallOptions {
   onEvent?: (e: AgentEvent) => void;
 }
 
+/** What a Sessions serves from: the engine's backend and admission, and the sessions' rules. */
+export interface SessionsOptions {
+  backend: Backend;
+  /** The engine's admission: a session's cell waits for a slot as a call does. */
+  admission: Admission;
+  limits: SessionLimits;
+  /** Files each runtime's session starts with. */
+  seeds: Partial<Record<ExecRequest["runtime"], AgentFile[]>>;
+  /** Each runtime's pre-import (a session's first cell is routed as a call's would be). */
+  preimport?: Partial<Record<ExecRequest["runtime"], Preimport>>;
+}
+
 export class Sessions {
   private readonly byId = new Map<string, Session>();
   /** Sessions being started (counted against the limits while their sandbox boots). */
@@ -80,15 +92,19 @@ export class Sessions {
   private closed = false;
   private readonly endListeners = new Set<SessionEndListener>();
 
-  constructor(
-    private readonly backend: Backend,
-    private readonly admission: Admission,
-    private readonly limits: SessionLimits,
-    private readonly seeds: Partial<Record<ExecRequest["runtime"], AgentFile[]>>,
-    private readonly onEnd?: (info: SessionInfo, why: SessionEnd) => void,
-    /** Each runtime's pre-import (a session's first cell is routed as a call's would be). */
-    private readonly preimport: Partial<Record<ExecRequest["runtime"], Preimport>> = {},
-  ) {}
+  private readonly backend: Backend;
+  private readonly admission: Admission;
+  private readonly limits: SessionLimits;
+  private readonly seeds: Partial<Record<ExecRequest["runtime"], AgentFile[]>>;
+  private readonly preimport: Partial<Record<ExecRequest["runtime"], Preimport>>;
+
+  constructor(o: SessionsOptions) {
+    this.backend = o.backend;
+    this.admission = o.admission;
+    this.limits = o.limits;
+    this.seeds = o.seeds;
+    this.preimport = o.preimport ?? {};
+  }
 
   /** Calls `listener` at every session's end (the service's records); returns the unsubscribe. */
   addEndListener(listener: SessionEndListener): () => void {
@@ -281,55 +297,48 @@ export class Sessions {
     const call = new AbortController();
     s.running = call;
     clearTimeout(s.idleTimer);
-    const onAbort = () => call.abort();
-    options.signal?.addEventListener("abort", onAbort, { once: true });
-    if (options.signal?.aborted) call.abort();
     const effective: ExecRequest = { ...req, memory_mb: s.memoryMb, network: s.network };
-    const isolation: Isolation = this.backend.isolation;
-    const queuedAt = Date.now();
     try {
-      const admitted = await this.admission.acquire(call.signal);
-      if (!admitted.ok) return cancelledOutcome(effective, isolation, Date.now() - queuedAt);
-      const started = Date.now();
-      try {
-        const request = toAgentRequest(
-          effective,
-          this.backend.codeIds,
-          s.calls === 0 ? this.seeds[s.runtime] : undefined,
-        );
-        const outcome = await s.sandbox.run(
-          request,
-          { signal: call.signal, ...(options.onEvent ? { onEvent: options.onEvent } : {}) },
-          flavourFor(effective, this.preimport[s.runtime]),
-        );
-        s.calls++;
-        const pid = outcome.agent.pid;
-        const interpreter =
-          runtimeEntry(s.runtime).sessionScript === null
-            ? ("none" as const)
-            : pid !== null && pid === s.lastPid
-              ? ("kept" as const)
-              : ("fresh" as const);
-        if (pid !== null) s.lastPid = pid;
-        const result = toExecOutcome(effective, outcome, Date.now() - started, call.signal.aborted);
-        const ended = s.sandbox.broken;
-        result.result.session = {
-          session_id: s.id,
-          calls: s.calls,
-          expires_at: new Date(s.expiresAt).toISOString(),
-          interpreter,
-          ...(ended ? { ended: true } : {}),
-        };
-        if (ended) {
-          const note = "The session's sandbox ended with this call; the session is over.";
-          result.result.message = result.result.message ? `${result.result.message} ${note}` : note;
-        }
-        return result;
-      } finally {
-        admitted.release();
+      const { result, outcome } = await runAdmitted({
+        admission: this.admission,
+        isolation: this.backend.isolation,
+        codeIds: this.backend.codeIds,
+        request: effective,
+        seeds: s.calls === 0 ? this.seeds[s.runtime] : undefined,
+        signal: options.signal,
+        call,
+        run: (request, signal) =>
+          s.sandbox.run(
+            request,
+            { signal, ...(options.onEvent ? { onEvent: options.onEvent } : {}) },
+            flavourFor(effective, this.preimport[s.runtime]),
+          ),
+      });
+      // Cancelled while queued: answered as a cancelled call is (no cell ran).
+      if (!outcome) return result;
+      s.calls++;
+      const pid = outcome.agent.pid;
+      const interpreter =
+        runtimeEntry(s.runtime).sessionScript === null
+          ? ("none" as const)
+          : pid !== null && pid === s.lastPid
+            ? ("kept" as const)
+            : ("fresh" as const);
+      if (pid !== null) s.lastPid = pid;
+      const ended = s.sandbox.broken;
+      result.result.session = {
+        session_id: s.id,
+        calls: s.calls,
+        expires_at: new Date(s.expiresAt).toISOString(),
+        interpreter,
+        ...(ended ? { ended: true } : {}),
+      };
+      if (ended) {
+        const note = "The session's sandbox ended with this call; the session is over.";
+        result.result.message = result.result.message ? `${result.result.message} ${note}` : note;
       }
+      return result;
     } finally {
-      options.signal?.removeEventListener("abort", onAbort);
       s.running = null;
       if (s.sandbox.broken) await this.finish(s, "crashed");
       else if (this.byId.has(s.id)) s.idleTimer = this.timer(s.id, "idle", s.idleTimeoutMs);
@@ -380,7 +389,6 @@ export class Sessions {
     s.running?.abort();
     await s.sandbox.close();
     const info = this.info(s);
-    this.onEnd?.(info, why);
     for (const listener of this.endListeners) listener(info, why);
   }
 }
