@@ -182,7 +182,17 @@ export const AUTH_PATHS = {
     get: {
       operationId: "consoleKeys",
       security: console_,
-      summary: "The active API keys this user may act as (an admin: all; a member: their own)",
+      summary:
+        "The active API keys this user may act as (an admin: all; a member: their own); with state=all, their revoked and expired keys too",
+      parameters: [
+        {
+          name: "state",
+          in: "query",
+          required: false,
+          schema: { enum: ["active", "all"] },
+          description: "all: revoked and expired keys too (default: active only)",
+        },
+      ],
       responses: {
         "200": {
           description: "Keys (never the secret)",
@@ -389,6 +399,10 @@ export const AUTH_SCHEMAS = {
       },
       csrf_token: str,
       expires_at: int,
+      server_url: {
+        ...str,
+        description: "GET only: this server's URL as its clients reach it (SCRATCHRUN_PUBLIC_URL)",
+      },
       key_ceiling: {
         type: ["object", "null"],
         description:
@@ -412,6 +426,11 @@ export const AUTH_SCHEMAS = {
             created_at: int,
             last_used_at: nullable("integer"),
             policy: nullable("object"),
+            revoked_at: nullable("integer"),
+            expires_at: {
+              ...nullable("integer"),
+              description: "When it stops working; null: never",
+            },
           },
         },
       },

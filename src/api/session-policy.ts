@@ -86,7 +86,11 @@ export class SessionPolicyWatch {
       // The record first: whichever end the engine reports next keeps this reason.
       if (!(await this.d.records.end(s.recordId, "policy", null))) continue;
       this.d.log.info(
-        { key_id: s.keyId, runtime: s.runtime, reason: s.revoked ? "key revoked" : "key narrowed" },
+        {
+          key_id: s.keyId,
+          runtime: s.runtime,
+          reason: s.revoked ? "key revoked or expired" : "key narrowed",
+        },
         "session ended: its key no longer admits it",
       );
       await this.d.end(s);

@@ -289,8 +289,11 @@ export async function runServe(
     ...(oidc ? { oidc } : {}),
     sessions: { taskAfterMs: taskAfterMsFromEnv(env) },
   });
+  // Where a person opens the console and where an MCP client is pointed (the public URL, if set).
+  const base = (publicUrl ?? api.url).replace(/\/+$/, "");
+  const where = tcp ? `; console ${base}/console, MCP ${base}/mcp` : "";
   process.stderr.write(
-    `scratchrun: serving on ${[...(tcp ? [api.url] : []), ...(socket ? [`unix:${socket.path}`] : [])].join(" and ")} (isolation ${engine.backend.isolation})\n`,
+    `scratchrun: serving on ${[...(tcp ? [api.url] : []), ...(socket ? [`unix:${socket.path}`] : [])].join(" and ")} (isolation ${engine.backend.isolation})${where}\n`,
   );
   hooks.listening?.(api, engine.backend.isolation);
   logWhenPoolsFull(engine.backend, (ms) => logger.info({ after_ms: ms }, "every warm pool full"));

@@ -148,9 +148,18 @@ export function sameSecret(a: string | undefined, b: string | undefined): boolea
   return x.length === y.length && timingSafeEqual(x, y);
 }
 
-/** The keys a console user may see and act as: an admin every active key, a member their own. */
-export async function visibleKeys(keys: KeyStore, s: ConsoleSession): Promise<KeyInfo[]> {
-  return (await ownedKeys(keys, s)).filter((k) => k.revokedAt === null);
+/**
+ * The keys a console user may see and act as: an admin every active key, a member their own
+ * (active: neither revoked nor expired).
+ */
+export async function visibleKeys(
+  keys: KeyStore,
+  s: ConsoleSession,
+  now = Date.now(),
+): Promise<KeyInfo[]> {
+  return (await ownedKeys(keys, s)).filter(
+    (k) => k.revokedAt === null && (k.expiresAt === null || k.expiresAt > now),
+  );
 }
 
 /** A console user's keys with their revoked ones too (whose runs stay in their history). */

@@ -6,7 +6,7 @@ import { applyPatch, type KeyPolicy, type PolicyPatch } from "../policy/key-poli
 import type { KeyInfo } from "../store/keys.js";
 import type { Grant } from "../store/oauth.js";
 import type { ConsoleSession } from "../store/users.js";
-import { noKey, readObject, visibleKeys, type ConsoleContext } from "./context.js";
+import { noKey, ownedKeys, readObject, visibleKeys, type ConsoleContext } from "./context.js";
 
 export function keyJson(k: KeyInfo) {
   return {
@@ -16,6 +16,8 @@ export function keyJson(k: KeyInfo) {
     created_at: k.createdAt,
     last_used_at: k.lastUsedAt,
     policy: k.policy,
+    revoked_at: k.revokedAt,
+    expires_at: k.expiresAt,
   };
 }
 
@@ -70,9 +72,12 @@ export function keyRoutes(c: ConsoleContext): Route[] {
     {
       method: "GET",
       path: "/v1/console/keys",
-      handle: c.signedIn(async ({ res }, s) =>
-        sendJson(res, 200, { keys: (await visibleKeys(d.keys, s)).map(keyJson) }),
-      ),
+      // state=all: the revoked and expired keys too, which the keys page lists as such.
+      handle: c.signedIn(async ({ res, query }, s) => {
+        const all = query.get("state") === "all";
+        const keys = all ? await ownedKeys(d.keys, s) : await visibleKeys(d.keys, s);
+        sendJson(res, 200, { keys: keys.map(keyJson) });
+      }),
     },
     {
       method: "POST",
@@ -94,11 +99,25 @@ export function keyRoutes(c: ConsoleContext): Route[] {
             "INVALID_INPUT",
             "policy is an object (or null: the server's settings)",
           );
+        const expiresAt = b.expires_at ?? null;
+        if (expiresAt !== null && typeof expiresAt !== "number")
+          return sendError(
+            x.res,
+            400,
+            "INVALID_INPUT",
+            "expires_at is a time in ms since the epoch (or null: never)",
+          );
         try {
           const policy = (b.policy as PolicyPatch | null | undefined) ?? null;
           (await withinCeiling(s, "all"))(policy ? applyPatch(null, policy) : null);
-          const k = await d.keys.create(b.name, policy, Date.now(), s.user.id);
-          sendJson(x.res, 201, { id: k.id, name: b.name, key: k.key, policy: k.policy });
+          const k = await d.keys.create(b.name, policy, Date.now(), s.user.id, null, expiresAt);
+          sendJson(x.res, 201, {
+            id: k.id,
+            name: b.name,
+            key: k.key,
+            policy: k.policy,
+            expires_at: k.expiresAt,
+          });
         } catch (e) {
           asInput(x.res, e);
         }

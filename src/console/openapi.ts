@@ -38,6 +38,29 @@ const ceilingOf = {
 };
 
 export const CONSOLE_PATHS = {
+  "/": {
+    get: {
+      operationId: "root",
+      security: [],
+      summary:
+        "Where things are: a browser (Accept: text/html) is sent to the console (303 to /console); any other client gets this server's console, MCP and OpenAPI URLs",
+      responses: {
+        "200": {
+          description: "The URLs",
+          content: {
+            "application/json": {
+              schema: {
+                type: "object",
+                required: ["service", "version", "console", "mcp", "openapi"],
+                properties: { service: str, version: str, console: str, mcp: str, openapi: str },
+              },
+            },
+          },
+        },
+        "303": { description: "A browser: to /console" },
+      },
+    },
+  },
   /** Merged with its GET (api/openapi-auth.ts) by api/openapi.ts. */
   "/v1/console/keys": {
     post: {
@@ -51,14 +74,22 @@ export const CONSOLE_PATHS = {
             schema: {
               type: "object",
               required: ["name"],
-              properties: { name: str, policy: { ...policy, type: ["object", "null"] } },
+              properties: {
+                name: str,
+                policy: { ...policy, type: ["object", "null"] },
+                expires_at: {
+                  ...nullable("integer"),
+                  description:
+                    "When the key stops working (ms since the epoch, in the future); null or left out: never. From then on REST, /mcp and the OAuth tokens of its grants refuse it, and its sessions end",
+                },
+              },
             },
           },
         },
       },
       responses: {
         "201": { description: "The key", content: json("#/components/schemas/CreatedKey") },
-        "400": err("A bad name or policy field (named)"),
+        "400": err("A bad name, policy field (named) or expiry"),
         "401": signedOut,
         "403": beyondCeiling,
       },
@@ -294,6 +325,7 @@ export const CONSOLE_SCHEMAS = {
       name: str,
       key: { ...str, description: "The secret: shown in this answer only, never stored" },
       policy: { ...policy, type: ["object", "null"] },
+      expires_at: nullable("integer"),
     },
   },
   ConsoleRuns: {

@@ -55,7 +55,7 @@ export function formTargetOf(redirectUri: string): string {
 function page(title: string, body: string): string {
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
-<title>${escapeHtml(title)} · ScratchRun</title><link rel="stylesheet" href="${STYLE_PATH}"></head>
+<title>${escapeHtml(title)} · ScratchRun</title><link rel="icon" href="/favicon.ico"><link rel="stylesheet" href="${STYLE_PATH}"></head>
 <body><main>${body}</main></body></html>
 `;
 }

@@ -9,6 +9,8 @@ import {
   type ConsoleContext,
   type ConsoleDeps,
 } from "./context.js";
+import { VERSION } from "../version.js";
+import { favicon } from "./favicon.js";
 import { historyRoutes } from "./history.js";
 import { keyRoutes } from "./keys.js";
 import { oidcSigninRoutes } from "./oidc-signin.js";
@@ -44,13 +46,45 @@ export function consoleRoutes(d: ConsoleDeps): Route[] {
   ];
 }
 
-/** The page itself (signed in; else the sign-in page), its files and the pages' stylesheet. */
+/**
+ * The page itself (signed in; else the sign-in page), its files and the pages' stylesheet; the
+ * server's root, which sends a browser (one that asks for HTML) to the console and tells any other
+ * client where things are, in JSON; and the site's icon.
+ */
 function appRoutes(c: ConsoleContext): Route[] {
   const app: Route["handle"] = async ({ req, res }) => {
     if (await c.sessionOf(req)) serveStatic(res, APP_PATH);
     else c.seeOther(res, "/console/signin");
   };
   return [
+    {
+      method: "GET",
+      path: "/",
+      handle: ({ req, res }) => {
+        if (/\btext\/html\b/.test(req.headers.accept ?? "")) return c.seeOther(res, "/console");
+        sendJson(res, 200, {
+          service: "scratchrun",
+          version: VERSION,
+          console: `${c.d.config.issuer}/console`,
+          mcp: c.d.config.resource,
+          openapi: `${c.d.config.issuer}/openapi.json`,
+        });
+      },
+    },
+    {
+      method: "GET",
+      path: "/favicon.ico",
+      handle: ({ res }) => {
+        const body = favicon();
+        res.writeHead(200, {
+          "Content-Type": "image/x-icon",
+          "Content-Length": String(body.length),
+          "Cache-Control": "max-age=86400",
+          "X-Content-Type-Options": "nosniff",
+        });
+        res.end(body);
+      },
+    },
     { method: "GET", path: "/console", handle: app },
     { method: "GET", path: "/console/", label: "/console", handle: app },
     ...STATIC_PATHS.map((path): Route => ({

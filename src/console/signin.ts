@@ -161,6 +161,8 @@ export function signinRoutes(c: ConsoleContext): Route[] {
           csrf_token: s.csrf,
           expires_at: s.expiresAt,
           key_ceiling: await d.users.keyCeiling(s.user.id),
+          // This server's URL as its clients reach it (the new key's snippets name it).
+          server_url: d.config.issuer,
         }),
       ),
     },

@@ -22,6 +22,8 @@ export interface KeyInfo {
   name: string;
   createdAt: number;
   revokedAt: number | null;
+  /** When the key stops authenticating (ms); null: never. */
+  expiresAt: number | null;
   lastUsedAt: number | null;
   /** The key's own policy (src/policy/key-policy.ts); null: the server's settings. */
   policy: KeyPolicy | null;
@@ -44,6 +46,9 @@ export function parseKeyId(key: string): string | null {
 }
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9 ._@-]{0,63}$/;
+
+/** A key that has not expired, as of the statement's next parameter (now, ms). */
+const LIVE = "(expires_at IS NULL OR expires_at > ?)";
 
 /**
  * A local user's principal (decision 0018): `uid:N`, N a uid in decimal. A key's name cannot
@@ -70,8 +75,8 @@ export class KeyStore {
   private readonly verified = new Map<string, { key: VerifiedKey; until: number }>();
 
   /**
-   * Creates a key, with its own policy if given (checked: a TypeError names a bad field); the
-   * returned `key` is shown once and never stored.
+   * Creates a key, with its own policy if given (checked: a TypeError names a bad field) and an
+   * expiry if given (ms, after `now`); the returned `key` is shown once and never stored.
    */
   async create(
     name: string,
@@ -79,11 +84,14 @@ export class KeyStore {
     now = Date.now(),
     ownerId: string | null = null,
     oidcSubject: string | null = null,
-  ): Promise<{ id: string; key: string; policy: KeyPolicy | null }> {
+    expiresAt: number | null = null,
+  ): Promise<{ id: string; key: string; policy: KeyPolicy | null; expiresAt: number | null }> {
     if (!NAME.test(name))
       throw new TypeError(
         `key name ${JSON.stringify(name)} must be 1-64 letters, digits, space, . _ @ or -`,
       );
+    if (expiresAt !== null && (!Number.isSafeInteger(expiresAt) || expiresAt <= now))
+      throw new TypeError("a key's expiry is a time in the future (ms since the epoch)");
     const checked = policy ? applyPatch(null, policy) : null;
     if (oidcSubject !== null) {
       checkSubject(oidcSubject);
@@ -95,10 +103,10 @@ export class KeyStore {
     const id = randomBytes(6).toString("hex");
     const key = `srk_${id}_${randomBytes(32).toString("base64url")}`;
     await this.sql.run(
-      "INSERT INTO keys (id, name, hash, created_at, policy, owner_id, oidc_subject) VALUES (?, ?, ?, ?, ?, ?, ?)",
-      [id, name, hashKey(key), now, policyToColumn(checked), ownerId, oidcSubject],
+      "INSERT INTO keys (id, name, hash, created_at, policy, owner_id, oidc_subject, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+      [id, name, hashKey(key), now, policyToColumn(checked), ownerId, oidcSubject, expiresAt],
     );
-    return { id, key, policy: checked };
+    return { id, key, policy: checked, expiresAt };
   }
 
   /**
@@ -114,8 +122,8 @@ export class KeyStore {
   ): Promise<{ id: string; policy: KeyPolicy | null } | null> {
     return this.sql.transaction(async (tx) => {
       const rows = await tx.all<{ id: string; policy: string | null }>(
-        "SELECT id, policy FROM keys WHERE (id = ? OR name = ?) AND revoked_at IS NULL",
-        [idOrName, idOrName],
+        `SELECT id, policy FROM keys WHERE (id = ? OR name = ?) AND revoked_at IS NULL AND ${LIVE}`,
+        [idOrName, idOrName, Date.now()],
       );
       if (rows.length === 0) return null;
       if (rows.length > 1)
@@ -150,11 +158,12 @@ export class KeyStore {
       name: string;
       created_at: number;
       revoked_at: number | null;
+      expires_at: number | null;
       last_used_at: number | null;
       policy: string | null;
       owner_id: string | null;
     }>(
-      `SELECT id, name, created_at, revoked_at, last_used_at, policy, owner_id FROM keys
+      `SELECT id, name, created_at, revoked_at, expires_at, last_used_at, policy, owner_id FROM keys
        ${ownerId === undefined ? "" : "WHERE owner_id = ?"} ORDER BY created_at, id`,
       ownerId === undefined ? [] : [ownerId],
     );
@@ -163,6 +172,7 @@ export class KeyStore {
       name: r.name,
       createdAt: r.created_at,
       revokedAt: r.revoked_at,
+      expiresAt: r.expires_at === null ? null : Number(r.expires_at),
       lastUsedAt: r.last_used_at,
       policy: this.readPolicy(r.id, r.policy),
       ownerId: r.owner_id,
@@ -173,10 +183,10 @@ export class KeyStore {
    * The active key with this id, as `verify` gives it: what an OAuth access token acts as (its
    * grant names the key; the key's revocation or new policy holds from the next request).
    */
-  async active(id: string): Promise<VerifiedKey | null> {
+  async active(id: string, now = Date.now()): Promise<VerifiedKey | null> {
     const row = await this.sql.get<{ id: string; name: string; policy: string | null }>(
-      "SELECT id, name, policy FROM keys WHERE id = ? AND revoked_at IS NULL",
-      [id],
+      `SELECT id, name, policy FROM keys WHERE id = ? AND revoked_at IS NULL AND ${LIVE}`,
+      [id, now],
     );
     return row ? { id: row.id, name: row.name, policy: this.readPolicy(row.id, row.policy) } : null;
   }
@@ -185,10 +195,10 @@ export class KeyStore {
    * The active key bound to a trusted OIDC issuer's subject (`keys create --oidc-subject`): what
    * that issuer's access token for /mcp acts as. Null when none is.
    */
-  async bySubject(subject: string): Promise<VerifiedKey | null> {
+  async bySubject(subject: string, now = Date.now()): Promise<VerifiedKey | null> {
     const row = await this.sql.get<{ id: string; name: string; policy: string | null }>(
-      "SELECT id, name, policy FROM keys WHERE oidc_subject = ? AND revoked_at IS NULL",
-      [subject],
+      `SELECT id, name, policy FROM keys WHERE oidc_subject = ? AND revoked_at IS NULL AND ${LIVE}`,
+      [subject, now],
     );
     return row ? { id: row.id, name: row.name, policy: this.readPolicy(row.id, row.policy) } : null;
   }
@@ -234,18 +244,27 @@ export class KeyStore {
   /** The key's id, name and policy when it is valid and not revoked, else null. */
   async verify(presented: string, now = Date.now()): Promise<VerifiedKey | null> {
     const ttl = this.options.verifiedCacheMs ?? 0;
-    if (ttl <= 0) return this.lookUp(presented);
+    if (ttl <= 0) return (await this.lookUp(presented, now))?.key ?? null;
     const digest = hashKey(presented).toString("base64");
     const hit = this.verified.get(digest);
     if (hit && hit.until > now) return hit.key;
-    const key = await this.lookUp(presented);
+    const found = await this.lookUp(presented, now);
+    const key = found?.key ?? null;
     if (this.verified.size >= 1024) this.verified.clear();
-    if (key) this.verified.set(digest, { key, until: now + ttl });
+    // Never kept past the key's expiry.
+    if (found)
+      this.verified.set(digest, {
+        key: found.key,
+        until: Math.min(now + ttl, found.expiresAt ?? Infinity),
+      });
     else this.verified.delete(digest);
     return key;
   }
 
-  private async lookUp(presented: string): Promise<VerifiedKey | null> {
+  private async lookUp(
+    presented: string,
+    now: number,
+  ): Promise<{ key: VerifiedKey; expiresAt: number | null } | null> {
     const id = parseKeyId(presented);
     const row =
       id === null
@@ -255,12 +274,18 @@ export class KeyStore {
             name: string;
             hash: Buffer;
             revoked_at: number | null;
+            expires_at: number | null;
             policy: string | null;
-          }>("SELECT id, name, hash, revoked_at, policy FROM keys WHERE id = ?", [id]);
+          }>("SELECT id, name, hash, revoked_at, expires_at, policy FROM keys WHERE id = ?", [id]);
     const expected = row?.hash.length === 32 ? row.hash : this.dummy;
     const match = timingSafeEqual(hashKey(presented), expected);
     if (!row || !match || row.revoked_at !== null) return null;
-    return { id: row.id, name: row.name, policy: this.readPolicy(row.id, row.policy) };
+    const expiresAt = row.expires_at === null ? null : Number(row.expires_at);
+    if (expiresAt !== null && expiresAt <= now) return null;
+    return {
+      key: { id: row.id, name: row.name, policy: this.readPolicy(row.id, row.policy) },
+      expiresAt,
+    };
   }
 
   async touch(id: string, now = Date.now()): Promise<void> {

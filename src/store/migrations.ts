@@ -271,6 +271,9 @@ export const MIGRATIONS: readonly Migration[] = [
    CREATE INDEX signin_attempts_last ON signin_attempts(last_at);
    ALTER TABLE users ADD COLUMN key_ceiling TEXT;
    ALTER TABLE sessions ADD COLUMN starting_until BIGINT;`),
+  // A key may expire (issue 55): expires_at in ms, NULL for never. From then on it authenticates
+  // nowhere (REST, /mcp, OAuth tokens of its grants) and its sessions end, as a revoked key's do.
+  both(`ALTER TABLE keys ADD COLUMN expires_at BIGINT;`),
 ];
 
 export function migrationText(m: Migration, dialect: Dialect): string {

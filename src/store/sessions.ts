@@ -76,7 +76,7 @@ export interface OpenSessionKey {
   worker: string | null;
   /** The key's policy now; null: none of its own. */
   policy: KeyPolicy | null;
-  /** The key is revoked (or gone, or its stored policy no longer parses). */
+  /** The key is revoked or expired (or gone, or its stored policy no longer parses). */
   revoked: boolean;
 }
 
@@ -176,7 +176,7 @@ export class SessionStore {
    * Every open session (started, not starting) with its key's policy as stored now, for the sweep
    * that ends those their key no longer admits (src/api/session-policy.ts).
    */
-  async openWithKeys(): Promise<OpenSessionKey[]> {
+  async openWithKeys(now = Date.now()): Promise<OpenSessionKey[]> {
     const rows = await this.sql.all<{
       id: string;
       id_sha256: string;
@@ -187,10 +187,11 @@ export class SessionStore {
       worker: string | null;
       policy: string | null;
       revoked_at: number | null;
+      expires_at: number | null;
       known: string | null;
     }>(
       `SELECT s.id, s.id_sha256, s.key_id, s.runtime, s.memory_mb, s.network, s.worker,
-              k.policy, k.revoked_at, k.id AS known
+              k.policy, k.revoked_at, k.expires_at, k.id AS known
          FROM sessions s LEFT JOIN keys k ON k.id = s.key_id
         WHERE s.ended_at IS NULL AND s.starting_until IS NULL AND s.key_id IS NOT NULL`,
     );
@@ -211,7 +212,11 @@ export class SessionStore {
         network: r.network,
         worker: r.worker,
         policy,
-        revoked: r.known === null || r.revoked_at !== null || broken,
+        revoked:
+          r.known === null ||
+          r.revoked_at !== null ||
+          (r.expires_at !== null && Number(r.expires_at) <= now) ||
+          broken,
       };
     });
   }

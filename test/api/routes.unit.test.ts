@@ -1,6 +1,6 @@
 // The service's routes are data, so the OpenAPI document and the table can be held together:
 // every JSON route the table answers is documented with its method, and every documented one is
-// answered. The HTML pages (/console..., /oauth/consent), CORS preflights, /mcp (MCP's own
+// answered. The HTML pages (/console..., /oauth/consent), the site's icon, CORS preflights, /mcp (MCP's own
 // transport) and the document itself are not in it.
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -31,6 +31,7 @@ const UNDOCUMENTED = (method: string, path: string) =>
   path === "/mcp" ||
   path === "/openapi.json" ||
   path.startsWith("/console") ||
+  path === "/favicon.ico" ||
   path === "/oauth/consent";
 
 describe("the service's table and its OpenAPI document", () => {

@@ -143,6 +143,7 @@ for (const [kind, open] of Object.entries(KINDS)) {
         const expected: Record<string, string[]> = {
           keys: [
             "created_at",
+            "expires_at",
             "hash",
             "id",
             "last_used_at",
@@ -268,6 +269,50 @@ for (const [kind, open] of Object.entries(KINDS)) {
         assert.equal((await store.keys.verify(d.key))?.id, d.id);
         await store.keys.revoke("dave");
         assert.equal(await store.keys.verify(d.key), null);
+      });
+
+      test("STORE-KEY-EXPIRY: a key past its expiry verifies nowhere (by key, by id, by OIDC subject, through a replica's cache), its sessions read as its key's end; a past expiry is refused", async () => {
+        const t0 = Date.now();
+        const e = await store.keys.create("erin", null, t0, null, "erin-sub", t0 + 60_000);
+        assert.equal(e.expiresAt, t0 + 60_000);
+        const cached = new KeyStore(store.sql, { verifiedCacheMs: 10 * 60_000 });
+        assert.equal((await store.keys.verify(e.key, t0 + 59_999))?.id, e.id);
+        assert.equal((await cached.verify(e.key, t0 + 59_000))?.id, e.id);
+        assert.equal((await store.keys.active(e.id, t0 + 59_999))?.id, e.id);
+        assert.equal((await store.keys.bySubject("erin-sub", t0 + 59_999))?.id, e.id);
+        for (const at of [t0 + 60_000, t0 + 120_000]) {
+          assert.equal(await store.keys.verify(e.key, at), null);
+          // A replica's cache never keeps a key past its expiry, however long its time.
+          assert.equal(await cached.verify(e.key, at), null);
+          assert.equal(await store.keys.active(e.id, at), null);
+          assert.equal(await store.keys.bySubject("erin-sub", at), null);
+        }
+        const listed = (await store.keys.list()).find((k) => k.id === e.id);
+        assert.equal(listed?.expiresAt, t0 + 60_000);
+        assert.equal(listed?.revokedAt, null);
+        // Its open session reads as its key's end from the expiry on (the sweep ends it).
+        const rec = await store.sessions.begin(
+          {
+            sessionId: "E".repeat(22),
+            keyId: e.id,
+            transport: "rest",
+            runtime: "bash",
+            memoryMb: 256,
+            network: "none",
+            isolation: "namespace",
+          },
+          t0,
+        );
+        const open = async (at: number) =>
+          (await store.sessions.openWithKeys(at)).find((s) => s.recordId === rec);
+        assert.equal((await open(t0 + 59_999))?.revoked, false);
+        assert.equal((await open(t0 + 60_000))?.revoked, true);
+        await store.sessions.end(rec, "policy", null);
+        for (const bad of [t0 - 1, t0, 1.5, Number.NaN])
+          await assert.rejects(
+            store.keys.create("late", null, t0, null, null, bad),
+            /expiry is a time in the future/,
+          );
       });
 
       test("keys are stored only as hashes and never listed; names are checked", async () => {

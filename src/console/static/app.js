@@ -8,6 +8,7 @@ const EXAMPLE =
   "import matplotlib.pyplot as plt\nimport numpy as np\nx = np.linspace(0, 10, 100)\nplt.plot(x, np.sin(x))\nplt.savefig('/tmp/plot.png')";
 const VIEWS = ["keys", "runs", "usage", "playground", "health"];
 let csrf = "";
+let serverUrl = location.origin;
 let keys = [];
 let runsTimer = null;
 let runsBefore = null;
@@ -52,6 +53,7 @@ async function api(method, path, body) {
 
 const when = (ms) => (ms ? new Date(ms).toISOString().replace("T", " ").slice(0, 19) : "–");
 
+// Each cell carries its column's name: on a phone a row is drawn as a card of labelled lines.
 function table(t, head, rows) {
   t.replaceChildren(
     el(
@@ -70,7 +72,7 @@ function table(t, head, rows) {
         el(
           "tr",
           {},
-          r.map((c) => el("td", {}, c)),
+          r.map((c, i) => el("td", { "data-label": head[i] || undefined }, c)),
         ),
       ),
     ),
@@ -94,37 +96,53 @@ async function loadKeys() {
 
 // Keys ---------------------------------------------------------------------------------------
 
+function keyState(k) {
+  if (k.revoked_at) return `revoked ${when(k.revoked_at)}`;
+  if (k.expires_at && k.expires_at <= Date.now()) return `expired ${when(k.expires_at)}`;
+  return k.expires_at ? `active, expires ${when(k.expires_at)}` : "active";
+}
+
 async function showKeys() {
   await loadKeys();
+  // Every key of this person's, the revoked and expired ones too (listed, never usable).
+  const all = (await api("GET", "/v1/console/keys?state=all")).keys;
+  const live = new Set(keys.map((k) => k.id));
   table(
     $("key-table"),
-    ["Name", "ID", "Created", "Last used", "Policy", ""],
-    keys.map((k) => [
+    ["Name", "ID", "State", "Created", "Last used", "Policy", ""],
+    all.map((k) => [
       k.name,
       el("code", {}, k.id),
+      el("span", { class: "wrap", "data-state": live.has(k.id) ? "active" : "ended" }, keyState(k)),
       when(k.created_at),
       when(k.last_used_at),
-      k.policy ? JSON.stringify(k.policy) : "server defaults",
-      el(
-        "span",
-        {},
-        el(
-          "button",
-          { type: "button", class: "secondary", "data-key": k.id, on: { click: () => showKey(k) } },
-          "Policy & grants",
-        ),
-        el(
-          "button",
-          {
-            type: "button",
-            class: "danger",
-            "data-revoke": k.id,
-            on: { click: () => revokeKey(k) },
-          },
-          "Revoke",
-        ),
-      ),
+      el("span", { class: "wrap" }, k.policy ? JSON.stringify(k.policy) : "server defaults"),
+      live.has(k.id) ? keyActions(k) : "",
     ]),
+  );
+  for (const tr of $("key-table").tBodies[0].rows)
+    if (tr.querySelector("[data-state=ended]")) tr.classList.add("ended");
+}
+
+function keyActions(k) {
+  return el(
+    "span",
+    { class: "actions" },
+    el(
+      "button",
+      { type: "button", class: "secondary", "data-key": k.id, on: { click: () => showKey(k) } },
+      "Policy & grants",
+    ),
+    el(
+      "button",
+      {
+        type: "button",
+        class: "danger",
+        "data-revoke": k.id,
+        on: { click: () => revokeKey(k) },
+      },
+      "Revoke",
+    ),
   );
 }
 
@@ -132,7 +150,54 @@ async function revokeKey(k) {
   if (!confirm(`Revoke ${k.name}? Its next call is refused.`)) return;
   await api("DELETE", `/v1/console/keys/${encodeURIComponent(k.id)}`);
   $("key-detail").hidden = true;
+  // The new key's secret and snippets go with it: nothing on screen names a dead key.
+  if ($("key-secret").dataset.key === k.id) hideSecret();
   await showKeys();
+}
+
+function hideSecret() {
+  $("key-secret").hidden = true;
+  delete $("key-secret").dataset.key;
+  for (const id of ["key-secret-value", "snippet-claude", "snippet-json", "snippet-curl"])
+    $(id).textContent = "";
+}
+
+/** The new key, and how to use it from Claude Code, Claude Desktop or Cursor, and curl. */
+function showSecret(id, key) {
+  const base = serverUrl.replace(/\/+$/, "");
+  $("key-secret").dataset.key = id;
+  $("key-secret-value").textContent = key;
+  $("snippet-claude").textContent =
+    `claude mcp add --transport http scratchrun ${base}/mcp --header "Authorization: Bearer ${key}"`;
+  $("snippet-json").textContent = JSON.stringify(
+    {
+      mcpServers: {
+        scratchrun: {
+          command: "npx",
+          args: ["-y", "scratchrun-mcp"],
+          env: { SCRATCHRUN_URL: base, SCRATCHRUN_API_KEY: key },
+        },
+      },
+    },
+    null,
+    2,
+  );
+  $("snippet-curl").textContent =
+    `curl -sS ${base}/v1/exec -H "Authorization: Bearer ${key}" -H "Content-Type: application/json" -d '{"runtime": "python3.12", "code": "print(6 * 7)"}'`;
+  $("key-secret").hidden = false;
+}
+
+/** Copies the text of the element a Copy button names; where the clipboard is refused, selects it. */
+async function copyFrom(button) {
+  const source = $(button.dataset.copy);
+  try {
+    await window.navigator.clipboard.writeText(source.textContent);
+    button.textContent = "Copied";
+  } catch {
+    window.getSelection().selectAllChildren(source);
+    button.textContent = "Selected: press Ctrl+C";
+  }
+  window.setTimeout(() => (button.textContent = "Copy"), 2000);
 }
 
 async function showKey(k) {
@@ -218,7 +283,7 @@ async function moreRuns() {
       el(
         "tr",
         {},
-        runRow(r).map((c) => el("td", {}, c)),
+        runRow(r).map((c, i) => el("td", { "data-label": RUN_HEAD[i] }, c)),
       ),
     );
   runsBefore = next_before;
@@ -448,6 +513,7 @@ async function show() {
 async function start() {
   const s = await api("GET", "/v1/console/session");
   csrf = s.csrf_token;
+  if (s.server_url) serverUrl = s.server_url;
   $("signout-csrf").value = csrf;
   $("who").textContent = `${s.user.name} (${s.user.role})`;
   // The runtimes this server's image has (as scratchrun_runtimes reports them).
@@ -462,12 +528,13 @@ async function start() {
     ev.preventDefault();
     flash("");
     try {
+      const days = Number($("key-expiry").value);
       const r = await api("POST", "/v1/console/keys", {
         name: $("key-name").value,
         policy: parsePolicy($("key-policy").value),
+        expires_at: days ? Date.now() + days * 86400000 : null,
       });
-      $("key-secret-value").textContent = r.key;
-      $("key-secret").hidden = false;
+      showSecret(r.id, r.key);
       $("key-name").value = "";
       await showKeys();
     } catch (e) {
@@ -489,6 +556,8 @@ async function start() {
       flash(e.message);
     }
   });
+  for (const b of document.querySelectorAll("[data-copy]"))
+    b.addEventListener("click", () => copyFrom(b));
   $("run-filter").addEventListener("change", () => showRuns().catch((e) => flash(e.message)));
   $("run-more").addEventListener("click", () => moreRuns().catch((e) => flash(e.message)));
   $("play").addEventListener("submit", runPlayground);
