@@ -1,8 +1,8 @@
 #!/usr/bin/env node
-// The README's speed section, rendered from one results file: `node dist/bench/readme.js
-// [results.json]` rewrites it from that file, or from the latest in bench/results (what
-// `npm run docs` does). test/bench/readme.unit.test.ts fails while the README differs from the
-// rendering of the latest results file.
+// The speed section (docs/SPEED.md, which the README links), rendered from one results file:
+// `node dist/bench/readme.js [results.json]` rewrites it from that file, or from the latest in
+// bench/results (what `npm run docs` does). test/bench/readme.unit.test.ts fails while the doc
+// differs from the rendering of the latest results file.
 import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -14,6 +14,8 @@ import { ratio } from "./stats.js";
 import { burst, warmP50 } from "./targets.js";
 
 export const RESULTS_DIR = join(REPO_ROOT, "bench/results");
+/** The doc that holds the speed section, from the repository root; its links go up one folder. */
+export const SPEED_DOC = "docs/SPEED.md";
 const BLOCK = /(<!-- bench:speed -->\n)([\s\S]*?)(\n<!-- \/bench:speed -->)/;
 
 /**
@@ -83,12 +85,12 @@ function what(r: BenchResults): string {
   return parts.join(", ");
 }
 
-/** The README's speed section for one results file (its path as the README links it). */
+/** The speed section for one results file (its path as SPEED_DOC links it, from docs/). */
 export function renderSpeedBlock(r: BenchResults, file: string): string {
   const link = `bench/results/${basename(file)}`;
   const report = `bench/results/latest${r.mode === "full" ? "" : `-${r.mode}`}.md`;
   const L = [
-    `From [${link}](${link}) (${what(r)}; its report: [${report}](${report})): ${runLine(r)}`,
+    `From [${link}](../${link}) (${what(r)}; its report: [${report}](../${report})): ${runLine(r)}`,
     "",
     `Warm latency for \`print(1)\`-sized code, p50 ± half the IQR, ms${r.mode === "quick" ? " (a quick run: 2 or 3 calls per cell, a few runtimes for the microVM and the peers)" : ""}:`,
     "",
@@ -107,9 +109,9 @@ export function renderSpeedBlock(r: BenchResults, file: string): string {
   return L.join("\n");
 }
 
-/** The README with its speed section rendered from r; throws when it has none. */
+/** SPEED_DOC's text with its speed section rendered from r; throws when it has none. */
 export function renderReadme(readme: string, r: BenchResults, file: string): string {
-  if (!BLOCK.test(readme)) throw new Error("README.md has no <!-- bench:speed --> section");
+  if (!BLOCK.test(readme)) throw new Error(`${SPEED_DOC} has no <!-- bench:speed --> section`);
   return readme.replace(BLOCK, (_all, open: string, _body: string, close: string) => {
     return `${open}${renderSpeedBlock(r, file)}${close}`;
   });
@@ -120,9 +122,9 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   const { file, results } = arg
     ? { file: arg, results: JSON.parse(readFileSync(arg, "utf8")) as BenchResults }
     : latestResultsFile();
-  const path = join(REPO_ROOT, "README.md");
+  const path = join(REPO_ROOT, SPEED_DOC);
   const before = readFileSync(path, "utf8");
   const after = renderReadme(before, results, file);
   if (after !== before) writeFileSync(path, after);
-  process.stdout.write(`README.md speed section from ${basename(file)}\n`);
+  process.stdout.write(`${SPEED_DOC} speed section from ${basename(file)}\n`);
 }

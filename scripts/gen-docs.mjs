@@ -8,7 +8,7 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { renderDocBlocks } from "../dist/src/cli/doc-blocks.js";
 import { GENERATED_DOCS } from "../dist/src/schema/doc-files.js";
-import { latestResultsFile, renderReadme } from "../dist/bench/readme.js";
+import { latestResultsFile, renderReadme, SPEED_DOC } from "../dist/bench/readme.js";
 import { FIGURE_DOCS, renderFigures } from "../dist/bench/doc-figures.js";
 
 for (const file of GENERATED_DOCS) {
@@ -21,13 +21,13 @@ for (const file of GENERATED_DOCS) {
   }
 }
 
-const readme = new URL("../README.md", import.meta.url);
+const speedDoc = new URL(`../${SPEED_DOC}`, import.meta.url);
 const { file, results } = latestResultsFile();
-const before = readFileSync(readme, "utf8");
+const before = readFileSync(speedDoc, "utf8");
 const after = renderReadme(before, results, file);
 if (after !== before) {
-  writeFileSync(readme, after);
-  console.log(`README.md: speed section rewritten from ${file}`);
+  writeFileSync(speedDoc, after);
+  console.log(`${SPEED_DOC}: speed section rewritten from ${file}`);
 }
 
 for (const doc of FIGURE_DOCS) {

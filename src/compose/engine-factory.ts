@@ -110,7 +110,8 @@ export function poolOnceCalled(env: NodeJS.ProcessEnv = process.env): RuntimeNam
 /**
  * Warm sandboxes per runtime: SCRATCHRUN_POOL_SIZE=N for all, or "python3.11=2,node20=0,...".
  * A runtime the table pools "once-called" gets its size from its first call on (poolOnceCalled).
- * The namespace backend's jails serve any runtime: its pool holds the largest of these.
+ * Both backends keep this many per runtime (and per flavour; the namespace backend's jails per
+ * network mode too).
  */
 export function poolSizes(env: NodeJS.ProcessEnv = process.env): Record<RuntimeName, number> {
   const spec = setting("SCRATCHRUN_POOL_SIZE", env);

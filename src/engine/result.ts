@@ -1,5 +1,7 @@
 import type { BackendOutcome, Isolation } from "../backends/types.js";
 import type { ExecRequest, ExecResult, ExitReason } from "../schema/exec.js";
+import { LIMITS } from "../schema/limits.js";
+import { formatBytes } from "../schema/limits-doc.js";
 import { isTextMime, mimeTypeOf } from "./mime.js";
 import { outputsOf, type OutputImage } from "./outputs.js";
 import { headTail, redactSecrets } from "./shape-output.js";
@@ -55,8 +57,7 @@ function verdict(req: ExecRequest, outcome: BackendOutcome, cancelled: boolean):
       reason: "output_limit",
       exitCode: null,
       signal: null,
-      message:
-        "The code wrote more output than the 1 MiB cap and was stopped; output is truncated.",
+      message: `The code wrote more output than the ${formatBytes(LIMITS.outputBytes.max)} cap and was stopped; output is truncated.`,
     };
   if (outcome.oomKilled)
     return {

@@ -1,4 +1,8 @@
-/** Network egress for sandboxes: the public API the backends call (see docs/decisions/0004). */
+/**
+ * Network egress for sandboxes, as one import for the engine's composition (src/compose/network.ts)
+ * and the doctor (see docs/decisions/0004). The backends, the policy and the schema import the
+ * files they use directly.
+ */
 export {
   BLOCKED_CIDRS,
   classifyAddress,

@@ -9,4 +9,9 @@ export const GENERATED_DOCS = [
   "docs/SPECIFICATION.md",
   "docs/THREAT-MODEL.md",
   "docs/PROTOCOL.md",
+  "docs/INSTALL.md",
+  "docs/SPEED.md",
+  "docs/RUNTIMES.md",
+  "docs/SERVICE.md",
+  "docs/CONFIGURATION.md",
 ] as const;

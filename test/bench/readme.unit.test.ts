@@ -8,12 +8,13 @@ import {
   renderReadme,
   renderSpeedBlock,
   RESULTS_DIR,
+  SPEED_DOC,
 } from "../../bench/readme.js";
 import { FIGURE_DOCS, FIGURES, renderFigures } from "../../bench/doc-figures.js";
 import { REPO_ROOT } from "../../bench/peers.js";
 import type { BenchResults } from "../../bench/results.js";
 
-const readme = () => readFileSync(join(REPO_ROOT, "README.md"), "utf8");
+const readme = () => readFileSync(join(REPO_ROOT, SPEED_DOC), "utf8");
 
 /**
  * The README's speed numbers are the latest benchmark run's (issue 30): its section is rendered
@@ -26,9 +27,11 @@ describe("the README's speed section is the latest results file's", () => {
     assert.equal(
       renderReadme(doc, results, file),
       doc,
-      `README.md's speed section is not ${basename(file)}'s: run npm run build && node dist/bench/readme.js`,
+      `${SPEED_DOC}'s speed section is not ${basename(file)}'s: run npm run build && node dist/bench/readme.js`,
     );
-    assert.ok(doc.includes(`(bench/results/${basename(file)})`), "the section names its file");
+    assert.ok(doc.includes(`(../bench/results/${basename(file)})`), "the section links its file");
+    const top = readFileSync(join(REPO_ROOT, "README.md"), "utf8");
+    assert.ok(top.includes(`](${SPEED_DOC})`), "the README links the section");
   });
 
   test("the section changes with the file: an older run renders another table", () => {

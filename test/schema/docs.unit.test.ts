@@ -69,6 +69,14 @@ describe("docs quote the limits the code has (generated from LIMITS)", () => {
       assert.ok((ERROR_CODES as readonly string[]).includes(n) || wire.has(n), n);
   });
 
+  it("the README is the user's guide, at most 300 lines; the rest is in docs/ and linked", () => {
+    const readme = read("README.md");
+    const lines = readme.split("\n").length - 1;
+    assert.ok(lines <= 300, `README.md has ${lines} lines`);
+    for (const doc of GENERATED_DOCS.filter((f) => f.startsWith("docs/")))
+      assert.ok(readme.includes(`](${doc})`), `README.md links ${doc}`);
+  });
+
   it("the parameter table names every limit the schema enforces", () => {
     const table = GENERATED_BLOCKS["parameter-table"]!();
     for (const v of [
@@ -111,13 +119,17 @@ describe("docs quote the limits the code has (generated from LIMITS)", () => {
     );
   });
 
-  it("the README's configuration table is the settings schema's, every variable in it", () => {
-    const readme = read("README.md");
+  it("docs/CONFIGURATION.md's settings table is the settings schema's, every variable in it", () => {
+    const readme = read("docs/CONFIGURATION.md");
     const block =
       /<!-- generated:settings-table -->\n([\s\S]*?)\n<!-- \/generated:settings-table -->/.exec(
         readme,
       )?.[1] ?? "";
-    assert.equal(block, settingsTable(), "README.md is stale: node scripts/gen-docs.mjs");
+    assert.equal(
+      block,
+      settingsTable(),
+      "docs/CONFIGURATION.md is stale: node scripts/gen-docs.mjs",
+    );
     for (const name of SETTING_NAMES) assert.ok(block.includes(`\`${name}\``), name);
     // A row typed by hand, or one the schema no longer has, is caught.
     const edited = readme.replace(

@@ -13,7 +13,7 @@ function whatText(s: Setting): string {
 }
 
 /**
- * The README's configuration table (`<!-- generated:settings-table -->`), one row per variable
+ * The settings table of docs/CONFIGURATION.md (`<!-- generated:settings-table -->`), one row per variable
  * in the schema's order; a variable with `rowOf` shares that variable's row (its Default and
  * What-it-does).
  */

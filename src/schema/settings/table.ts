@@ -4,7 +4,7 @@ import { LIMITS, RAISE_CEILINGS } from "../limits.js";
 
 /**
  * Every `SCRATCHRUN_*` environment variable ScratchRun knows, with its kind, what it means when
- * unset, who reads it and its line in the README's configuration table (generated from this:
+ * unset, who reads it and its line in the settings table of docs/CONFIGURATION.md (generated from this:
  * `settings/doc.ts`). Code reads a variable only through `setting()` / `settingOn()`
  * (`settings/read.ts`); `test/architecture/settings-reads.unit.test.ts` fails on a literal
  * `env.SCRATCHRUN_…` anywhere else in src/. Parsing stays with the reader (the pool size spec,
@@ -43,7 +43,7 @@ export type SettingUnset =
 export type Setting = SettingKind &
   SettingUnset & {
     readers: readonly Reader[];
-    /** The README's line: what it does. */
+    /** Its line in docs/CONFIGURATION.md: what it does. */
     doc: string;
     /** Documented in the row of this (earlier) variable, beside it. */
     rowOf?: string;
@@ -463,5 +463,5 @@ export const SETTINGS = {
 
 export type SettingName = keyof typeof SETTINGS;
 
-/** Every name the schema knows, in its order (the README table's). */
+/** Every name the schema knows, in its order (the settings table's). */
 export const SETTING_NAMES = Object.keys(SETTINGS) as SettingName[];
