@@ -184,6 +184,28 @@ export async function readObject(
   return body.value as Record<string, unknown>;
 }
 
+/**
+ * Records a change a console user made in the audit log: who (the session's user), what, to which
+ * id, from the request's client address, now. `detail` names what changed, never a secret.
+ */
+export function audited(
+  d: ConsoleDeps,
+  x: Exchange,
+  s: ConsoleSession,
+  action: string,
+  target: string | null,
+  detail: Record<string, unknown> | null = null,
+): Promise<void> {
+  return d.users.audit.record({
+    actorId: s.user.id,
+    actor: s.user.name,
+    address: d.clientOf(x.req),
+    action,
+    target,
+    detail,
+  });
+}
+
 /** A key the person may not see is not found, exactly as an unknown id. */
 export const noKey = (res: ServerResponse) =>
   sendError(res, 404, "NOT_FOUND", "None of your active keys has this id");

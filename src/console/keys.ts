@@ -6,7 +6,14 @@ import { applyPatch, type KeyPolicy, type PolicyPatch } from "../policy/key-poli
 import type { KeyInfo } from "../store/keys.js";
 import type { Grant } from "../store/oauth.js";
 import type { ConsoleSession } from "../store/users.js";
-import { noKey, ownedKeys, readObject, visibleKeys, type ConsoleContext } from "./context.js";
+import {
+  audited,
+  noKey,
+  ownedKeys,
+  readObject,
+  visibleKeys,
+  type ConsoleContext,
+} from "./context.js";
 
 export function keyJson(k: KeyInfo) {
   return {
@@ -111,6 +118,11 @@ export function keyRoutes(c: ConsoleContext): Route[] {
           const policy = (b.policy as PolicyPatch | null | undefined) ?? null;
           (await withinCeiling(s, "all"))(policy ? applyPatch(null, policy) : null);
           const k = await d.keys.create(b.name, policy, Date.now(), s.user.id, null, expiresAt);
+          await audited(d, x, s, "key.create", k.id, {
+            name: b.name,
+            policy: k.policy,
+            expires_at: k.expiresAt,
+          });
           sendJson(x.res, 201, {
             id: k.id,
             name: b.name,
@@ -126,10 +138,12 @@ export function keyRoutes(c: ConsoleContext): Route[] {
     {
       method: "DELETE",
       path: "/v1/console/keys/{key_id}",
-      handle: c.signedIn(async ({ res, params }, s) => {
+      handle: c.signedIn(async (x, s) => {
+        const { res, params } = x;
         const k = await mine(s, params.key_id!);
         if (!k) return noKey(res);
         const revoked = (await d.keys.revoke(k.id)).includes(k.id);
+        if (revoked) await audited(d, x, s, "key.revoke", k.id, { name: k.name });
         d.keyChanged?.(k.id);
         sendJson(res, 200, { id: k.id, revoked });
       }),
@@ -147,6 +161,7 @@ export function keyRoutes(c: ConsoleContext): Route[] {
           const admit = await withinCeiling(s, Object.keys(b));
           const u = await d.keys.updatePolicy(k.id, b as PolicyPatch, admit);
           if (!u) return noKey(x.res);
+          await audited(d, x, s, "key.policy", u.id, { patch: b, policy: u.policy });
           d.keyChanged?.(u.id);
           sendJson(x.res, 200, { id: u.id, policy: u.policy });
         } catch (e) {
@@ -175,12 +190,18 @@ export function keyRoutes(c: ConsoleContext): Route[] {
     {
       method: "DELETE",
       path: "/v1/console/grants/{grant_id}",
-      handle: c.signedIn(async ({ res, params }, s) => {
+      handle: c.signedIn(async (x, s) => {
+        const { res, params } = x;
         const g = await d.oauth.grant(params.grant_id!);
         const keys = await visibleKeys(d.keys, s);
         if (!g || !keys.some((k) => k.id === g.keyId))
           return sendError(res, 404, "NOT_FOUND", "No grant of your keys has this id");
         const revoked = await d.oauth.revokeGrant(g.id, `revoked by ${s.user.name}`);
+        if (revoked)
+          await audited(d, x, s, "grant.revoke", g.id, {
+            key_id: g.keyId,
+            client_name: g.clientName,
+          });
         sendJson(res, 200, { id: g.id, revoked });
       }),
     },

@@ -1,3 +1,4 @@
+import { AUDIT_PAGE_MAX } from "../store/audit.js";
 import { RUNS_PAGE_MAX, USAGE_DAYS_MAX } from "./history.js";
 
 /**
@@ -38,6 +39,62 @@ const ceilingOf = {
 };
 
 export const CONSOLE_PATHS = {
+  "/v1/console/audit": {
+    get: {
+      operationId: "consoleAudit",
+      security: read,
+      summary:
+        "The audit log, newest first (an admin only): every change to a key, grant or key ceiling made in the console, who made it, when and from which address. Nothing changes or removes an entry",
+      parameters: [
+        query(
+          "limit",
+          { type: "integer", minimum: 1, maximum: AUDIT_PAGE_MAX },
+          "At most this many (50)",
+        ),
+        query(
+          "before",
+          int,
+          "Only entries older than this time (ms): next_before of the last page",
+        ),
+      ],
+      responses: {
+        "200": {
+          description: "Entries",
+          content: {
+            "application/json": {
+              schema: {
+                type: "object",
+                required: ["entries", "next_before"],
+                properties: {
+                  entries: {
+                    type: "array",
+                    items: {
+                      type: "object",
+                      required: ["id", "at", "actor", "action"],
+                      properties: {
+                        id: str,
+                        at: int,
+                        actor_id: nullable("string"),
+                        actor: str,
+                        address: nullable("string"),
+                        action: str,
+                        target: nullable("string"),
+                        detail: nullable("object"),
+                      },
+                    },
+                  },
+                  next_before: nullable("integer"),
+                },
+              },
+            },
+          },
+        },
+        "400": err("A bad limit or before"),
+        "401": signedOut,
+        "403": err("Not an admin"),
+      },
+    },
+  },
   "/": {
     get: {
       operationId: "root",

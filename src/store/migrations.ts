@@ -274,6 +274,20 @@ export const MIGRATIONS: readonly Migration[] = [
   // A key may expire (issue 55): expires_at in ms, NULL for never. From then on it authenticates
   // nowhere (REST, /mcp, OAuth tokens of its grants) and its sessions end, as a revoked key's do.
   both(`ALTER TABLE keys ADD COLUMN expires_at BIGINT;`),
+  // The audit log (issue 55): every change to a person, key, grant or policy made through the
+  // console, who made it, when and from where. Append only (src/store/audit.ts): nothing in the
+  // product updates or deletes a row.
+  both(`CREATE TABLE audit_log (
+     id TEXT PRIMARY KEY,
+     at BIGINT NOT NULL,
+     actor_id TEXT,
+     actor TEXT NOT NULL,
+     address TEXT,
+     action TEXT NOT NULL,
+     target TEXT,
+     detail TEXT
+   );
+   CREATE INDEX audit_log_at ON audit_log(at);`),
 ];
 
 export function migrationText(m: Migration, dialect: Dialect): string {

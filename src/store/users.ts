@@ -8,6 +8,7 @@ import {
 } from "../policy/key-policy.js";
 import type { Db } from "./db.js";
 import { checkSubject } from "./keys.js";
+import { AuditStore } from "./audit.js";
 import { PasswordChecks } from "./password-checks.js";
 import { asDriver, type SqlDriver } from "./sql.js";
 
@@ -120,6 +121,8 @@ export class UserStore {
   private dummy: Promise<string> | undefined;
   /** When stale attempt rows were last removed. */
   private prunedAt = 0;
+  /** The audit log of what console users change (in the same database). */
+  readonly audit: AuditStore;
 
   constructor(
     db: Db | SqlDriver,
@@ -127,6 +130,7 @@ export class UserStore {
     readonly checks = new PasswordChecks(),
   ) {
     this.sql = asDriver(db);
+    this.audit = new AuditStore(this.sql);
   }
 
   /**

@@ -84,6 +84,7 @@ describe("console keys: snippets, revocation, expiry at every door (namespace ba
   let users: UserStore;
   let oauth: OAuthStore;
   let mia: { name: string; password: string; id: string };
+  let ada: { name: string; password: string; id: string };
 
   before(async () => {
     mkdirSync(SHOTS, { recursive: true });
@@ -91,6 +92,7 @@ describe("console keys: snippets, revocation, expiry at every door (namespace ba
     users = new UserStore(h.db);
     oauth = new OAuthStore(h.db);
     mia = await makeUser(users, "mia");
+    ada = await makeUser(users, "ada", "admin");
     browser = await launchChromium();
   });
 
@@ -337,6 +339,101 @@ describe("console keys: snippets, revocation, expiry at every door (namespace ba
     );
     assert.equal(exec, 404);
     await context.close();
+  });
+
+  test("SEC-AUDIT: every key, grant and ceiling change made in the console is in the audit log (who, what, when, from where; never a secret), which an admin reads and nobody can change or delete; a member is refused it", async () => {
+    const { context, page } = await signedIn(mia);
+    const api = (method: string, path: string, body?: unknown) =>
+      inPage<{ status: number; body: Record<string, unknown> }>(
+        page,
+        `(async () => {
+          const s = await (await fetch("/v1/console/session")).json();
+          const res = await fetch(${JSON.stringify(path)}, {
+            method: ${JSON.stringify(method)},
+            headers: { "X-CSRF-Token": s.csrf_token, "Content-Type": "application/json" },
+            ${body === undefined ? "" : `body: ${JSON.stringify(JSON.stringify(body))},`}
+          });
+          return { status: res.status, body: await res.json() };
+        })()`,
+      );
+    const made = await api("POST", "/v1/console/keys", { name: "mia-audited" });
+    assert.equal(made.status, 201);
+    const id = made.body.id as string;
+    const secret = made.body.key as string;
+    assert.equal(
+      (await api("PUT", `/v1/console/keys/${id}/policy`, { network: "none" })).status,
+      200,
+    );
+    assert.equal((await api("DELETE", `/v1/console/keys/${id}`)).status, 200);
+    // A member reads no audit log: refused, and the page offers none.
+    assert.equal((await api("GET", "/v1/console/audit")).status, 403);
+    assert.equal(await page.isVisible("#nav-audit"), false);
+    await context.close();
+
+    const admin = await signedIn(ada);
+    const ceiling = await inPage<number>(
+      admin.page,
+      `(async () => {
+        const s = await (await fetch("/v1/console/session")).json();
+        const res = await fetch("/v1/console/users/${mia.id}/key-ceiling", {
+          method: "PUT",
+          headers: { "X-CSRF-Token": s.csrf_token, "Content-Type": "application/json" },
+          body: JSON.stringify({ max_memory_mb: 512 }),
+        });
+        return res.status;
+      })()`,
+    );
+    assert.equal(ceiling, 200);
+    await admin.page.click("#nav-audit");
+    await admin.page.waitForSelector("body[data-view=audit]");
+    await until(
+      admin.page,
+      `document.querySelector("#audit-table").textContent.includes("user.ceiling")`,
+    );
+    const rows = await inPage<string[][]>(
+      admin.page,
+      `[...document.querySelectorAll("#audit-table tbody tr")].map((tr) => [...tr.cells].map((td) => td.textContent))`,
+    );
+    const find = (action: string) =>
+      rows.find((r) => r[2] === action && (r[3] === id || action === "user.ceiling"));
+    for (const action of ["key.create", "key.policy", "key.revoke"]) {
+      const row = find(action);
+      assert.ok(row, `${action} in ${JSON.stringify(rows)}`);
+      assert.equal(row[1], "mia");
+      assert.equal(row[4], "127.0.0.1");
+      assert.match(row[0]!, /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$/);
+    }
+    assert.match(find("key.policy")![5]!, /"network":"none"/);
+    assert.equal(find("user.ceiling")![1], "ada");
+    assert.equal(find("user.ceiling")![3], mia.id);
+    // Never a secret: not on the page, not in the table's rows.
+    assert.ok(!(await inPage<string>(admin.page, "document.body.innerText")).includes(secret));
+    assert.ok(!JSON.stringify(h.db.prepare("SELECT * FROM audit_log").all()).includes(secret));
+    // Nothing in the product changes or removes an entry: no such route, for an admin either.
+    const before = (h.db.prepare("SELECT COUNT(*) AS n FROM audit_log").get() as { n: number }).n;
+    for (const method of ["DELETE", "PUT", "POST"]) {
+      const status = await inPage<number>(
+        admin.page,
+        `(async () => {
+          const s = await (await fetch("/v1/console/session")).json();
+          return (await fetch("/v1/console/audit", { method: ${JSON.stringify(method)}, headers: { "X-CSRF-Token": s.csrf_token } })).status;
+        })()`,
+      );
+      assert.equal(status, 405, method);
+    }
+    assert.equal(
+      (h.db.prepare("SELECT COUNT(*) AS n FROM audit_log").get() as { n: number }).n,
+      before,
+    );
+    // The page at 1280 and 390 px: every box inside its card, no sideways scroll on the phone.
+    const wide = await overflow(admin.page, "#audit");
+    assert.deepEqual(wide.out, []);
+    await admin.page.screenshot({ path: join(SHOTS, "audit.png"), fullPage: true });
+    await admin.page.setViewportSize({ width: 390, height: 800 });
+    const phone = await overflow(admin.page, "#audit");
+    assert.deepEqual(phone.out, []);
+    assert.ok(phone.scroll <= 390, `scrollWidth ${phone.scroll} on a 390 px screen`);
+    await admin.context.close();
   });
 
   test("an expiry in the past, or not a time, is refused before any key is made", async () => {

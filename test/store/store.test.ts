@@ -153,6 +153,7 @@ for (const [kind, open] of Object.entries(KINDS)) {
             "policy",
             "revoked_at",
           ],
+          audit_log: ["action", "actor", "actor_id", "address", "at", "detail", "id", "target"],
           users: [
             "created_at",
             "failed_count",
@@ -313,6 +314,48 @@ for (const [kind, open] of Object.entries(KINDS)) {
             store.keys.create("late", null, t0, null, null, bad),
             /expiry is a time in the future/,
           );
+      });
+
+      test("STORE-AUDIT: the audit log keeps entries as recorded, newest first, in pages; it offers no way to change or remove one", async () => {
+        const audit = store.users.audit;
+        for (let i = 0; i < 5; i++)
+          await audit.record(
+            {
+              actorId: "u_1",
+              actor: "ada",
+              address: "192.0.2.7",
+              action: "key.revoke",
+              target: `k${i}`,
+              detail: { name: `key ${i}` },
+            },
+            50_000 + i,
+          );
+        const page1 = await audit.list(3);
+        assert.deepEqual(
+          page1.map((e) => e.target),
+          ["k4", "k3", "k2"],
+        );
+        assert.deepEqual(page1[0], {
+          id: page1[0]!.id,
+          at: 50_004,
+          actorId: "u_1",
+          actor: "ada",
+          address: "192.0.2.7",
+          action: "key.revoke",
+          target: "k4",
+          detail: { name: "key 4" },
+        });
+        const page2 = await audit.list(3, page1.at(-1)!.at);
+        assert.deepEqual(
+          page2.map((e) => e.target),
+          ["k1", "k0"],
+        );
+        // Append only: the store's whole surface is record and list.
+        assert.deepEqual(Object.getOwnPropertyNames(Object.getPrototypeOf(audit)).sort(), [
+          "constructor",
+          "list",
+          "record",
+        ]);
       });
 
       test("keys are stored only as hashes and never listed; names are checked", async () => {

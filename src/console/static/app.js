@@ -6,7 +6,7 @@
 const RUNTIMES = ["python3.12", "python3.11", "node20", "bash"];
 const EXAMPLE =
   "import matplotlib.pyplot as plt\nimport numpy as np\nx = np.linspace(0, 10, 100)\nplt.plot(x, np.sin(x))\nplt.savefig('/tmp/plot.png')";
-const VIEWS = ["keys", "runs", "usage", "playground", "health"];
+const VIEWS = ["keys", "runs", "usage", "playground", "health", "audit"];
 let csrf = "";
 let serverUrl = location.origin;
 let keys = [];
@@ -483,6 +483,24 @@ async function showHealth() {
   );
 }
 
+// Audit log (admins) -------------------------------------------------------------------------
+
+async function showAudit() {
+  const { entries } = await api("GET", "/v1/console/audit?limit=200");
+  table(
+    $("audit-table"),
+    ["Time (UTC)", "Who", "Action", "Target", "From", "Detail"],
+    entries.map((e) => [
+      when(e.at),
+      e.actor,
+      e.action,
+      e.target ? el("code", {}, e.target) : "–",
+      e.address || "–",
+      el("span", { class: "wrap" }, e.detail ? JSON.stringify(e.detail) : ""),
+    ]),
+  );
+}
+
 // Router ---------------------------------------------------------------------------------------
 
 async function show() {
@@ -504,6 +522,7 @@ async function show() {
     }
     if (view === "playground") await loadKeys();
     if (view === "health") await showHealth();
+    if (view === "audit") await showAudit();
     document.body.dataset.view = view;
   } catch (e) {
     flash(e.message);
@@ -516,6 +535,7 @@ async function start() {
   if (s.server_url) serverUrl = s.server_url;
   $("signout-csrf").value = csrf;
   $("who").textContent = `${s.user.name} (${s.user.role})`;
+  $("nav-audit").hidden = s.user.role !== "admin";
   // The runtimes this server's image has (as scratchrun_runtimes reports them).
   const h = await api("GET", "/v1/console/health").catch(() => ({}));
   const runtimes = Object.keys((h.runtimes && h.runtimes.runtimes) || {});
