@@ -7,6 +7,13 @@ export const USERS_USAGE = `scratchrun users create --name N [--role admin|membe
                                            line, ${PASSWORD_MIN}+ characters; may be empty with
                                            --oidc-subject: they sign in through the OIDC issuer)
 scratchrun users list                      the console's users and roles
+scratchrun users role --name N --role admin|member
+                                           change a user's role (from their next request)
+scratchrun users reset --name N            a new password, read from stdin as for create; the
+                                           user is signed out everywhere and their lock lifted
+scratchrun users remove --name N           remove a user: their sessions end and the keys they
+                                           own are revoked
+Each of role, reset and remove is written to the console's audit log (as "cli").
 
 An admin sees and approves for every API key; a member only the keys made with --owner NAME.
 `;
@@ -64,6 +71,59 @@ export async function runUsers(
     } catch (e) {
       if (!(e instanceof TypeError)) throw e;
       process.stderr.write(`scratchrun users create: ${e.message}\n`);
+      return 2;
+    } finally {
+      await store.close();
+    }
+  }
+  if ((sub === "role" || sub === "reset" || sub === "remove") && values.name) {
+    if (sub === "role" && !values.role) {
+      process.stderr.write(USERS_USAGE);
+      return 2;
+    }
+    const password = sub === "reset" ? (await readPassword()).replace(/\r?\n$/, "") : undefined;
+    const store = await openStore(env);
+    try {
+      const name = values.name;
+      let target: string | undefined;
+      let detail: Record<string, unknown>;
+      if (sub === "role") {
+        const u = await store.users.setRole(name, values.role as "admin" | "member");
+        target = u?.id;
+        detail = { name, role: values.role };
+        if (u) process.stderr.write(`${u.name} is ${u.role} now\n`);
+      } else if (sub === "reset") {
+        const u = await store.users.resetPassword(name, password!);
+        target = u?.id;
+        detail = { name };
+        if (u) process.stderr.write(`new password set for ${u.name}; signed out everywhere\n`);
+      } else {
+        const r = await store.users.remove(name);
+        target = r?.user.id;
+        detail = { name, revoked_keys: r?.revoked ?? [] };
+        if (r)
+          process.stderr.write(
+            `removed ${r.user.name}; ${r.revoked.length} of their keys revoked\n`,
+          );
+      }
+      if (target === undefined) {
+        process.stderr.write(
+          `scratchrun users ${sub}: no console user named ${JSON.stringify(name)}\n`,
+        );
+        return 1;
+      }
+      await store.users.audit.record({
+        actorId: null,
+        actor: "cli",
+        address: null,
+        action: `user.${sub}`,
+        target,
+        detail,
+      });
+      return 0;
+    } catch (e) {
+      if (!(e instanceof TypeError)) throw e;
+      process.stderr.write(`scratchrun users ${sub}: ${e.message}\n`);
       return 2;
     } finally {
       await store.close();

@@ -266,6 +266,61 @@ export class UserStore {
     return until !== null && until > now ? until : null;
   }
 
+  /**
+   * Changes a user's role; their open console sessions hold to it from their next request (a
+   * session reads its user's role each time). Undefined when no user has the name.
+   */
+  async setRole(name: string, role: Role): Promise<User | undefined> {
+    if (role !== "admin" && role !== "member")
+      throw new TypeError(`role must be admin or member, not ${JSON.stringify(role)}`);
+    const n = await this.sql.run("UPDATE users SET role = ? WHERE name = ?", [role, name]);
+    return n === 1 ? this.byName(name) : undefined;
+  }
+
+  /**
+   * Sets a new password (the checks of `create`), signs the user out everywhere and lifts a lock
+   * on their name. Undefined when no user has the name.
+   */
+  async resetPassword(name: string, password: string): Promise<User | undefined> {
+    if (password.length < PASSWORD_MIN || password.length > 1024)
+      throw new TypeError(`a password is ${PASSWORD_MIN} to 1024 characters`);
+    const user = await this.byName(name);
+    if (!user) return undefined;
+    await this.sql.run("UPDATE users SET password_hash = ? WHERE id = ?", [
+      await hashPassword(password),
+      user.id,
+    ]);
+    await this.sql.run("DELETE FROM console_sessions WHERE user_id = ?", [user.id]);
+    await this.sql.run("DELETE FROM signin_attempts WHERE name = ?", [name]);
+    return user;
+  }
+
+  /**
+   * Removes a user: their console sessions end, and the keys they own are revoked (`now`), so
+   * nothing made in their name keeps working. The ids of those keys; undefined when no user has
+   * the name.
+   */
+  async remove(
+    name: string,
+    now = Date.now(),
+  ): Promise<{ user: User; revoked: string[] } | undefined> {
+    return this.sql.transaction(async (tx) => {
+      const user = await tx.get<User>("SELECT id, name, role FROM users WHERE name = ?", [name]);
+      if (!user) return undefined;
+      const keys = await tx.all<{ id: string }>(
+        "SELECT id FROM keys WHERE owner_id = ? AND revoked_at IS NULL",
+        [user.id],
+      );
+      await tx.run("UPDATE keys SET revoked_at = ? WHERE owner_id = ? AND revoked_at IS NULL", [
+        now,
+        user.id,
+      ]);
+      await tx.run("DELETE FROM console_sessions WHERE user_id = ?", [user.id]);
+      await tx.run("DELETE FROM users WHERE id = ?", [user.id]);
+      return { user, revoked: keys.map((k) => k.id) };
+    });
+  }
+
   /** The user linked to a trusted OIDC issuer's subject (`users create --oidc-subject`). */
   async bySubject(subject: string): Promise<User | undefined> {
     return this.sql.get<User>("SELECT id, name, role FROM users WHERE oidc_subject = ?", [subject]);
