@@ -326,6 +326,9 @@ describe(
       await page.fill("#name", vic.name);
       await page.fill("#password", vic.password);
       await Promise.all([page.waitForURL(/\/console$/), page.click("button[type=submit]")]);
+      // The console has shown its first view (its start read the session and the health of a
+      // server busy building templates under TCG) before the hash moves it to the playground.
+      await page.waitForSelector("body[data-view]", { state: "attached", timeout: 120_000 });
       await inPage(page, `location.hash = "playground"`);
       await page.waitForSelector("body[data-view=playground]");
       await page.selectOption("#play-key", key.id);

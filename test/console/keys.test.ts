@@ -158,7 +158,14 @@ describe("console keys: snippets, revocation, expiry at every door (namespace ba
   test("serve's start line names the console's and the MCP endpoint's URLs", async () => {
     const home = mkdtempSync(join(tmpdir(), "sr-console-serve-"));
     const child = spawn(process.execPath, [CLI, "serve", "--host", "127.0.0.1", "--port", "0"], {
-      env: { ...process.env, SCRATCHRUN_HOME: home, SCRATCHRUN_ISOLATION: "namespace" },
+      // Network none: a second server with public networking on this host would, at its start,
+      // remove the sandbox networks of this file's own server (one server per prefix per host).
+      env: {
+        ...process.env,
+        SCRATCHRUN_HOME: home,
+        SCRATCHRUN_ISOLATION: "namespace",
+        SCRATCHRUN_NETWORK: "none",
+      },
       stdio: ["ignore", "ignore", "pipe"],
     });
     let err = "";

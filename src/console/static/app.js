@@ -503,7 +503,11 @@ async function showAudit() {
 
 // Router ---------------------------------------------------------------------------------------
 
+/** Which show() is the latest: an earlier one still loading must not mark its view after it. */
+let shown = 0;
+
 async function show() {
+  const seq = ++shown;
   const view = VIEWS.includes(location.hash.slice(1)) ? location.hash.slice(1) : "keys";
   for (const v of VIEWS) $(v).hidden = v !== view;
   for (const a of document.querySelectorAll("header nav a"))
@@ -514,7 +518,8 @@ async function show() {
     if (view === "keys") await showKeys();
     if (view === "runs") {
       await showRuns();
-      runsTimer = setInterval(() => showRuns().catch((e) => flash(e.message)), 5000);
+      if (seq === shown)
+        runsTimer = setInterval(() => showRuns().catch((e) => flash(e.message)), 5000);
     }
     if (view === "usage") {
       if (keys.length === 0) await loadKeys();
@@ -523,7 +528,8 @@ async function show() {
     if (view === "playground") await loadKeys();
     if (view === "health") await showHealth();
     if (view === "audit") await showAudit();
-    document.body.dataset.view = view;
+    // The start's show() of the default view can end after a hash change's show() of another.
+    if (seq === shown) document.body.dataset.view = view;
   } catch (e) {
     flash(e.message);
   }
