@@ -148,7 +148,7 @@ export const SETTINGS = {
     kind: "string",
     fallback: DEFAULT_UPLINK.prefix,
     readers: ["server"],
-    doc: "prefix of the links, namespaces and nft tables sandboxes get",
+    doc: "prefix of the links, namespaces and nft tables sandboxes get; two servers with public networking on one host need two prefixes (a server's start removes every network of its prefix that no sandbox of its own holds)",
   },
   SCRATCHRUN_NET_POOL_V6: {
     kind: "string",
