@@ -555,3 +555,35 @@ export class WarmPool<V extends PooledVm, R extends string = RuntimeName> {
     await Promise.all(this.destroying);
   }
 }
+
+/**
+ * What a backend tells of its warm pool (Backend's onSandboxReady, whenPoolsFull, pools, pooled),
+ * written once for both backends: each keeps its pool as `pool`.
+ */
+export abstract class PooledBackend<V extends PooledVm> {
+  abstract readonly pool: WarmPool<V>;
+
+  onSandboxReady(listener: () => void): () => void {
+    return this.pool.onReady(listener);
+  }
+
+  whenPoolsFull(): Promise<number | null> {
+    return this.pool.whenFirstFull();
+  }
+
+  pools(): PoolsReport {
+    return this.pool.report();
+  }
+
+  /** Pooled sandboxes that would serve this runtime, of every flavour (and network mode). */
+  pooled(runtime: RuntimeName): { ready: number; target: number } {
+    let ready = 0;
+    let target = 0;
+    for (const [key] of this.pool.config.sizes) {
+      if (key.runtime !== runtime) continue;
+      ready += this.pool.readyCount(key);
+      target += this.pool.size(key);
+    }
+    return { ready, target };
+  }
+}

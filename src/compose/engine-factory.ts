@@ -1,6 +1,6 @@
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { createMicrovmBackend } from "../backends/microvm/backend.js";
+import { createMicrovmBackend } from "../backends/microvm/create.js";
 import { reapOrphanVmDirs } from "../backends/microvm/reap-dirs.js";
 import { TemplateStore } from "../backends/microvm/template-store.js";
 import {

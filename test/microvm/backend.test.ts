@@ -2,7 +2,7 @@ import { skipOutsideCi } from "../helpers/ci.js";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
-import { createMicrovmBackend, type MicrovmBackend } from "../../src/backends/microvm/backend.js";
+import { createMicrovmBackend, type MicrovmBackend } from "../../src/backends/microvm/create.js";
 import { CPU_WEIGHT } from "../../src/jail/cgroup.js";
 import { cpuWeightOfPid, sandboxCgroupWeights } from "../helpers/cpu-weight.js";
 import {

@@ -6,7 +6,7 @@ import { after, before, describe, test } from "node:test";
 import { findHostKernel } from "../../src/images/vm/build.js";
 import { GUEST_UNAME_VERSION, guestRelease } from "../../src/images/vm/uname.js";
 import { hostTscKhz } from "../../src/backends/microvm/accel.js";
-import { createMicrovmBackend, type MicrovmBackend } from "../../src/backends/microvm/backend.js";
+import { createMicrovmBackend, type MicrovmBackend } from "../../src/backends/microvm/create.js";
 import {
   canRunMicrovm,
   assertNoLeftovers,

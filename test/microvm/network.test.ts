@@ -2,7 +2,7 @@ import { skipOutsideCi } from "../helpers/ci.js";
 import assert from "node:assert/strict";
 import { readdirSync, readFileSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
-import { createMicrovmBackend, type MicrovmBackend } from "../../src/backends/microvm/backend.js";
+import { createMicrovmBackend, type MicrovmBackend } from "../../src/backends/microvm/create.js";
 import { listSandboxNetworkResources } from "../../src/net/resources.js";
 import { networkFromEnv, type NetworkPlan } from "../../src/compose/network.js";
 import { startServer, type McpHarness } from "../helpers/mcp-client.js";

@@ -5,7 +5,7 @@ import {
   createMicrovmBackend,
   type MicrovmBackend,
   type PoolOptions,
-} from "../../src/backends/microvm/backend.js";
+} from "../../src/backends/microvm/create.js";
 import { readFileSync } from "node:fs";
 import { descendants, running } from "../helpers/procs.js";
 

@@ -27,7 +27,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, describe, test } from "node:test";
-import { createMicrovmBackend, type MicrovmBackend } from "../../src/backends/microvm/backend.js";
+import { createMicrovmBackend, type MicrovmBackend } from "../../src/backends/microvm/create.js";
 import { TemplateStore } from "../../src/backends/microvm/template-store.js";
 import { waitFor } from "../api/harness.js";
 import { skipOutsideCi } from "../helpers/ci.js";

@@ -1,7 +1,7 @@
 import { skipOutsideCi } from "../helpers/ci.js";
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { createMicrovmBackend, type MicrovmBackend } from "../../src/backends/microvm/backend.js";
+import { createMicrovmBackend, type MicrovmBackend } from "../../src/backends/microvm/create.js";
 import { toAgentRequest } from "../../src/engine/request.js";
 import { locateRootfs } from "../../src/images/locate.js";
 import { runtimeArgv } from "../../src/runtimes/table.js";

@@ -8,14 +8,10 @@
  * cold boot(); then what the pool parks (prepare(), warmed up as WarmUpPolicy says), a session's
  * VM, and the reports.
  */
-import { execFileSync } from "node:child_process";
 import { availableParallelism } from "node:os";
-import { existsSync } from "node:fs";
-import { dirname } from "node:path";
-import { takeLease, type Lease } from "../../images/lease.js";
+import type { Lease } from "../../images/lease.js";
 import { ScratchRunError } from "../../errors.js";
-import { CPU_WEIGHT, detectCgroups, type Cgroup, type CpuPriority } from "../../jail/cgroup.js";
-import { SANDBOX_UID_BASE, SANDBOX_UID_COUNT, UidPool } from "../../jail/uids.js";
+import { CPU_WEIGHT, type Cgroup, type CpuPriority } from "../../jail/cgroup.js";
 import { runCall, Teardowns } from "../call.js";
 import type { RuntimeName } from "../../schema/exec.js";
 import { LIMITS } from "../../schema/limits.js";
@@ -23,23 +19,16 @@ import type {
   Backend,
   BackendOutcome,
   Isolation,
-  PoolsReport,
   RunOptions,
   SandboxJob,
   SessionJob,
 } from "../types.js";
-import { detectAccel, hostTscKhz, isolationOf, QEMU_BINARY, type Accel } from "./accel.js";
-import {
-  buildVmArtifacts,
-  ensureRootDisk,
-  touchVmArtifacts,
-  type VmArtifacts,
-} from "../../images/vm/build.js";
+import { isolationOf } from "./accel.js";
 import { runtimeEntry } from "../../runtimes/table.js";
 import { sessionSandbox, type SessionSandbox } from "../session.js";
 import type { Preimport } from "../../images/preimport.js";
 import type { VmNetworkProvider } from "./guest-net.js";
-import { WarmPool, type PoolConfig, type PoolKey, type PoolStart } from "../pool.js";
+import { PooledBackend, WarmPool, type PoolConfig, type PoolKey, type PoolStart } from "../pool.js";
 import { PREIMPORT_MIN_MEMORY_MB, prestartInterpreter, type Flavour } from "../prestart.js";
 import { CODE_UID } from "../../protocol/guest-header.js";
 import type { Template } from "./snapshot.js";
@@ -59,43 +48,6 @@ import {
 
 /** The unprivileged user inside the guest that runs the code (the image's `user`). */
 export const GUEST_UID = CODE_UID;
-/** QEMU's host uids: a range of their own, after the namespace backend's sandbox uids. */
-const VM_UID_BASE = SANDBOX_UID_BASE + SANDBOX_UID_COUNT;
-const VM_UID_COUNT = 1024;
-
-export interface MicrovmBackendOptions {
-  /** Runtime rootfs directory (src/images); its erofs image is built next to it on first use. */
-  rootfsDir: string;
-  /** Prebuilt erofs root disk; default: ensureRootDisk(rootfsDir). */
-  disk?: string;
-  /** Kernel + initramfs; default: built (or found in the cache) by buildVmArtifacts(). */
-  artifacts?: VmArtifacts;
-  /** Default: detected (SCRATCHRUN_ACCEL overrides). */
-  accel?: Accel;
-  /** Ready VMs per runtime (default none), their memory_mb, and how many boot at once. */
-  pool?: PoolOptions;
-  /** Cold boot deadline (default 30 s: TCG boots take ~2 s, more on a loaded host). */
-  bootTimeoutMs?: number;
-  /**
-   * CPUs the warm-up decision counts (default: the host's): with fewer calls running, a clone made
-   * meanwhile is rehearsed; with as many, parked cold.
-   */
-  cpus?: number;
-  /**
-   * Public egress for calls with network "public" (src/compose/network.ts adapts src/net). Absent:
-   * such calls are refused. Pooled VMs are then prepared with a network (off the call's path);
-   * a call with network "none" that takes one has it torn down before the guest resumes.
-   */
-  network?: VmNetworkProvider;
-  /**
-   * What each runtime's pre-imported interpreter imports (src/images/preimport.ts): such a runtime
-   * gets a second template whose Python has imported them (and drawn a throwaway figure), and a
-   * pool of its clones as deep as the runtime's, for calls the engine routes there.
-   */
-  preimport?: Partial<Record<RuntimeName, Preimport>>;
-  /** Snapshot templates kept across restarts (SCRATCHRUN_TEMPLATE_CACHE); absent: none. */
-  templateStore?: TemplateStore | null;
-}
 
 export interface PoolOptions {
   sizes?: Partial<Record<RuntimeName, number>>;
@@ -152,17 +104,7 @@ function cloneOf(
   return { kind: "clone", image: t.image, warmUp, ...(warmAlso.length ? { warmAlso } : {}) };
 }
 
-function kvmGroupId(): number | null {
-  try {
-    const line = execFileSync("getent", ["group", "kvm"], { encoding: "utf8" });
-    const gid = Number(line.split(":")[2]);
-    return Number.isInteger(gid) ? gid : null;
-  } catch {
-    return null;
-  }
-}
-
-export class MicrovmBackend implements Backend {
+export class MicrovmBackend extends PooledBackend<MicroVm> implements Backend {
   readonly name = "microvm" as const;
   readonly isolation: Isolation;
   /** The guest's unprivileged user (the agent in the guest runs as root). */
@@ -223,6 +165,7 @@ export class MicrovmBackend implements Backend {
     cpus?: number | undefined;
     templateStore?: TemplateStore | null | undefined;
   }) {
+    super();
     const { ctx } = o;
     const poolOptions = o.pool ?? {};
     this.ctx = ctx;
@@ -552,30 +495,6 @@ export class MicrovmBackend implements Backend {
     return this.templates.list();
   }
 
-  onSandboxReady(listener: () => void): () => void {
-    return this.pool.onReady(listener);
-  }
-
-  whenPoolsFull(): Promise<number | null> {
-    return this.pool.whenFirstFull();
-  }
-
-  pools(): PoolsReport {
-    return this.pool.report();
-  }
-
-  /** Pooled clones that would serve this runtime, of both flavours. */
-  pooled(runtime: RuntimeName): { ready: number; target: number } {
-    const kinds: PoolKey[] = [
-      { runtime, flavour: "plain" },
-      { runtime, flavour: "preimport" },
-    ];
-    return {
-      ready: kinds.reduce((n, k) => n + this.pool.readyCount(k), 0),
-      target: kinds.reduce((n, k) => n + this.pool.size(k), 0),
-    };
-  }
-
   /**
    * Host pids of every process of every live VM (QEMU and its jail), or with `servingOnly` only of
    * the VMs running a call now; for diagnostics and tests.
@@ -595,59 +514,4 @@ export class MicrovmBackend implements Backend {
     await this.templates.close();
     this.lease?.release();
   }
-}
-
-/**
- * Checks the host, builds or finds the VM artifacts and the root disk, picks KVM or TCG, and
- * starts the warm pool. Throws NOT_READY saying what to install when something is missing.
- */
-export async function createMicrovmBackend(
-  options: MicrovmBackendOptions,
-): Promise<MicrovmBackend> {
-  if (!existsSync(QEMU_BINARY))
-    throw new ScratchRunError("NOT_READY", `QEMU not found at ${QEMU_BINARY}`, {
-      fix: "apt-get install qemu-system-x86 (or use SCRATCHRUN_ISOLATION=namespace)",
-    });
-  let artifacts: VmArtifacts;
-  let disk: string;
-  try {
-    artifacts = options.artifacts ?? buildVmArtifacts();
-    disk = options.disk ?? ensureRootDisk(options.rootfsDir);
-    touchVmArtifacts(artifacts);
-  } catch (cause) {
-    throw new ScratchRunError("NOT_READY", `cannot prepare the microVM images: ${String(cause)}`, {
-      fix: "run node scripts/build-vm.mjs and read its error",
-      cause,
-    });
-  }
-  // Templates and clones boot this kernel and disk for as long as the backend lives: no build's
-  // prune (scripts/build-vm.mjs, scratchrun image build) may remove them meanwhile.
-  const lease = takeLease(dirname(dirname(artifacts.kernel)), [dirname(artifacts.kernel), disk]);
-  let accel: Accel;
-  try {
-    accel = options.accel ?? (await detectAccel(artifacts.kernel, artifacts.initramfs));
-  } catch (e) {
-    lease.release();
-    throw e;
-  }
-  const ctx: HostContext = {
-    artifacts,
-    disk,
-    accel,
-    tscKhz: hostTscKhz(),
-    cgroups: detectCgroups(),
-    uids: new UidPool(VM_UID_BASE, VM_UID_COUNT),
-    kvmGid: accel === "kvm" ? kvmGroupId() : null,
-    scratchMb: LIMITS.scratchMb,
-  };
-  return new MicrovmBackend({
-    ctx,
-    bootTimeoutMs: options.bootTimeoutMs ?? 30_000,
-    pool: options.pool,
-    network: options.network,
-    lease,
-    preimport: options.preimport,
-    cpus: options.cpus,
-    templateStore: options.templateStore,
-  });
 }

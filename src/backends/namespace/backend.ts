@@ -17,7 +17,7 @@ import { runCall, Teardowns } from "../call.js";
 import type { Preimport } from "../../images/preimport.js";
 import { RUNTIMES, type RuntimeName } from "../../schema/exec.js";
 import { LIMITS } from "../../schema/limits.js";
-import { WarmPool, type PoolKey, type PooledVm, type PoolStart } from "../pool.js";
+import { PooledBackend, WarmPool, type PoolKey, type PooledVm, type PoolStart } from "../pool.js";
 import type { DomainAllowlist } from "../../net/allowlist.js";
 import { agentPrestartArgs } from "../prestart.js";
 import type {
@@ -25,7 +25,6 @@ import type {
   BackendOutcome,
   NetworkEgress,
   NetworkMode,
-  PoolsReport,
   RunOptions,
   SandboxJob,
   SessionJob,
@@ -111,7 +110,7 @@ interface JailStart {
  * and uid follows in the background and close() waits for it. A warm pool keeps jails started to
  * the agent's READY so a call pays only for its code. It shares the host kernel (docs/SECURITY.md).
  */
-export class NamespaceBackend implements Backend {
+export class NamespaceBackend extends PooledBackend<Jail> implements Backend {
   readonly name = "namespace" as const;
   readonly isolation = "namespace" as const;
   /** The agent's own: the jail's sandbox uid. */
@@ -135,6 +134,7 @@ export class NamespaceBackend implements Backend {
   readonly counters = { pooledCalls: 0, preimportedCalls: 0, coldCalls: 0 };
 
   constructor(private readonly options: NamespaceBackendOptions) {
+    super();
     this.cgroups = detectCgroups();
     const sizes: [PoolKey, number][] = [];
     for (const network of options.network ? (["none", "public"] as const) : (["none"] as const))
@@ -156,30 +156,6 @@ export class NamespaceBackend implements Backend {
       burst: { extra: 1, takes: 2, windowMs: 20_000, maxConcurrentBoots: 2 },
     });
     this.pool.start();
-  }
-
-  onSandboxReady(listener: () => void): () => void {
-    return this.pool.onReady(listener);
-  }
-
-  whenPoolsFull(): Promise<number | null> {
-    return this.pool.whenFirstFull();
-  }
-
-  pools(): PoolsReport {
-    return this.pool.report();
-  }
-
-  /** Pooled jails that would serve this runtime, of every network mode and flavour. */
-  pooled(runtime: RuntimeName): { ready: number; target: number } {
-    let ready = 0;
-    let target = 0;
-    for (const [key] of this.pool.config.sizes) {
-      if (key.runtime !== runtime) continue;
-      ready += this.pool.readyCount(key);
-      target += this.pool.size(key);
-    }
-    return { ready, target };
   }
 
   run(job: SandboxJob, options: RunOptions): Promise<BackendOutcome> {
