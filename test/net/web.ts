@@ -12,7 +12,7 @@
  * connection it accepts and every request and DNS question (fixtures/web-server.ts).
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -106,9 +106,13 @@ export class WebHosts {
   }
 
   async start(): Promise<this> {
-    const shared = { cert: this.certPath, key: join(this.dir, "key.pem") };
+    const shared = { cert: this.certPath, key: join(this.dir, "key.pem"), gates: this.dir };
     await this.makeCert(shared.cert, shared.key);
-    const own = { cert: join(this.dir, "own-cert.pem"), key: join(this.dir, "own-key.pem") };
+    const own = {
+      cert: join(this.dir, "own-cert.pem"),
+      key: join(this.dir, "own-key.pem"),
+      gates: this.dir,
+    };
     if (this.opts.untrusted?.length) await this.makeCert(own.cert, own.key);
     const certOf = (h: WebHost) => (this.opts.untrusted?.includes(h) ? own : shared);
     await this.spawn("allowed", this.topo.hostNs("pub"), {
@@ -149,6 +153,12 @@ export class WebHosts {
         reject(new Error(`web host ${name} exited`));
       });
     });
+  }
+
+  /** Opens /gate/NAME on every host: the requests held there are answered, and later ones at once. */
+  open(name: string): void {
+    if (!/^[\w-]+$/.test(name)) throw new Error(`gate name ${name}`);
+    writeFileSync(join(this.dir, `gate-${name}`), "");
   }
 
   log(name: WebHost): string {

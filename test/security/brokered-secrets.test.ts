@@ -45,9 +45,9 @@ const PLACEHOLDER = /^scratchrun-secret-[0-9a-f]{64}$/;
 const PY_PRELUDE = `
 import hashlib, json, os, socket, ssl, sys, time, urllib.error, urllib.request
 tok = os.environ.get("TOKEN", "")
-def get(url, headers={}):
+def get(url, headers={}, timeout=10):
     try:
-        r = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10)
+        r = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout)
         return [r.status, r.read().decode()]
     except urllib.error.HTTPError as e:
         return [e.code, e.read().decode()]
@@ -136,19 +136,30 @@ function scanProcess(pid: number, needles: readonly Buffer[]): { found: boolean[
   return { found, bytes };
 }
 
+/**
+ * One test internet for the file's four servers (started one after another, each on its own
+ * uplink network): the host is checked once every server has stopped and the fixture is gone.
+ */
+const fx = new EgressFixture({ idPrefix: "k", web: { untrusted: ["refused"] } });
+let base: ReturnType<typeof snapshot>;
+let webCertSha = "";
+before(async () => {
+  base = snapshot();
+  await fx.start();
+  webCertSha = createHash("sha256")
+    .update(new X509Certificate(readFileSync(fx.web.certPath)).raw)
+    .digest("hex");
+});
+after(async () => {
+  await fx.stop();
+  await assertNoLeaks(base);
+});
+
 for (const backend of TEST_BACKENDS) {
   describe(`brokered secrets through the MCP server [${backend}]`, { timeout: 600_000 }, () => {
-    const fx = new EgressFixture({ idPrefix: "k", web: { untrusted: ["refused"] } });
     let h: McpHarness;
-    let base: ReturnType<typeof snapshot>;
-    let webCertSha = "";
 
     before(async () => {
-      base = snapshot();
-      await fx.start();
-      webCertSha = createHash("sha256")
-        .update(new X509Certificate(readFileSync(fx.web.certPath)).raw)
-        .digest("hex");
       h = await startServer({
         SCRATCHRUN_ISOLATION: backend,
         SCRATCHRUN_POOL_SIZE: backend === "microvm" ? `${PY}=1` : "1",
@@ -164,8 +175,6 @@ for (const backend of TEST_BACKENDS) {
       // The proxy never died under these calls (it would be restarted, and say so).
       const stderr = h?.stderr() ?? "";
       await h?.close();
-      await fx.stop();
-      await assertNoLeaks(base);
       assert.doesNotMatch(stderr, /the egress proxy exited/);
     });
 
@@ -271,7 +280,8 @@ print(r.status_code)`,
         code: `${PY_PRELUDE}
 out["https"] = get("https://allowed.test/m", {"Authorization": f"Bearer {tok}"})
 out["ready"] = get("http://allowed.test/ready-${tag}")
-time.sleep(15)
+# Still running, the value in hand, until the test has scanned every sandbox process.
+out["gate"] = get("http://allowed.test/gate/${tag}", timeout=60)
 print(json.dumps(out))`,
       });
       for (let i = 0; !fx.web.log("allowed").includes(`path=/ready-${tag}`); i++) {
@@ -289,8 +299,12 @@ print(json.dumps(out))`,
         if (r.found[0]) holders.push(pid);
         markSeen ||= r.found[1] === true;
       }
+      fx.web.open(tag);
       const { s } = await call;
       assert.equal(s.exit_reason, "ok", s.stderr);
+      // The code waited at the gate until the scan was over: it ran (and held the value) throughout.
+      const out = JSON.parse(s.stdout) as Record<string, [number | null, string]>;
+      assert.equal(out.gate?.[0], 200, JSON.stringify(out.gate));
       assert.match(fx.web.log("allowed"), new RegExp(`header authorization=Bearer ${VALUE}\n`));
       // The scan saw the call: its env's mark is in a sandbox process (the guest's RAM in QEMU).
       assert.ok(markSeen, `the mark was found in ${pids.length} processes (${bytes} bytes read)`);
@@ -538,11 +552,9 @@ for (const backend of TEST_BACKENDS) {
     `brokered secrets on a server without an allowlist [${backend}]`,
     { timeout: 300_000 },
     () => {
-      const fx = new EgressFixture({ idPrefix: "n" });
       let h: McpHarness;
 
       before(async () => {
-        await fx.start();
         h = await startServer({
           SCRATCHRUN_ISOLATION: backend,
           SCRATCHRUN_POOL_SIZE: "0",
@@ -555,7 +567,6 @@ for (const backend of TEST_BACKENDS) {
       after(async () => {
         const stderr = h?.stderr() ?? "";
         await h?.close();
-        await fx.stop();
         assert.doesNotMatch(stderr, /the egress proxy exited/);
       });
 
