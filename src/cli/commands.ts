@@ -79,8 +79,8 @@ export const COMMANDS = [
   },
   {
     name: "users",
-    args: "create --name N [--role admin|member]",
-    summary: "the console's users (password on stdin)",
+    args: "create | invite | list | role | reset | remove --name N",
+    summary: "the console's people: an invite is a one-time link; passwords on stdin",
     root: false,
   },
 ] as const satisfies readonly CommandInfo[];

@@ -11,15 +11,19 @@ import { RUNTIMES } from "../runtimes/names.js";
 import { PRINCIPAL } from "../store/keys.js";
 import { openStore } from "../store/open.js";
 
-export const KEYS_USAGE = `scratchrun keys create --name N [--owner USER] [--oidc-subject SUB] [policy]
+export const KEYS_USAGE = `scratchrun keys create --name N [--owner USER] [--oidc-subject SUB]
+                       [--expires 30d|12h|2027-01-31] [policy]
                                            create a key (--owner: the console user it belongs
                                            to; --oidc-subject: the trusted OIDC issuer's tokens
-                                           for that subject act as it); printed once, on stdout
+                                           for that subject act as it; --expires: after so many
+                                           days or hours, or at a UTC date or time, it
+                                           authenticates nowhere); printed once, on stdout
 scratchrun keys update <id|name> [policy]  change a key's policy (its next request is held to it);
                                            uid:N is a local user of the local service (decision
                                            0018), made here if it has not called yet
 scratchrun keys list [--json]              list keys and their policies (never the keys themselves)
 scratchrun keys revoke <id|name>           revoke a key at once
+create, update and revoke are written to the console's audit log (as "cli").
 
 Policy (each optional; absent: the server's setting; "default" clears a field on update):
   --runtimes LIST          runtimes the key may use, comma-separated: ${RUNTIMES.join(",")}
@@ -31,6 +35,21 @@ Policy (each optional; absent: the server's setting; "default" clears a field on
   --concurrency N          calls in flight at once
   --rate N                 calls per minute
 `;
+
+/** --expires: "30d", "12h", or a date or time (UTC unless it names a zone); a TypeError else. */
+export function parseExpiry(v: string, now = Date.now()): number {
+  const rel = /^(\d{1,5})([dh])$/.exec(v);
+  const at = rel
+    ? now + Number(rel[1]) * (rel[2] === "d" ? 86_400_000 : 3_600_000)
+    : /^\d{4}-\d\d-\d\d([T ][\d:.]+(Z|[+-]\d\d:\d\d)?)?$/.test(v)
+      ? Date.parse(/[T ]/.test(v) && !/(Z|[+-]\d\d:\d\d)$/.test(v) ? `${v}Z` : v)
+      : Number.NaN;
+  if (!Number.isFinite(at) || at <= now)
+    throw new TypeError(
+      `--expires ${JSON.stringify(v)} must be a time ahead: 30d, 12h, or a date like 2027-01-31`,
+    );
+  return at;
+}
 
 const iso = (ms: number | null) => (ms === null ? "-" : new Date(ms).toISOString());
 
@@ -67,13 +86,15 @@ export async function runKeys(
         name: { type: "string" },
         owner: { type: "string" },
         "oidc-subject": { type: "string" },
+        expires: { type: "string" },
         json: { type: "boolean" },
         ...policyOptions,
       },
       allowPositionals: true,
       strict: true,
     }));
-    patch = patchFromFlags(values as Record<string, string | undefined>);
+    const { expires: _expires, ...flags } = values;
+    patch = patchFromFlags(flags as Record<string, string | undefined>);
   } catch (e) {
     process.stderr.write(`scratchrun keys: ${e instanceof Error ? e.message : String(e)}\n`);
     return 2;
@@ -83,8 +104,31 @@ export async function runKeys(
     process.stderr.write(`scratchrun keys ${sub}: takes no policy flags\n\n${KEYS_USAGE}`);
     return 2;
   }
+  let expiresAt: number | null = null;
+  if (typeof values.expires === "string") {
+    if (sub !== "create") {
+      process.stderr.write(`scratchrun keys ${sub}: --expires is for create\n\n${KEYS_USAGE}`);
+      return 2;
+    }
+    try {
+      expiresAt = parseExpiry(values.expires);
+    } catch (e) {
+      process.stderr.write(`scratchrun keys create: ${(e as Error).message}\n`);
+      return 2;
+    }
+  }
   const name = typeof values.name === "string" ? values.name : undefined;
   const store = await openStore(env);
+  /** What the CLI changed, in the console's audit log (as "cli": whoever runs it on the host). */
+  const audit = (action: string, target: string, detail: Record<string, unknown>) =>
+    store.users.audit.record({
+      actorId: null,
+      actor: "cli",
+      address: null,
+      action,
+      target,
+      detail,
+    });
   try {
     const { keys } = store;
     switch (sub) {
@@ -110,14 +154,21 @@ export async function runKeys(
             Date.now(),
             ownerId,
             typeof subject === "string" ? subject : null,
+            expiresAt,
           );
         } catch (e) {
           if (!(e instanceof TypeError)) throw e;
           process.stderr.write(`scratchrun keys create: ${e.message}\n`);
           return 2;
         }
+        await audit("key.create", created.id, {
+          name,
+          owner_id: ownerId,
+          policy: created.policy,
+          expires_at: created.expiresAt,
+        });
         process.stderr.write(
-          `created key ${created.id} (${name}; ${describeKeyPolicy(created.policy)}); it is shown only now:\n${hostNote(created.policy)}`,
+          `created key ${created.id} (${name}; ${describeKeyPolicy(created.policy)}${created.expiresAt === null ? "" : `; expires ${iso(created.expiresAt)}`}); it is shown only now:\n${hostNote(created.policy)}`,
         );
         process.stdout.write(`${created.key}\n`);
         return 0;
@@ -141,6 +192,7 @@ export async function runKeys(
           );
           return 1;
         }
+        await audit("key.policy", updated.id, { patch, policy: updated.policy });
         process.stderr.write(
           `updated key ${updated.id}: ${describeKeyPolicy(updated.policy)}\n${hostNote(updated.policy)}`,
         );
@@ -168,6 +220,7 @@ export async function runKeys(
           );
           return 1;
         }
+        for (const id of ids) await audit("key.revoke", id, { named: target });
         process.stderr.write(`revoked ${ids.join(", ")}\n`);
         return 0;
       }

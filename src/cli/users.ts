@@ -1,11 +1,17 @@
 import { parseArgs } from "node:util";
 import { openStore } from "../store/open.js";
 import { PASSWORD_MIN } from "../store/users.js";
+import { inviteLink } from "../console/people.js";
+import { publicUrlFromEnv } from "./serve.js";
 
 export const USERS_USAGE = `scratchrun users create --name N [--role admin|member] [--oidc-subject SUB]
                                            a console user; the password is read from stdin (one
                                            line, ${PASSWORD_MIN}+ characters; may be empty with
                                            --oidc-subject: they sign in through the OIDC issuer)
+scratchrun users invite --name N [--role admin|member]
+                                           a one-time link (24 h) that makes the user N once
+                                           its holder chooses a password; printed on stdout,
+                                           with SCRATCHRUN_PUBLIC_URL in front when it is set
 scratchrun users list                      the console's users and roles
 scratchrun users role --name N --role admin|member
                                            change a user's role (from their next request)
@@ -13,7 +19,7 @@ scratchrun users reset --name N            a new password, read from stdin as fo
                                            user is signed out everywhere and their lock lifted
 scratchrun users remove --name N           remove a user: their sessions end and the keys they
                                            own are revoked
-Each of role, reset and remove is written to the console's audit log (as "cli").
+Each of create, invite, role, reset and remove is written to the console's audit log (as "cli").
 
 An admin sees and approves for every API key; a member only the keys made with --owner NAME.
 `;
@@ -66,11 +72,55 @@ export async function runUsers(
         Date.now(),
         values["oidc-subject"] ?? null,
       );
+      await store.users.audit.record({
+        actorId: null,
+        actor: "cli",
+        address: null,
+        action: "user.create",
+        target: user.id,
+        detail: { name: user.name, role: user.role, oidc_subject: values["oidc-subject"] ?? null },
+      });
       process.stderr.write(`created ${user.role} ${user.name} (${user.id})\n`);
       return 0;
     } catch (e) {
       if (!(e instanceof TypeError)) throw e;
       process.stderr.write(`scratchrun users create: ${e.message}\n`);
+      return 2;
+    } finally {
+      await store.close();
+    }
+  }
+  if (sub === "invite" && values.name) {
+    let base: string;
+    try {
+      base = publicUrlFromEnv(env) ?? "";
+    } catch (e) {
+      process.stderr.write(`scratchrun users invite: ${(e as Error).message}\n`);
+      return 2;
+    }
+    const store = await openStore(env);
+    try {
+      const { invite, token } = await store.users.invite(
+        values.name,
+        (values.role ?? "member") as "admin" | "member",
+        null,
+      );
+      await store.users.audit.record({
+        actorId: null,
+        actor: "cli",
+        address: null,
+        action: "user.invite",
+        target: invite.id,
+        detail: { name: invite.name, role: invite.role, expires_at: invite.expiresAt },
+      });
+      process.stderr.write(
+        `invited ${invite.name} as ${invite.role}; the link works once, until ${new Date(invite.expiresAt).toISOString()}${base ? "" : " (open it on this server's URL)"}:\n`,
+      );
+      process.stdout.write(`${inviteLink(base, token)}\n`);
+      return 0;
+    } catch (e) {
+      if (!(e instanceof TypeError)) throw e;
+      process.stderr.write(`scratchrun users invite: ${e.message}\n`);
       return 2;
     } finally {
       await store.close();

@@ -83,6 +83,14 @@ export function oidcSigninRoutes(c: ConsoleContext, oidc: TrustedIssuer): Route[
     }
     if (!r.ok) return refuse(401, `Sign-in refused: ${r.reason}`);
     const signed = await d.users.signInSubject(r.subject);
+    await d.users.audit.record({
+      actorId: signed.ok ? signed.user.id : null,
+      actor: signed.ok ? signed.user.name : "?",
+      address: addr,
+      action: signed.ok ? "signin" : "signin.failed",
+      target: signed.ok ? signed.user.id : null,
+      detail: { with: "oidc", subject: r.subject, ...(signed.ok ? {} : { reason: signed.reason }) },
+    });
     if (!signed.ok)
       return refuse(
         signed.reason === "locked" ? 429 : 403,

@@ -38,13 +38,38 @@ const ceilingOf = {
     "A console user's key ceiling: the most the keys they make and change may be given while they are a member, in a key policy's fields; null, or a field left out: the server's setting",
 };
 
+const userId = { name: "user_id", in: "path", required: true, schema: str };
+/** An invite or password-reset link as listed (never its token). */
+const invite = {
+  type: "object",
+  required: ["id", "purpose", "name", "created_at", "expires_at"],
+  properties: {
+    id: str,
+    purpose: { enum: ["join", "reset"] },
+    name: str,
+    role: { type: ["string", "null"], enum: ["admin", "member", null] },
+    user_id: nullable("string"),
+    created_by: nullable("string"),
+    created_at: int,
+    expires_at: int,
+  },
+};
+const withLink = {
+  ...invite,
+  required: [...invite.required, "link"],
+  properties: {
+    ...invite.properties,
+    link: { type: "string", description: "The one-time link; shown only in this answer" },
+  },
+};
+
 export const CONSOLE_PATHS = {
   "/v1/console/audit": {
     get: {
       operationId: "consoleAudit",
       security: read,
       summary:
-        "The audit log, newest first (an admin only): every change to a key, grant or key ceiling made in the console, who made it, when and from which address. Nothing changes or removes an entry",
+        "The audit log, newest first (an admin only): every sign-in (and refused one) and every change to a person, key, grant or key ceiling made in the console or with the CLI, who made it, when and from which address. Nothing changes or removes an entry",
       parameters: [
         query(
           "limit",
@@ -227,6 +252,166 @@ export const CONSOLE_PATHS = {
         },
         "401": signedOut,
         "403": err("Not an admin"),
+      },
+    },
+  },
+  "/v1/console/invites": {
+    get: {
+      operationId: "consoleInvites",
+      security: read,
+      summary: "The invite and password-reset links still open (admins only), newest first",
+      responses: {
+        "200": {
+          description: "Open links (never their tokens)",
+          content: {
+            "application/json": {
+              schema: {
+                type: "object",
+                required: ["invites"],
+                properties: { invites: { type: "array", items: invite } },
+              },
+            },
+          },
+        },
+        "401": signedOut,
+        "403": err("Not an admin"),
+      },
+    },
+    post: {
+      operationId: "consoleInviteCreate",
+      security: write,
+      summary:
+        "Invite a person (admins only): a one-time link, good for 24 hours, that makes the user once its holder chooses a password; shown only in this answer",
+      requestBody: {
+        required: true,
+        content: {
+          "application/json": {
+            schema: {
+              type: "object",
+              required: ["name"],
+              properties: { name: str, role: { enum: ["admin", "member"] } },
+            },
+          },
+        },
+      },
+      responses: {
+        "201": {
+          description: "The invite and its link",
+          content: { "application/json": { schema: withLink } },
+        },
+        "400": err("A bad name or role, or a user has the name already"),
+        "401": signedOut,
+        "403": err("X-CSRF-Token missing or wrong, or not an admin"),
+      },
+    },
+  },
+  "/v1/console/invites/{invite_id}": {
+    delete: {
+      operationId: "consoleInviteCancel",
+      security: write,
+      summary: "Cancel an open invite or password-reset link (admins only): it no longer works",
+      parameters: [{ name: "invite_id", in: "path", required: true, schema: str }],
+      responses: {
+        "200": {
+          description: "Cancelled",
+          content: {
+            "application/json": {
+              schema: {
+                type: "object",
+                required: ["id", "cancelled"],
+                properties: { id: str, cancelled: { type: "boolean" } },
+              },
+            },
+          },
+        },
+        "401": signedOut,
+        "403": err("X-CSRF-Token missing or wrong, or not an admin"),
+        "404": err("No open link has this id"),
+      },
+    },
+  },
+  "/v1/console/users/{user_id}": {
+    delete: {
+      operationId: "consoleUserRemove",
+      security: write,
+      summary:
+        "Remove a person (admins only, not themselves): their console sessions end and every key they own is revoked",
+      parameters: [userId],
+      responses: {
+        "200": {
+          description: "Removed",
+          content: {
+            "application/json": {
+              schema: {
+                type: "object",
+                required: ["id", "removed", "revoked_keys"],
+                properties: {
+                  id: str,
+                  removed: { type: "boolean" },
+                  revoked_keys: { type: "array", items: str },
+                },
+              },
+            },
+          },
+        },
+        "400": err("Yourself: another admin removes you"),
+        "401": signedOut,
+        "403": err("X-CSRF-Token missing or wrong, or not an admin"),
+        "404": err("No console user has this id"),
+      },
+    },
+  },
+  "/v1/console/users/{user_id}/role": {
+    put: {
+      operationId: "consoleUserRole",
+      security: write,
+      summary:
+        "Change a person's role (admins only, not their own); their open sessions hold to it from their next request",
+      parameters: [userId],
+      requestBody: {
+        required: true,
+        content: {
+          "application/json": {
+            schema: {
+              type: "object",
+              required: ["role"],
+              properties: { role: { enum: ["admin", "member"] } },
+            },
+          },
+        },
+      },
+      responses: {
+        "200": {
+          description: "The user now",
+          content: {
+            "application/json": {
+              schema: {
+                type: "object",
+                required: ["id", "name", "role"],
+                properties: { id: str, name: str, role: { enum: ["admin", "member"] } },
+              },
+            },
+          },
+        },
+        "400": err("Not a role, or your own"),
+        "401": signedOut,
+        "403": err("X-CSRF-Token missing or wrong, or not an admin"),
+        "404": err("No console user has this id"),
+      },
+    },
+  },
+  "/v1/console/users/{user_id}/reset-link": {
+    post: {
+      operationId: "consoleUserResetLink",
+      security: write,
+      summary:
+        "A password-reset link for a person (admins only): one-time, good for 24 hours; its holder chooses a new password, is signed out everywhere else and signed in; shown only in this answer",
+      parameters: [userId],
+      responses: {
+        "201": { description: "The link", content: { "application/json": { schema: withLink } } },
+        "401": signedOut,
+        "403": err("X-CSRF-Token missing or wrong, or not an admin"),
+        "404": err("No console user has this id"),
       },
     },
   },

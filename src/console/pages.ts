@@ -5,6 +5,8 @@
  * to this server, plus the consent page's one redirect target), frame-ancestors 'none' against
  * clickjacking, no caching, and no referrer to any other site. Pure.
  */
+import { PASSWORD_MIN } from "../store/users.js";
+
 export const STYLE_PATH = "/console/style.css";
 
 export const STYLE = `*{box-sizing:border-box}
@@ -114,6 +116,34 @@ export function consentPage(v: ConsentView): string {
 ${keys}
 ${v.keys.length ? '<button type="submit" name="decision" value="approve">Approve</button>' : ""}<button type="submit" name="decision" value="deny" class="secondary">Deny</button></form>
 <p>Signed in as ${escapeHtml(v.userName)}.</p>`,
+  );
+}
+
+/**
+ * The page an invite or a password-reset link opens: who it is for, and a form to choose a
+ * password. The link's token goes back in the form (never in a cookie or a log line).
+ */
+export function invitePage(o: {
+  csrf: string;
+  token: string;
+  name: string;
+  purpose: "join" | "reset";
+  role: string | null;
+  error?: string;
+}): string {
+  const what =
+    o.purpose === "join"
+      ? `You are invited to ScratchRun as <strong>${escapeHtml(o.name)}</strong> (${escapeHtml(o.role ?? "member")}). Choose a password to sign in.`
+      : `Choose a new password for <strong>${escapeHtml(o.name)}</strong>. You are signed out everywhere else.`;
+  return page(
+    o.purpose === "join" ? "Join" : "New password",
+    `<h1>${o.purpose === "join" ? "Join ScratchRun" : "Set a new password"}</h1>
+${o.error ? `<p class="error" role="alert">${escapeHtml(o.error)}</p>` : ""}<p>${what}</p>
+<form method="post" action="/console/invite">${hidden("csrf", o.csrf)}${hidden("token", o.token)}
+<input type="text" name="username" value="${escapeHtml(o.name)}" autocomplete="username" hidden>
+<label for="password">Password (${PASSWORD_MIN} characters or more)</label><input id="password" name="password" type="password" autocomplete="new-password" minlength="${PASSWORD_MIN}" required autofocus>
+<label for="password2">The same again</label><input id="password2" name="password2" type="password" autocomplete="new-password" minlength="${PASSWORD_MIN}" required>
+<button type="submit">${o.purpose === "join" ? "Join and sign in" : "Set and sign in"}</button></form>`,
   );
 }
 

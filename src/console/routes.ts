@@ -14,6 +14,7 @@ import { favicon } from "./favicon.js";
 import { historyRoutes } from "./history.js";
 import { keyRoutes } from "./keys.js";
 import { oidcSigninRoutes } from "./oidc-signin.js";
+import { peopleRoutes } from "./people.js";
 import { STYLE, STYLE_PATH } from "./pages.js";
 import { signinRoutes } from "./signin.js";
 import { APP_PATH, serveStatic, STATIC_PATHS } from "./static.js";
@@ -36,6 +37,7 @@ export function consoleRoutes(d: ConsoleDeps): Route[] {
     ...consentRoutes(c),
     ...keyRoutes(c),
     ...userRoutes(c),
+    ...peopleRoutes(c),
     ...historyRoutes(c),
     ...playgroundRoutes(c),
     {

@@ -2,7 +2,7 @@ import { readFormBody, readJsonBody } from "../http/body.js";
 import { sendError, sendJson } from "../http/respond.js";
 import type { Route } from "../http/router.js";
 import { isLocalPath } from "../oauth/uris.js";
-import { SESSION_MS, type ConsoleSession } from "../store/users.js";
+import { SESSION_MS, USER_NAME, type ConsoleSession } from "../store/users.js";
 import { FORM_CAP_BYTES, sameSecret, type ConsoleContext } from "./context.js";
 import { parseCookies, setCookie } from "./cookies.js";
 import { messagePage } from "./pages.js";
@@ -37,6 +37,17 @@ export function signinRoutes(c: ConsoleContext): Route[] {
     }
     const r = await d.users.signIn(name, password);
     if (r.ok) token.refund();
+    // Who signed in, or which name was tried and refused, from where (never the password). A
+    // name no user could have is recorded as "?": it may be a password typed in the wrong box.
+    if (r.ok || r.reason !== "busy")
+      await d.users.audit.record({
+        actorId: r.ok ? r.user.id : null,
+        actor: r.ok ? r.user.name : USER_NAME.test(name) ? name : "?",
+        address: addr,
+        action: r.ok ? "signin" : "signin.failed",
+        target: r.ok ? r.user.id : null,
+        detail: r.ok ? { with: "password" } : { reason: r.reason },
+      });
     if (!r.ok) {
       if (r.reason === "busy") {
         token.refund();

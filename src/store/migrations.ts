@@ -288,6 +288,22 @@ export const MIGRATIONS: readonly Migration[] = [
      detail TEXT
    );
    CREATE INDEX audit_log_at ON audit_log(at);`),
+  // Invites and password-reset links (issue 55): a one-time link an admin copies, valid 24 h,
+  // kept only as the SHA-256 of its token. purpose 'join' makes the user `name` with `role`;
+  // 'reset' sets a new password for `user_id`. used_at is set once, by the one acceptance that
+  // wins; a cancelled link's expires_at is moved to the moment it was cancelled.
+  both(`CREATE TABLE invites (
+     id TEXT PRIMARY KEY,
+     token_sha256 TEXT NOT NULL UNIQUE,
+     purpose TEXT NOT NULL,
+     name TEXT NOT NULL,
+     role TEXT,
+     user_id TEXT,
+     created_by TEXT,
+     created_at BIGINT NOT NULL,
+     expires_at BIGINT NOT NULL,
+     used_at BIGINT
+   );`),
 ];
 
 export function migrationText(m: Migration, dialect: Dialect): string {

@@ -9,6 +9,7 @@ import {
 import type { Db } from "./db.js";
 import { checkSubject } from "./keys.js";
 import { AuditStore } from "./audit.js";
+import { InviteStore, type Invite } from "./invites.js";
 import { PasswordChecks } from "./password-checks.js";
 import { asDriver, type SqlDriver } from "./sql.js";
 
@@ -44,7 +45,7 @@ export const LOCKOUT = { failures: 5, lockMs: 15 * 60_000 } as const;
 /** How long a console session lasts after sign-in. */
 export const SESSION_MS = 12 * 60 * 60_000;
 
-const USER_NAME = /^[a-z0-9][a-z0-9._@-]{0,63}$/;
+export const USER_NAME = /^[a-z0-9][a-z0-9._@-]{0,63}$/;
 export const PASSWORD_MIN = 12;
 
 const sha256 = (s: string) => createHash("sha256").update(s, "utf8").digest("hex");
@@ -73,6 +74,18 @@ export async function checkPassword(password: string, stored: string): Promise<b
   const got = await scryptAsync(password, Buffer.from(m[4]!, "base64url"), n, r, p);
   return want.length === got.length && timingSafeEqual(want, got);
 }
+
+function checkNameAndRole(name: string, role: string): void {
+  if (!USER_NAME.test(name))
+    throw new TypeError(
+      `user name ${JSON.stringify(name)} must be 1-64 lowercase letters, digits, . _ @ or -`,
+    );
+  if (role !== "admin" && role !== "member")
+    throw new TypeError(`role must be admin or member, not ${JSON.stringify(role)}`);
+}
+
+/** A link that cannot be accepted: the transaction rolls back and the caller answers `invalid`. */
+class InviteRefused extends Error {}
 
 /**
  * A sign-in's outcome. `busy`: too many password checks are waiting (nothing was checked, nothing
@@ -123,6 +136,8 @@ export class UserStore {
   private prunedAt = 0;
   /** The audit log of what console users change (in the same database). */
   readonly audit: AuditStore;
+  /** Invites and password-reset links (one-time, 24 h, kept hashed). */
+  readonly invites: InviteStore;
 
   constructor(
     db: Db | SqlDriver,
@@ -131,6 +146,7 @@ export class UserStore {
   ) {
     this.sql = asDriver(db);
     this.audit = new AuditStore(this.sql);
+    this.invites = new InviteStore(this.sql);
   }
 
   /**
@@ -145,12 +161,7 @@ export class UserStore {
     now = Date.now(),
     oidcSubject: string | null = null,
   ): Promise<User> {
-    if (!USER_NAME.test(name))
-      throw new TypeError(
-        `user name ${JSON.stringify(name)} must be 1-64 lowercase letters, digits, . _ @ or -`,
-      );
-    if (role !== "admin" && role !== "member")
-      throw new TypeError(`role must be admin or member, not ${JSON.stringify(role)}`);
+    checkNameAndRole(name, role);
     const noPassword = oidcSubject !== null && password === "";
     if (!noPassword && (password.length < PASSWORD_MIN || password.length > 1024))
       throw new TypeError(`a password is ${PASSWORD_MIN} to 1024 characters`);
@@ -178,6 +189,104 @@ export class UserStore {
 
   async byName(name: string): Promise<User | undefined> {
     return this.sql.get<User>("SELECT id, name, role FROM users WHERE name = ?", [name]);
+  }
+
+  async byId(id: string): Promise<User | undefined> {
+    return this.sql.get<User>("SELECT id, name, role FROM users WHERE id = ?", [id]);
+  }
+
+  /**
+   * A one-time link that makes the user `name` with `role` once its holder sets a password;
+   * a TypeError names a bad name or role, or a name someone has already. `createdBy`: the admin's
+   * user id (null: the CLI).
+   */
+  async invite(
+    name: string,
+    role: Role,
+    createdBy: string | null,
+    now = Date.now(),
+  ): Promise<{ invite: Invite; token: string }> {
+    checkNameAndRole(name, role);
+    if (await this.byName(name)) throw new TypeError(`a user named ${name} exists already`);
+    return this.invites.create({ purpose: "join", name, role, createdBy }, now);
+  }
+
+  /** A one-time link that sets a new password for the user `id`; undefined when nobody has it. */
+  async resetLink(
+    id: string,
+    createdBy: string | null,
+    now = Date.now(),
+  ): Promise<{ invite: Invite; token: string } | undefined> {
+    const user = await this.byId(id);
+    if (!user) return undefined;
+    return this.invites.create(
+      { purpose: "reset", name: user.name, userId: user.id, createdBy },
+      now,
+    );
+  }
+
+  /**
+   * Accepts a link with the password its holder chose, and signs them in. A join link makes its
+   * user; a reset link sets its user's password, signs them out everywhere else and lifts a lock
+   * on their name. The link is used up in the same transaction, so it works once: a used, expired,
+   * cancelled or forged one is `invalid`, as is a join link whose name someone took since, or a
+   * reset link whose user was removed (those leave the link as it was). A short password is a
+   * TypeError, before anything is checked.
+   */
+  async acceptInvite(
+    token: string,
+    password: string,
+    now = Date.now(),
+  ): Promise<
+    | { ok: true; invite: Invite; user: User; session: string; csrf: string }
+    | { ok: false; reason: "invalid" }
+  > {
+    if (password.length < PASSWORD_MIN || password.length > 1024)
+      throw new TypeError(`a password is ${PASSWORD_MIN} to 1024 characters`);
+    if (!(await this.invites.peek(token, now))) return { ok: false, reason: "invalid" };
+    const hash = await hashPassword(password);
+    const done = await this.sql
+      .transaction(async (tx) => {
+        const invite = await InviteStore.consume(tx, token, now);
+        if (!invite) throw new InviteRefused();
+        let user: User | undefined;
+        if (invite.purpose === "join") {
+          if (await tx.get("SELECT id FROM users WHERE name = ?", [invite.name]))
+            throw new InviteRefused();
+          user = {
+            id: `u_${randomBytes(6).toString("hex")}`,
+            name: invite.name,
+            role: invite.role!,
+          };
+          await tx.run(
+            "INSERT INTO users (id, name, role, password_hash, created_at) VALUES (?, ?, ?, ?, ?)",
+            [user.id, user.name, user.role, hash, now],
+          );
+        } else {
+          user = await tx.get<User>("SELECT id, name, role FROM users WHERE id = ?", [
+            invite.userId,
+          ]);
+          if (!user) throw new InviteRefused();
+          await tx.run("UPDATE users SET password_hash = ? WHERE id = ?", [hash, user.id]);
+          await tx.run("DELETE FROM console_sessions WHERE user_id = ?", [user.id]);
+          await tx.run("DELETE FROM signin_attempts WHERE name = ?", [user.name]);
+        }
+        return { invite, user };
+      })
+      .catch((e: unknown) => {
+        if (e instanceof InviteRefused) return undefined;
+        throw e;
+      });
+    if (!done) return { ok: false, reason: "invalid" };
+    const signed = await this.openSession(done.user, now);
+    if (!signed.ok) throw new Error("a session could not be opened");
+    return {
+      ok: true,
+      invite: done.invite,
+      user: done.user,
+      session: signed.session,
+      csrf: signed.csrf,
+    };
   }
 
   /**

@@ -3,13 +3,16 @@
  * a role change holds for the user's open console session at once; a reset signs them out
  * everywhere and only the new password signs in; a removal ends their sessions and revokes the
  * keys they own. Each is in the console's audit log as "cli", never with the password. Bad input
- * is refused with nothing changed.
+ * is refused with nothing changed. `users invite` prints a one-time link that makes its user;
+ * `users create` and `keys create|update|revoke` are audited too, and `keys create --expires`
+ * makes a key that expires.
  */
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
+import { runKeys } from "../../src/cli/keys.js";
 import { runUsers } from "../../src/cli/users.js";
 import { openStore, type Store } from "../../src/store/open.js";
 
@@ -90,5 +93,78 @@ describe("scratchrun users role, reset and remove", () => {
     assert.equal((await store.users.byName("mia"))?.role, "member");
     assert.ok(await signIn("mia", "mia-second-password"));
     assert.equal((await store.users.audit.list(50)).length, entries.length);
+  });
+
+  /** Runs `fn` with process.stdout's writes caught: what it printed there. */
+  async function stdoutOf(fn: () => Promise<number>): Promise<{ code: number; out: string }> {
+    let out = "";
+    const write = process.stdout.write.bind(process.stdout);
+    process.stdout.write = ((chunk: string | Uint8Array) => {
+      out += String(chunk);
+      return true;
+    }) as typeof process.stdout.write;
+    try {
+      return { code: await fn(), out };
+    } finally {
+      process.stdout.write = write;
+    }
+  }
+
+  test("invite: a one-time link on stdout (SCRATCHRUN_PUBLIC_URL in front) that makes the user once; create and keys create|update|revoke are audited as cli; keys create --expires", async () => {
+    const withUrl = { ...env, SCRATCHRUN_PUBLIC_URL: "https://sr.example.com" };
+    const invited = await stdoutOf(() =>
+      runUsers(["invite", "--name", "neo", "--role", "admin"], withUrl),
+    );
+    assert.equal(invited.code, 0);
+    const m = /^https:\/\/sr\.example\.com\/console\/invite\?token=(sri_[A-Za-z0-9_-]{43})\n$/.exec(
+      invited.out,
+    );
+    assert.ok(m, invited.out);
+    const joined = await store.users.acceptInvite(m[1]!, "neo-chosen-password");
+    assert.equal(joined.ok && joined.user.role, "admin");
+    assert.equal((await store.users.acceptInvite(m[1]!, "neo-other-password")).ok, false);
+    // A name someone has, or a bad role: refused, no link.
+    for (const args of [
+      ["invite", "--name", "neo"],
+      ["invite", "--name", "eve", "--role", "owner"],
+    ]) {
+      const r = await stdoutOf(() => runUsers(args, env));
+      assert.deepEqual(r, { code: 2, out: "" }, args.join(" "));
+    }
+
+    assert.equal(
+      await runUsers(["create", "--name", "ivy"], env, async () => "ivy-password-12\n"),
+      0,
+    );
+    const made = await stdoutOf(() =>
+      runKeys(
+        ["create", "--name", "ivy-ci", "--owner", "ivy", "--expires", "30d", "--network", "none"],
+        env,
+      ),
+    );
+    assert.equal(made.code, 0);
+    const key = (await store.keys.list()).find((k) => k.name === "ivy-ci")!;
+    const days = (key.expiresAt! - Date.now()) / 86_400_000;
+    assert.ok(days > 29.9 && days <= 30, String(days));
+    assert.equal(await runKeys(["update", "ivy-ci", "--rate", "10"], env), 0);
+    assert.equal(await runKeys(["revoke", "ivy-ci"], env), 0);
+    // Bad expiries: refused before anything is made.
+    for (const bad of ["yesterday", "0d", "2001-01-01", "30"])
+      assert.equal(await runKeys(["create", "--name", "bad", "--expires", bad], env), 2, bad);
+    assert.equal((await store.keys.list()).filter((k) => k.name === "bad").length, 0);
+
+    const entries = (await store.users.audit.list(50)).filter((e) => e.at > 0).reverse();
+    const mine = entries.slice(entries.findIndex((e) => e.action === "user.invite"));
+    assert.deepEqual(
+      mine.map((e) => e.action),
+      ["user.invite", "user.create", "key.create", "key.policy", "key.revoke"],
+    );
+    assert.ok(mine.every((e) => e.actor === "cli"));
+    assert.equal(mine[2]!.target, key.id);
+    assert.equal(mine[2]!.detail?.expires_at, key.expiresAt);
+    const text = JSON.stringify(mine);
+    assert.ok(
+      !text.includes(m[1]!) && !text.includes(made.out.trim()) && !text.includes("ivy-password"),
+    );
   });
 });

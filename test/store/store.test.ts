@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -11,6 +12,7 @@ import { MIGRATIONS } from "../../src/store/migrations.js";
 import { OAUTH_TTL } from "../../src/store/oauth.js";
 import { checkPassword, hashPassword, LOCKOUT, SESSION_MS } from "../../src/store/users.js";
 import { storeOn, type Store } from "../../src/store/open.js";
+import { INVITE_MS } from "../../src/store/invites.js";
 import { isTransientDbError, migratePostgres, PostgresDriver } from "../../src/store/postgres.js";
 import { admitShared } from "../../src/store/shared-quota.js";
 import { decideQuota } from "../../src/policy/quota.js";
@@ -446,6 +448,66 @@ for (const [kind, open] of Object.entries(KINDS)) {
           policy: null,
         });
         assert.ok((await columns(store5.sql, "keys")).includes("policy"));
+      });
+
+      test("STORE-INVITES: a link is kept only as its token's hash; it is accepted once (two at once: one wins), never after 24 h or a cancel, never for a name taken since", async () => {
+        const t0 = Date.now();
+        const a = await store.users.invite("inv-a", "member", null, t0);
+        const row = await store.sql.get<{ token_sha256: string }>(
+          "SELECT token_sha256 FROM invites WHERE id = ?",
+          [a.invite.id],
+        );
+        assert.equal(row?.token_sha256, createHash("sha256").update(a.token).digest("hex"));
+        assert.ok(!JSON.stringify(await store.sql.all("SELECT * FROM invites")).includes(a.token));
+        assert.deepEqual(
+          (await store.users.invites.pending(t0)).map((i) => i.name),
+          ["inv-a"],
+        );
+        // Two acceptances at once: exactly one wins.
+        const both = await Promise.all([
+          store.users.acceptInvite(a.token, "inv-a-password-1", t0 + 1),
+          store.users.acceptInvite(a.token, "inv-a-password-2", t0 + 1),
+        ]);
+        assert.deepEqual(both.map((r) => r.ok).sort(), [false, true]);
+        assert.equal((await store.users.byName("inv-a"))?.role, "member");
+        assert.equal((await store.users.invites.pending(t0 + 2)).length, 0);
+        // Expired: at 24 h it opens nothing.
+        const b = await store.users.invite("inv-b", "admin", null, t0);
+        assert.ok(await store.users.invites.peek(b.token, t0 + INVITE_MS - 1));
+        assert.equal(
+          (await store.users.acceptInvite(b.token, "inv-b-password-1", t0 + INVITE_MS)).ok,
+          false,
+        );
+        // Cancelled.
+        const c = await store.users.invite("inv-c", "member", null, t0);
+        assert.equal(await store.users.invites.cancel(c.invite.id, t0 + 5), true);
+        assert.equal(await store.users.invites.cancel(c.invite.id, t0 + 6), false);
+        assert.equal(
+          (await store.users.acceptInvite(c.token, "inv-c-password-1", t0 + 7)).ok,
+          false,
+        );
+        // A name taken since the invite: refused, the link left as it was.
+        const d = await store.users.invite("inv-d", "member", null, t0);
+        await store.users.create("inv-d", "member", "inv-d-own-password", t0 + 1);
+        assert.equal(
+          (await store.users.acceptInvite(d.token, "inv-d-password-1", t0 + 2)).ok,
+          false,
+        );
+        assert.ok(await store.users.invites.peek(d.token, t0 + 3));
+        // A reset link sets the password and ends the user's sessions.
+        const before = await store.users.signIn("inv-d", "inv-d-own-password", t0 + 4);
+        assert.ok(before.ok);
+        const r = (await store.users.resetLink((await store.users.byName("inv-d"))!.id, null, t0))!;
+        const reset = await store.users.acceptInvite(r.token, "inv-d-new-password", t0 + 5);
+        assert.ok(reset.ok);
+        assert.equal(await store.users.session(before.session, t0 + 6), null);
+        assert.ok((await store.users.signIn("inv-d", "inv-d-new-password", t0 + 7)).ok);
+        for (const bad of [
+          ["", "member"],
+          ["inv-a", "member"],
+          ["inv-e", "owner"],
+        ] as const)
+          await assert.rejects(store.users.invite(bad[0], bad[1] as "member", null, t0));
       });
 
       test("STORE-USERS: passwords only as scrypt hashes; wrong ones lock the account, the right one then too; sessions only as digests and expire", async () => {

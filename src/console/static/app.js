@@ -1,13 +1,15 @@
-// The ScratchRun console: one page, five views (#keys, #runs, #usage, #playground, #health),
-// each drawn from the console's JSON API (/v1/console/…, openapi.json) and nothing else. Every
-// value from the server reaches the page as text (textContent), never as HTML.
+// The ScratchRun console: one page, its views (#keys, #runs, #usage, #playground, #health, and an
+// admin's #people and #audit), each drawn from the console's JSON API (/v1/console/…,
+// openapi.json) and nothing else. Every value from the server reaches the page as text
+// (textContent), never as HTML.
 "use strict";
 
 const RUNTIMES = ["python3.12", "python3.11", "node20", "bash"];
 const EXAMPLE =
   "import matplotlib.pyplot as plt\nimport numpy as np\nx = np.linspace(0, 10, 100)\nplt.plot(x, np.sin(x))\nplt.savefig('/tmp/plot.png')";
-const VIEWS = ["keys", "runs", "usage", "playground", "health", "audit"];
+const VIEWS = ["keys", "runs", "usage", "playground", "health", "people", "audit"];
 let csrf = "";
+let me = null;
 let serverUrl = location.origin;
 let keys = [];
 let runsTimer = null;
@@ -483,6 +485,122 @@ async function showHealth() {
   );
 }
 
+// People (admins): invite, reset a password, change a role, remove; and the open links -------
+
+function showLink(what, link, id) {
+  $("invite-box").dataset.invite = id;
+  $("invite-what").textContent = what;
+  $("invite-link").textContent = link;
+  $("invite-box").hidden = false;
+}
+
+async function peopleAction(run) {
+  flash("");
+  try {
+    await run();
+    await showPeople();
+  } catch (e) {
+    flash(e.message);
+  }
+}
+
+function personActions(u) {
+  if (u.id === me.id) return el("span", { class: "muted" }, "you");
+  const other = u.role === "admin" ? "member" : "admin";
+  const path = `/v1/console/users/${encodeURIComponent(u.id)}`;
+  return el(
+    "span",
+    { class: "actions" },
+    el(
+      "button",
+      {
+        type: "button",
+        class: "secondary",
+        "data-role": u.id,
+        on: { click: () => peopleAction(() => api("PUT", path + "/role", { role: other })) },
+      },
+      `Make ${other}`,
+    ),
+    el(
+      "button",
+      {
+        type: "button",
+        class: "secondary",
+        "data-reset": u.id,
+        on: {
+          click: () =>
+            peopleAction(async () => {
+              const r = await api("POST", path + "/reset-link");
+              showLink(`A password-reset link for ${u.name}:`, r.link, r.id);
+            }),
+        },
+      },
+      "Reset password",
+    ),
+    el(
+      "button",
+      {
+        type: "button",
+        class: "danger",
+        "data-remove": u.id,
+        on: {
+          click: () => {
+            if (!confirm(`Remove ${u.name}? Their sessions end and every key they own is revoked.`))
+              return;
+            peopleAction(() => api("DELETE", path));
+          },
+        },
+      },
+      "Remove",
+    ),
+  );
+}
+
+async function showPeople() {
+  const [{ users }, { invites }] = await Promise.all([
+    api("GET", "/v1/console/users"),
+    api("GET", "/v1/console/invites"),
+  ]);
+  table(
+    $("people-table"),
+    ["Name", "Role", "Key ceiling", ""],
+    users.map((u) => [
+      u.name,
+      u.role,
+      el("span", { class: "wrap" }, u.key_ceiling ? JSON.stringify(u.key_ceiling) : "server's"),
+      personActions(u),
+    ]),
+  );
+  table(
+    $("invite-table"),
+    ["For", "What", "Expires (UTC)", ""],
+    invites.map((i) => [
+      i.name,
+      i.purpose === "join" ? `join as ${i.role}` : "new password",
+      when(i.expires_at),
+      el(
+        "button",
+        {
+          type: "button",
+          class: "danger",
+          "data-cancel": i.id,
+          on: {
+            click: () =>
+              peopleAction(async () => {
+                await api("DELETE", `/v1/console/invites/${encodeURIComponent(i.id)}`);
+                // A cancelled link leaves the screen: nothing shown works no more.
+                if ($("invite-box").dataset.invite === i.id) $("invite-box").hidden = true;
+              }),
+          },
+        },
+        "Cancel",
+      ),
+    ]),
+  );
+  if (invites.length === 0)
+    $("invite-table").replaceChildren(el("caption", {}, "No link is open."));
+}
+
 // Audit log (admins) -------------------------------------------------------------------------
 
 async function showAudit() {
@@ -527,6 +645,7 @@ async function show() {
     }
     if (view === "playground") await loadKeys();
     if (view === "health") await showHealth();
+    if (view === "people") await showPeople();
     if (view === "audit") await showAudit();
     // The start's show() of the default view can end after a hash change's show() of another.
     if (seq === shown) document.body.dataset.view = view;
@@ -541,7 +660,20 @@ async function start() {
   if (s.server_url) serverUrl = s.server_url;
   $("signout-csrf").value = csrf;
   $("who").textContent = `${s.user.name} (${s.user.role})`;
+  me = s.user;
   $("nav-audit").hidden = s.user.role !== "admin";
+  $("nav-people").hidden = s.user.role !== "admin";
+  $("invite-create").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    peopleAction(async () => {
+      const r = await api("POST", "/v1/console/invites", {
+        name: $("invite-name").value,
+        role: $("invite-role").value,
+      });
+      showLink(`An invite for ${r.name} (${r.role}):`, r.link, r.id);
+      $("invite-name").value = "";
+    });
+  });
   // The runtimes this server's image has (as scratchrun_runtimes reports them).
   const h = await api("GET", "/v1/console/health").catch(() => ({}));
   const runtimes = Object.keys((h.runtimes && h.runtimes.runtimes) || {});
