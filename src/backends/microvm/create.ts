@@ -20,8 +20,9 @@ import {
 } from "../../images/vm/build.js";
 import type { Preimport } from "../../images/preimport.js";
 import { detectAccel, hostTscKhz, QEMU_BINARY, type Accel } from "./accel.js";
-import { MicrovmBackend, type PoolOptions } from "./backend.js";
+import { MicrovmBackend } from "./backend.js";
 import type { VmNetworkProvider } from "./guest-net.js";
+import type { PoolOptions } from "./pool-config.js";
 import type { TemplateStore } from "./template-store.js";
 import type { HostContext } from "./vm-types.js";
 

@@ -8,7 +8,8 @@ import { closeSync } from "node:fs";
 import type { Cgroup } from "../../jail/cgroup.js";
 import { SealedRam } from "./sealed-ram.js";
 import type { TemplateStore } from "./template-store.js";
-import { MicroVm } from "./vm.js";
+import type { MicroVm } from "./vm.js";
+import { startMicroVm } from "./vm-start.js";
 import { GUEST_KERNEL_MB, type HostContext, type TemplateImage } from "./vm-types.js";
 
 const MiB = 1024 * 1024;
@@ -79,36 +80,8 @@ export async function createTemplate(ctx: HostContext, opts: TemplateOptions): P
     }
   }
   const ram = await SealedRam.create(ctx.artifacts.sealedRam, bytes);
-  let vm: MicroVm | null = null;
   try {
-    const rw = ram.openForTemplate();
-    try {
-      vm = await MicroVm.start(
-        ctx,
-        {
-          memoryMb: opts.memoryMb,
-          readyTimeoutMs: opts.timeoutMs,
-          // Background work until a call waits for it (onCgroup: the backend raises it then).
-          priority: "background",
-          ...(opts.signal ? { signal: opts.signal } : {}),
-          ...(opts.onCgroup ? { onCgroup: opts.onCgroup } : {}),
-        },
-        {
-          kind: "template",
-          ramFd: rw,
-          ...(opts.warm ? { warm: opts.warm } : {}),
-          ...(opts.warmAlso?.length ? { warmAlso: opts.warmAlso } : {}),
-          ...(opts.prestart ? { prestart: opts.prestart } : {}),
-          ...(opts.preimport ? { preimport: opts.preimport } : {}),
-        },
-      );
-    } finally {
-      closeSync(rw);
-    }
-    const state = await vm.saveState();
-    // The shared writable mapping must be gone before the write seal can be added.
-    await vm.destroy();
-    vm = null;
+    const state = await bootAndSave(ctx, ram, opts);
     await ram.seal();
     const fd = ram.fd;
     if (fd === null) throw new Error("sealed template RAM has no fd");
@@ -129,8 +102,45 @@ export async function createTemplate(ctx: HostContext, opts: TemplateOptions): P
       close: () => ram.close(),
     };
   } catch (err) {
-    if (vm) await vm.destroy();
     ram.close();
     throw err;
+  }
+}
+
+/**
+ * The template VM: cold-booted into the RAM's shared writable mapping until the agent blocks in
+ * its seed step, its device state saved, and destroyed (the mapping must be gone before the RAM's
+ * write seal can be added).
+ */
+async function bootAndSave(ctx: HostContext, ram: SealedRam, opts: TemplateOptions) {
+  const rw = ram.openForTemplate();
+  let vm: MicroVm;
+  try {
+    vm = await startMicroVm(
+      ctx,
+      {
+        memoryMb: opts.memoryMb,
+        readyTimeoutMs: opts.timeoutMs,
+        // Background work until a call waits for it (onCgroup: the backend raises it then).
+        priority: "background",
+        ...(opts.signal ? { signal: opts.signal } : {}),
+        ...(opts.onCgroup ? { onCgroup: opts.onCgroup } : {}),
+      },
+      {
+        kind: "template",
+        ramFd: rw,
+        ...(opts.warm ? { warm: opts.warm } : {}),
+        ...(opts.warmAlso?.length ? { warmAlso: opts.warmAlso } : {}),
+        ...(opts.prestart ? { prestart: opts.prestart } : {}),
+        ...(opts.preimport ? { preimport: opts.preimport } : {}),
+      },
+    );
+  } finally {
+    closeSync(rw);
+  }
+  try {
+    return await vm.saveState();
+  } finally {
+    await vm.destroy();
   }
 }

@@ -13,7 +13,12 @@ import type { RuntimeName } from "../../schema/exec.js";
 import { runtimeArgv } from "../../runtimes/table.js";
 import { shellStartPaths } from "../../runtimes/shell-starts.js";
 import type { Preimport } from "../../images/preimport.js";
-import { prestartInterpreter, preimportSpec, type Flavour } from "../prestart.js";
+import {
+  PREIMPORT_MIN_MEMORY_MB,
+  prestartInterpreter,
+  preimportSpec,
+  type Flavour,
+} from "../prestart.js";
 import { VERSION } from "../../version.js";
 import { QEMU_BINARY } from "./accel.js";
 import { createTemplate, type Template, type TemplateOptions } from "./snapshot.js";
@@ -22,6 +27,12 @@ import type { HostContext } from "./vm-types.js";
 
 /** A pre-imported template imports for seconds under TCG before it is saved. */
 const PREIMPORT_BOOT_TIMEOUT_MS = 180_000;
+/**
+ * How long a call routed to a pre-imported interpreter waits for its template's load from the
+ * template store (about a second; longer only on a host whose disk or CPUs are busy) before it
+ * takes a plain interpreter, which then imports the stack within the call's own timeout_ms.
+ */
+const LOAD_WAIT_MS = 20_000;
 
 /** The interpreter a runtime's template runs once to warm the guest page cache. */
 export function warmInterpreter(runtime: RuntimeName): string | undefined {
@@ -46,8 +57,8 @@ export interface TemplateCacheOptions {
   /** Kept across restarts (null: off); only `keptMemoryMb`'s templates are kept. */
   store: TemplateStore | null;
   keptMemoryMb: number;
-  /** The runtime's pre-import if a VM of memoryMb may have one (else no pre-imported template). */
-  preimportFor: (runtime: RuntimeName, memoryMb: number) => Preimport | undefined;
+  /** What each runtime's pre-imported template imports (restore mode; boot mode: none). */
+  preimport: Partial<Record<RuntimeName, Preimport>>;
   /** Aborted when the backend closes: templates still booting are destroyed at once. */
   signal: AbortSignal;
   /** Called with each template built or loaded. */
@@ -120,9 +131,41 @@ export class TemplateCache {
     return t;
   }
 
+  /** The runtime's pre-import if a VM of memoryMb may have one (else no pre-imported template). */
+  preimportFor(runtime: RuntimeName, memoryMb: number): Preimport | undefined {
+    if (memoryMb < PREIMPORT_MIN_MEMORY_MB || !prestartInterpreter(runtime)) return undefined;
+    return this.o.preimport[runtime];
+  }
+
   /** The template of `k` if it is built already. */
   built(k: TemplateKey): Template | undefined {
     return this.made.get(slotOf(k));
+  }
+
+  /**
+   * The template a call that found no pooled clone clones now, or null (it then takes the plain
+   * kind, or cold-boots). A plain template is a cold boot that stops at the agent's seed step, so
+   * the call waits for it about as long as its own cold boot would take, plus a clone's restore,
+   * and the calls after it find the template built instead of cold-booting beside it (two VMs
+   * booting on the same CPUs, each slower). A pre-imported one kept on disk is loaded in about a
+   * second (a plain interpreter imports the stack in the call for seconds, more than timeout_ms's
+   * default under TCG), waited for up to LOAD_WAIT_MS; one to build imports for seconds: the call
+   * goes on without it, and the build goes on for the calls after it.
+   */
+  async forCall(
+    k: TemplateKey,
+    signal: AbortSignal,
+    onWait?: (what: string) => void,
+  ): Promise<Template | null> {
+    const t = this.built(k);
+    if (t) return t;
+    if (k.flavour === "plain") return this.wait(k, signal);
+    if (this.keptOnDisk(k)) {
+      onWait?.(`loading ${k.runtime}'s pre-imported interpreter from disk`);
+      return this.wait(k, signal, LOAD_WAIT_MS);
+    }
+    void this.get(k).catch(() => {});
+    return null;
   }
 
   /**
@@ -130,7 +173,7 @@ export class TemplateCache {
    * at a call's CPU weight from then on. Null when the build fails, the last one failed (it is
    * retried in the background, not waited for), `boundMs` passes or `signal` aborts meanwhile.
    */
-  wait(k: TemplateKey, signal: AbortSignal, boundMs?: number): Promise<Template | null> {
+  private wait(k: TemplateKey, signal: AbortSignal, boundMs?: number): Promise<Template | null> {
     const slot = slotOf(k);
     const build = this.get(k);
     if (this.failed.has(slot)) {
@@ -155,7 +198,7 @@ export class TemplateCache {
    * Whether the template store keeps the template of `k` as this build would make it: its build
    * is then a load from disk (about a second), not a boot.
    */
-  keptOnDisk(k: TemplateKey): boolean {
+  private keptOnDisk(k: TemplateKey): boolean {
     const slot = slotOf(k);
     const build = this.buildOf(k);
     const kept = build ? this.kept(slot, k.memoryMb, build).store : undefined;
@@ -186,7 +229,7 @@ export class TemplateCache {
     const { runtime, memoryMb, flavour } = k;
     const warm = warmInterpreter(runtime);
     const prestart = prestartInterpreter(runtime);
-    const pre = flavour === "preimport" ? this.o.preimportFor(runtime, memoryMb) : undefined;
+    const pre = flavour === "preimport" ? this.preimportFor(runtime, memoryMb) : undefined;
     if (flavour === "preimport" && !pre) return null;
     const also = !prestart && warm ? shellStartPaths(runtime) : [];
     return {

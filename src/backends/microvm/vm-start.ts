@@ -1,28 +1,36 @@
 /**
- * The host side of a microVM's start, as named steps, each pushing its own undo onto the start's
- * UndoStack as soon as it has succeeded: a uid, the run directory, the cgroup, the tap (public
- * network), the agent channel's socket, and QEMU spawned in its jail. vm.ts then connects to the
- * VM and restores or seeds it; the helpers that race those waits against QEMU are here too.
+ * A microVM's start, as a recipe of named steps (startMicroVm), each host step pushing its own
+ * undo onto the start's UndoStack as soon as it has succeeded: a uid, the run directory, the
+ * cgroup, the tap (public network), the agent channel's socket, and QEMU spawned in its jail; then
+ * the VM (vm.ts) owns them, and the start connects to it and restores or seeds it. The helpers
+ * that race those waits against QEMU are here too.
  */
+import { randomBytes } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import { chmodSync, chownSync, mkdtempSync, rmSync } from "node:fs";
 import { connect, createServer, type Server, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { ChildProcess } from "node:child_process";
+import { ScratchRunError } from "../../errors.js";
 import { CPU_WEIGHT, createCgroup, type Cgroup } from "../../jail/cgroup.js";
 import { renderSeccompFilter } from "../../jail/seccomp.js";
 import { spawnJailed } from "../../jail/spawn.js";
-import type { UndoStack } from "../undo.js";
-import { randomMac, type VmNetwork } from "./guest-net.js";
+import { UndoStack } from "../undo.js";
+import { randomMac, SEED_PORT, type VmNetwork } from "./guest-net.js";
 import { renderJailArgs } from "./jail-args.js";
+import { Qmp } from "./qmp.js";
 import { renderQemuArgs, type QemuSpec } from "./qemu-args.js";
 import { VM_DIR_PREFIX } from "./reap-dirs.js";
+import { MicroVm } from "./vm.js";
+import { readByte } from "./vm-activate.js";
+import { restoreClone, warmUpClone } from "./vm-snapshot.js";
 import {
   GUEST_KERNEL_MB,
   QEMU_OVERHEAD_MB,
   TAP_NAME,
   type BootOptions,
+  type Control,
   type HostContext,
   type StartMode,
 } from "./vm-types.js";
@@ -33,6 +41,56 @@ const QEMU_SECCOMP_FD = 4;
 const MiB = 1024 * 1024;
 /** QEMU's threads (vCPU, I/O, RCU, workers). */
 const QEMU_PIDS = 64;
+
+/**
+ * Starts a VM as a recipe of named steps, each pushing its undo onto one stack so that a failure
+ * at any step tears down exactly what exists: uid, dir, cgroup, tap, channel, spawn; then (the VM
+ * owns everything from here, its destroy() undoes it) connect and restore-or-seed.
+ */
+export async function startMicroVm(
+  ctx: HostContext,
+  opts: BootOptions,
+  mode: StartMode,
+): Promise<MicroVm> {
+  const id = `vm-${randomBytes(6).toString("hex")}`;
+  const undo = new UndoStack();
+  let vm: MicroVm | null = null;
+  try {
+    if (opts.network && mode.kind === "template") throw new Error("a template has no network");
+    if (mode.kind === "clone" && mode.image.memoryMb !== opts.memoryMb)
+      throw new Error("clone memory differs from its template's");
+    const ids = takeUid(ctx, undo);
+    const dir = makeRunDir(ids, undo);
+    const cgroup = await makeCgroup(ctx, id, opts, mode, undo);
+    const net = await makeTap(id, ids, opts, undo);
+    const channel = await listenChannel(dir, ids, undo);
+    const { child, mac } = spawnQemu(ctx, { ids, dir, cgroup, net, opts, mode });
+    const warmedUp = mode.kind === "clone" ? (mode.warmUp ?? "none") : "none";
+    const open: Partial<Control> = {};
+    const v = new MicroVm({
+      ...{ id, memoryMb: opts.memoryMb, kind: mode.kind, warmedUp, ctx, uid: ids.uid, dir },
+      ...{ cgroup, child, mac, net, open },
+    });
+    vm = v;
+    // The VM owns its uid, directory, cgroup and tap now: destroy() undoes them, after QEMU.
+    undo.handOver(async () => {
+      channel.server.close();
+      await v.destroy();
+    });
+    const deadline = Date.now() + opts.readyTimeoutMs;
+    const control = await connectVm(v, dir, open, { opts, mode, channel, deadline });
+    await restoreOrSeed(v, dir, control, { opts, mode, deadline });
+    v.started(control, mode);
+    return v;
+  } catch (cause) {
+    const detail = vm?.qemuDiagnostics ? ` (QEMU: ${vm.qemuDiagnostics.slice(-400)})` : "";
+    await undo.unwind();
+    if (cause instanceof ScratchRunError) throw cause;
+    throw new ScratchRunError("SANDBOX_FAILED", `microVM boot failed: ${errText(cause)}${detail}`, {
+      cause,
+    });
+  }
+}
 
 /** The host uid and gid QEMU runs as. */
 export interface VmIds {
@@ -188,6 +246,76 @@ function snapshotSpec(mode: StartMode): Partial<QemuSpec> {
   };
 }
 
+/** What the VM-side steps of a start wait with: its options, mode and one deadline. */
+interface Waits {
+  opts: BootOptions;
+  mode: StartMode;
+  deadline: number;
+}
+
+/**
+ * Step connect: the seed port, QMP (not for a cold boot) and the agent channel, each open socket
+ * held in `open` (the VM's starting phase: kill() closes them). The sockets exist once QEMU has
+ * parsed its arguments; connect before the guest runs (the seed port must look connected to the
+ * guest, see guest/agent-seed.c).
+ */
+async function connectVm(
+  vm: Qemu,
+  dir: string,
+  open: Partial<Control>,
+  w: Waits & { channel: ChannelListener },
+): Promise<Control> {
+  const { opts, mode, channel: listener, deadline } = w;
+  const connectTo = (name: string) => connectRetry(join(dir, name), vm, deadline);
+  const seed = await raceBoot(connectTo("seed.sock"), vm, opts, "no seed port");
+  open.seed = seed;
+  const qmp =
+    mode.kind === "boot"
+      ? null
+      : await raceBoot(connectTo("qmp.sock").then(Qmp.over), vm, opts, "no QMP");
+  if (qmp) open.qmp = qmp;
+  const channel = await raceBoot(
+    listener.accepted,
+    vm,
+    opts,
+    "QEMU did not connect the agent channel",
+  );
+  open.channel = channel;
+  listener.server.close();
+  return { seed, qmp, channel };
+}
+
+/**
+ * Step restore-or-seed: a clone restores its template's device state (and runs its warm-up);
+ * a cold boot or a template waits until the guest agent reaches its seed step.
+ */
+async function restoreOrSeed(vm: Qemu, dir: string, c: Control, w: Waits): Promise<void> {
+  const { opts, mode, deadline } = w;
+  if (c.qmp && mode.kind === "clone") {
+    const state = () => connectRetry(join(dir, "state.sock"), vm, deadline);
+    await raceBoot(
+      restoreClone(c.qmp, mode.image.state, state),
+      vm,
+      opts,
+      "restore did not complete",
+    );
+    if (mode.warmUp && mode.warmUp !== "none")
+      await raceBoot(
+        warmUpClone(c.qmp, c.seed, mode.warmUp, mode.warmAlso ?? []),
+        vm,
+        opts,
+        "warm-up did not complete",
+      );
+  } else {
+    await raceBoot(
+      readByte(c.seed, SEED_PORT.waiting),
+      vm,
+      opts,
+      "guest did not reach its seed step",
+    );
+  }
+}
+
 /** The QEMU a start waits on: whether it has exited, and when. */
 export interface Qemu {
   readonly dead: boolean;
@@ -230,3 +358,5 @@ export function raceBoot<T>(p: Promise<T>, vm: Qemu, opts: BootOptions, what: st
     });
   });
 }
+
+const errText = (e: unknown) => (e instanceof Error ? e.message : String(e));

@@ -2,12 +2,14 @@
  * What a microVM is started from and with: the host's parts every VM shares, a start mode, a
  * call's boot options, and the guest RAM sizes they add up to.
  */
+import type { Socket } from "node:net";
 import type { CgroupHost, Cgroup, CpuPriority } from "../../jail/cgroup.js";
 import type { UidPool } from "../../jail/uids.js";
 import type { DomainAllowlist } from "../../net/allowlist.js";
 import type { VmArtifacts } from "../../images/vm/build.js";
 import type { Accel } from "./accel.js";
 import type { VmNetworkProvider } from "./guest-net.js";
+import type { Qmp } from "./qmp.js";
 
 /** Guest RAM on top of memory_mb: the guest kernel, init and page tables live there. */
 export const GUEST_KERNEL_MB = 64;
@@ -83,4 +85,12 @@ export interface BootOptions {
   priority?: CpuPriority;
   /** Called with its cgroup once made (a pooled start raises its weight when a call waits). */
   onCgroup?: (cgroup: Cgroup) => void;
+}
+
+/** The sockets a VM is driven through before its call: the seed port and (not booted) QMP. */
+export interface Control {
+  seed: Socket;
+  qmp: Qmp | null;
+  /** The agent's byte stream (the call's, once activated). */
+  channel: Socket;
 }

@@ -2,50 +2,28 @@
  * One microVM's life: jail + cgroup + QEMU started, control sockets connected, parked until a call
  * activates it; then killed and destroyed exactly once (QEMU killed, cgroup removed, private
  * directory deleted, uid returned). Where it is in that life is one `Phase`, and every transition
- * is in this file; the host steps of its start (uid, dir, cgroup, tap, channel, spawn) are in
- * vm-start.ts, the snapshot commands it issues in vm-snapshot.ts, the activation of a call in
- * vm-activate.ts.
+ * is in this file; its start, a recipe of named steps (uid, dir, cgroup, tap, channel, spawn,
+ * connect, restore-or-seed), is in vm-start.ts, the snapshot commands it issues in vm-snapshot.ts,
+ * the activation of a call in vm-activate.ts.
  */
-import { randomBytes } from "node:crypto";
 import { rmSync } from "node:fs";
 import type { Socket } from "node:net";
 import { join } from "node:path";
 import type { ChildProcess } from "node:child_process";
-import { ScratchRunError } from "../../errors.js";
 import { CPU_WEIGHT, type Cgroup } from "../../jail/cgroup.js";
 import type { DomainAllowlist } from "../../net/allowlist.js";
 import type { BrokerSpec } from "../../net/proxy/control.js";
 import type { NetworkReport } from "../types.js";
-import { SEED_PORT, type VmNetwork } from "./guest-net.js";
+import type { VmNetwork } from "./guest-net.js";
 import { Qmp } from "./qmp.js";
-import { UndoStack } from "../undo.js";
-import { activateCall, readByte } from "./vm-activate.js";
-import { restoreClone, saveTemplateState, warmUpClone } from "./vm-snapshot.js";
-import {
-  connectRetry,
-  listenChannel,
-  makeCgroup,
-  makeRunDir,
-  makeTap,
-  raceBoot,
-  spawnQemu,
-  takeUid,
-  type ChannelListener,
-} from "./vm-start.js";
-import type { BootOptions, HostContext, StartMode, WarmUp } from "./vm-types.js";
+import { activateCall } from "./vm-activate.js";
+import { saveTemplateState } from "./vm-snapshot.js";
+import type { Control, HostContext, StartMode, WarmUp } from "./vm-types.js";
 
 const STDERR_TAIL = 2048;
 
-/** The sockets a VM is driven through before its call: the seed port and (not booted) QMP. */
-interface Control {
-  seed: Socket;
-  qmp: Qmp | null;
-  /** The agent's byte stream (the call's, once activated). */
-  channel: Socket;
-}
-
 /**
- * Where a VM is in its life. start() leaves it parked (boot, clone) or as a template;
+ * Where a VM is in its life. Its start (vm-start.ts) leaves it parked (boot, clone) or as a template;
  * activate() takes a parked VM to serving, once; kill() takes any phase to stopped.
  *   starting ─▶ parked ─▶ activating ─▶ serving ─▶ stopped
  *          └──▶ template (saveState(), then destroyed) ──▶ stopped
@@ -61,7 +39,7 @@ type Phase =
 
 export class MicroVm {
   readonly exited: Promise<void>;
-  private phase: Phase = { name: "starting", open: {} };
+  private phase: Phase;
   private destroying: Promise<void> | null = null;
   private killing: Promise<void> | null = null;
   private stderrTail = "";
@@ -82,7 +60,11 @@ export class MicroVm {
   /** The VM's "public" network, or null (hub port: nothing behind the NIC). */
   private net: VmNetwork | null;
 
-  private constructor(o: {
+  /**
+   * A VM whose QEMU was just spawned (vm-start.ts): it owns its uid, directory, cgroup, tap and
+   * QEMU from here, and `open` holds the sockets its start connects (kill() closes them).
+   */
+  constructor(o: {
     id: string;
     memoryMb: number;
     kind: StartMode["kind"];
@@ -94,7 +76,9 @@ export class MicroVm {
     child: ChildProcess;
     mac: string;
     net: VmNetwork | null;
+    open: Partial<Control>;
   }) {
+    this.phase = { name: "starting", open: o.open };
     this.id = o.id;
     this.memoryMb = o.memoryMb;
     this.kind = o.kind;
@@ -134,124 +118,15 @@ export class MicroVm {
   }
 
   /**
-   * Starts a VM as a recipe of named steps (vm-start.ts), each pushing its undo onto one stack so
-   * that a failure at any step tears down exactly what exists: uid, dir, cgroup, tap, channel,
-   * spawn; then (the VM owns everything from here, its destroy() undoes it) connect and
-   * restore-or-seed.
+   * The start's last step (vm-start.ts): a started VM is parked (a clone or a cold boot, until
+   * activate()) or a template (until saveState()); one killed meanwhile stays stopped.
    */
-  static async start(ctx: HostContext, opts: BootOptions, mode: StartMode): Promise<MicroVm> {
-    const id = `vm-${randomBytes(6).toString("hex")}`;
-    const undo = new UndoStack();
-    let vm: MicroVm | null = null;
-    try {
-      if (opts.network && mode.kind === "template") throw new Error("a template has no network");
-      if (mode.kind === "clone" && mode.image.memoryMb !== opts.memoryMb)
-        throw new Error("clone memory differs from its template's");
-      const ids = takeUid(ctx, undo);
-      const dir = makeRunDir(ids, undo);
-      const cgroup = await makeCgroup(ctx, id, opts, mode, undo);
-      const net = await makeTap(id, ids, opts, undo);
-      const channel = await listenChannel(dir, ids, undo);
-      const { child, mac } = spawnQemu(ctx, { ids, dir, cgroup, net, opts, mode });
-      const warmedUp = mode.kind === "clone" ? (mode.warmUp ?? "none") : "none";
-      const v = new MicroVm({
-        ...{ id, memoryMb: opts.memoryMb, kind: mode.kind, warmedUp, ctx, uid: ids.uid, dir },
-        ...{ cgroup, child, mac, net },
-      });
-      vm = v;
-      // The VM owns its uid, directory, cgroup and tap now: destroy() undoes them, after QEMU.
-      undo.handOver(async () => {
-        channel.server.close();
-        await v.destroy();
-      });
-      const deadline = Date.now() + opts.readyTimeoutMs;
-      const control = await v.connect(opts, mode, channel, deadline);
-      await v.restoreOrSeed(control, opts, mode, deadline);
-      if (v.phase.name !== "starting") throw new Error("killed while starting");
-      v.phase =
-        control.qmp && mode.kind === "template"
-          ? { name: "template", control: { ...control, qmp: control.qmp } }
-          : { name: "parked", control };
-      return v;
-    } catch (cause) {
-      const detail = vm?.qemuDiagnostics ? ` (QEMU: ${vm.qemuDiagnostics.slice(-400)})` : "";
-      await undo.unwind();
-      if (cause instanceof ScratchRunError) throw cause;
-      throw new ScratchRunError(
-        "SANDBOX_FAILED",
-        `microVM boot failed: ${errText(cause)}${detail}`,
-        {
-          cause,
-        },
-      );
-    }
-  }
-
-  /**
-   * Step connect: the seed port, QMP (not for a cold boot) and the agent channel, each open
-   * socket held by the starting phase. The sockets exist once QEMU has parsed its arguments;
-   * connect before the guest runs (the seed port must look connected to the guest, see
-   * guest/agent-seed.c).
-   */
-  private async connect(
-    opts: BootOptions,
-    mode: StartMode,
-    listener: ChannelListener,
-    deadline: number,
-  ): Promise<Control> {
-    const open = this.phase.name === "starting" ? this.phase.open : {};
-    const connectTo = (name: string) => connectRetry(join(this.dir, name), this, deadline);
-    const seed = await raceBoot(connectTo("seed.sock"), this, opts, "no seed port");
-    open.seed = seed;
-    const qmp =
-      mode.kind === "boot"
-        ? null
-        : await raceBoot(connectTo("qmp.sock").then(Qmp.over), this, opts, "no QMP");
-    if (qmp) open.qmp = qmp;
-    const channel = await raceBoot(
-      listener.accepted,
-      this,
-      opts,
-      "QEMU did not connect the agent channel",
-    );
-    open.channel = channel;
-    listener.server.close();
-    return { seed, qmp, channel };
-  }
-
-  /**
-   * Step restore-or-seed: a clone restores its template's device state (and runs its warm-up);
-   * a cold boot or a template waits until the guest agent reaches its seed step.
-   */
-  private async restoreOrSeed(
-    c: Control,
-    opts: BootOptions,
-    mode: StartMode,
-    deadline: number,
-  ): Promise<void> {
-    if (c.qmp && mode.kind === "clone") {
-      const state = () => connectRetry(join(this.dir, "state.sock"), this, deadline);
-      await raceBoot(
-        restoreClone(c.qmp, mode.image.state, state),
-        this,
-        opts,
-        "restore did not complete",
-      );
-      if (this.warmedUp !== "none")
-        await raceBoot(
-          warmUpClone(c.qmp, c.seed, this.warmedUp, mode.warmAlso ?? []),
-          this,
-          opts,
-          "warm-up did not complete",
-        );
-    } else {
-      await raceBoot(
-        readByte(c.seed, SEED_PORT.waiting),
-        this,
-        opts,
-        "guest did not reach its seed step",
-      );
-    }
+  started(control: Control, mode: StartMode): void {
+    if (this.phase.name !== "starting") throw new Error("killed while starting");
+    this.phase =
+      control.qmp && mode.kind === "template"
+        ? { name: "template", control: { ...control, qmp: control.qmp } }
+        : { name: "parked", control };
   }
 
   /** Template: stops the guest (blocked in the agent's seed step) and saves its device state. */
@@ -429,5 +304,3 @@ function closeSockets(phase: Phase): void {
   c.seed?.destroy();
   c.qmp?.close();
 }
-
-const errText = (e: unknown) => (e instanceof Error ? e.message : String(e));
