@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { readlinkSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
 import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
@@ -23,9 +23,14 @@ import { LEG_NODES, legNode } from "./legs.js";
 // Node runs the server: each leg finds the image setup built, with nothing to say which Node 20.
 const ENV = { SCRATCHRUN_ISOLATION: "namespace" };
 
+/** The unit runs' processes (below): children of this test that are no server. */
+const unitPids = new Set<number>();
+
 /** The Node binary a server this test started runs on, from its process's /proc/PID/exe. */
 function serverNodes(): string[] {
-  return childrenOf(process.pid).map((pid) => readlinkSync(`/proc/${pid}/exe`));
+  return childrenOf(process.pid)
+    .filter((pid) => !unitPids.has(pid))
+    .map((pid) => readlinkSync(`/proc/${pid}/exe`));
 }
 
 const CALLS: [string, Record<string, unknown>, string][] = [
@@ -37,12 +42,43 @@ const CALLS: [string, Record<string, unknown>, string][] = [
   ["bash", { runtime: "bash", code: 'echo "bash $((6 * 7))"' }, "bash 42"],
 ];
 
+/** `scripts/run-tests.mjs --unit` on a Node binary: its exit status and what it printed. */
+function unitRun(node: string): Promise<{ status: number | null; stdout: string; stderr: string }> {
+  // Not as a child of this runner (NODE_TEST_CONTEXT would make it report to us instead).
+  const env = { ...process.env };
+  delete env.NODE_TEST_CONTEXT;
+  return new Promise((resolve) => {
+    const child = spawn(node, ["scripts/run-tests.mjs", "--unit"], { cwd: REPO_ROOT, env });
+    if (child.pid !== undefined) unitPids.add(child.pid);
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+    child.on("error", (err) => resolve({ status: null, stdout, stderr: stderr + String(err) }));
+    child.on("close", (status) => resolve({ status, stdout, stderr }));
+  });
+}
+
+/**
+ * Every leg's unit run, started together before the first test: the unit tests are pure (no
+ * sandbox, network or file another test reads), so the two legs take a core each, side by side
+ * with the stdio servers below, and each leg's test awaits its own. Their temporary folders come
+ * and go meanwhile, so the host is compared once, after every run and server has ended.
+ */
+const unitRuns = new Map<string, ReturnType<typeof unitRun>>();
+let base: HostSnapshot;
+before(() => {
+  base = snapshot();
+  for (const leg of LEG_NODES) unitRuns.set(leg, unitRun(legNode(leg).path));
+});
+after(async () => {
+  await Promise.all(unitRuns.values());
+  await assertNoLeaks(base);
+});
+
 for (const leg of LEG_NODES) {
   describe(`the server on ${leg}`, () => {
     const node = legNode(leg);
-    let base: HostSnapshot;
-    before(() => (base = snapshot()));
-    after(() => assertNoLeaks(base));
 
     test(`is the pinned Node ${leg.slice(4)} LTS`, () => {
       const r = spawnSync(node.path, ["-p", "process.version"], { encoding: "utf8" });
@@ -50,16 +86,8 @@ for (const leg of LEG_NODES) {
       assert.equal(node.version.split(".")[0], leg.slice(4));
     });
 
-    test("the unit tests pass", () => {
-      // Not as a child of this runner (NODE_TEST_CONTEXT would make it report to us instead).
-      const env = { ...process.env };
-      delete env.NODE_TEST_CONTEXT;
-      const r = spawnSync(node.path, ["scripts/run-tests.mjs", "--unit"], {
-        cwd: REPO_ROOT,
-        env,
-        encoding: "utf8",
-        maxBuffer: 64 * 1024 * 1024,
-      });
+    test("the unit tests pass", async () => {
+      const r = await unitRuns.get(leg)!;
       assert.equal(
         r.status,
         0,
