@@ -253,7 +253,12 @@ for (const backend of TEST_BACKENDS) {
       // A variable the imports do not read: the pre-imported interpreter takes it, and answers as
       // a plain interpreter does (how the backend is spelt differs between matplotlib releases).
       const greeting = await inPreimported(h, code, { env: { GREETING: "hi" } });
-      const plain = await run({ code: `_plain = 1\n${code}` });
+      // The calls below each take a plain interpreter of their own (none can tell which it got
+      // but by its answer): two at a time.
+      const [plain, svg] = await Promise.all([
+        run({ code: `_plain = 1\n${code}` }),
+        run({ env: { MPLBACKEND: "svg" } }),
+      ]);
       assert.match(plain, /^(fresh|prestarted) /);
       const [, backend, width] = plain.split(" ");
       assert.equal(greeting.s.stdout, `preimported ${backend} ${width}\n`);
@@ -261,17 +266,19 @@ for (const backend of TEST_BACKENDS) {
       assert.match(`${backend} ${width}`, /^module:\/\/scratchrun_mpl 1\.5$/);
       // Ones they read: never a pre-imported interpreter (a fresh one when a pre-imported sandbox
       // was ready and refused, a plain pre-started one when none was), and the setting applies.
-      assert.match(await run({ env: { MPLBACKEND: "svg" } }), /^(fresh|prestarted) svg 1\.5$/);
-      assert.match(
-        await run({ files: { matplotlibrc: "lines.linewidth: 7\n" } }),
-        new RegExp(`^(fresh|prestarted) ${backend} 7\\.0$`),
-      );
-      for (const env of [
-        { OPENBLAS_NUM_THREADS: "1" },
-        { TZ: "Asia/Tokyo" },
-        { XDG_CONFIG_HOME: "/tmp" },
-      ])
-        assert.match(await run({ env }), /^(fresh|prestarted) /, JSON.stringify(env));
+      assert.match(svg, /^(fresh|prestarted) svg 1\.5$/);
+      const [rc, blas] = await Promise.all([
+        run({ files: { matplotlibrc: "lines.linewidth: 7\n" } }),
+        run({ env: { OPENBLAS_NUM_THREADS: "1" } }),
+      ]);
+      assert.match(rc, new RegExp(`^(fresh|prestarted) ${backend} 7\\.0$`));
+      assert.match(blas, /^(fresh|prestarted) /, "OPENBLAS_NUM_THREADS");
+      const [tz, xdg] = await Promise.all([
+        run({ env: { TZ: "Asia/Tokyo" } }),
+        run({ env: { XDG_CONFIG_HOME: "/tmp" } }),
+      ]);
+      assert.match(tz, /^(fresh|prestarted) /, "TZ");
+      assert.match(xdg, /^(fresh|prestarted) /, "XDG_CONFIG_HOME");
     });
 
     test("calls that set up before importing, or keep less memory, get a plain interpreter", async () => {
