@@ -118,94 +118,119 @@ for (const backend of TEST_BACKENDS) {
       await end(id);
     });
 
-    test("a call that ends the interpreter keeps the files; the next one gets a fresh interpreter", async () => {
-      const { session_id } = await start({ runtime: "python3.11" });
-      await run({
-        runtime: "python3.11",
-        session_id,
-        code: "y = 7\nopen('/tmp/survives', 'w').write('yes')",
+    // A session that waits out its lifetime beside one that imports matplotlib, at once: two
+    // sessions of 256 MB fit the caller's 3 and 640 MB, and neither test counts the host's
+    // sandboxes (the tests below that do run alone).
+    describe("a long import beside a session's lifetime", { concurrency: true }, () => {
+      test("python3.11 keeps a matplotlib figure: shown at its cell's end, changed and saved later as an image", async () => {
+        const { session_id } = await start({ runtime: "python3.11" });
+        // A cold import of matplotlib in a booted TCG guest takes about the default 10 s under load.
+        const shown = await mcp.call({
+          runtime: "python3.11",
+          session_id,
+          code: "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([1, 3, 2]);",
+          timeout_ms: 30_000,
+        });
+        const first = shown.structuredContent as unknown as Result;
+        assert.equal(first.exit_reason, "ok", first.stderr);
+        // As a notebook's inline backend: the figure left open is shown at the cell's end, then
+        // closed in pyplot (docs/decisions/0017-outputs.md); the cell's variables keep it.
+        assert.equal(shown.content.filter((c) => c.type === "image").length, 1, textOf(shown));
+        const r = await mcp.call({
+          runtime: "python3.11",
+          session_id,
+          code: "ax.set_title('later')\nfig.savefig('/tmp/plot.png')",
+          return_files: ["/tmp/plot.png"],
+        });
+        assert.ok(!r.isError, textOf(r));
+        const image = r.content.find((c) => c.type === "image");
+        assert.ok(image && image.type === "image" && image.mimeType === "image/png", textOf(r));
+        await end(session_id);
       });
-      const crash = await run({
-        runtime: "python3.11",
-        session_id,
-        code: "import os\nos._exit(3)",
+
+      test("a session ends at its total lifetime, even under a running call", async () => {
+        const lifetimeMs = backend === "microvm" ? 10_000 : 3000;
+        const { session_id, expires_at } = await start({
+          runtime: "bash",
+          lifetime_ms: lifetimeMs,
+        });
+        assert.ok(Date.parse(expires_at) <= Date.now() + lifetimeMs, expires_at);
+        const called = Date.now();
+        const r = await run({ runtime: "bash", session_id, code: "sleep 60", timeout_ms: 30_000 });
+        assert.equal(r.exit_reason, "cancelled", JSON.stringify(r));
+        assert.ok(Date.now() - called < 25_000, "ended by the session's lifetime, not the call's");
+        assert.match(
+          await refusal({ runtime: "bash", session_id, code: "true" }),
+          /^SESSION_NOT_FOUND/,
+        );
       });
-      assert.equal(crash.exit_code, 3);
-      const after = await run({
-        runtime: "python3.11",
-        session_id,
-        code: "print(open('/tmp/survives').read())\nprint('y' in globals())",
-      });
-      assert.equal(after.stdout, "yes\nFalse\n", after.stderr);
-      assert.equal(after.session?.interpreter, "fresh");
-      // A timeout ends the interpreter the same way, and the session goes on.
-      const slow = await run({
-        runtime: "python3.11",
-        session_id,
-        code: "import time\nz = 1\ntime.sleep(30)",
-        timeout_ms: 1500,
-      });
-      assert.equal(slow.exit_reason, "timeout");
-      const next = await run({
-        runtime: "python3.11",
-        session_id,
-        code: "print('z' in globals())",
-      });
-      assert.equal(next.stdout, "False\n");
-      assert.equal(next.session?.interpreter, "fresh");
-      await end(session_id);
     });
 
-    test("python3.11 keeps a matplotlib figure: shown at its cell's end, changed and saved later as an image", async () => {
-      const { session_id } = await start({ runtime: "python3.11" });
-      // A cold import of matplotlib in a booted TCG guest takes about the default 10 s under load.
-      const shown = await mcp.call({
-        runtime: "python3.11",
-        session_id,
-        code: "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([1, 3, 2]);",
-        timeout_ms: 30_000,
+    // Two sessions of their own, at once (as above).
+    describe("a python session's crash beside a node session", { concurrency: true }, () => {
+      test("a call that ends the interpreter keeps the files; the next one gets a fresh interpreter", async () => {
+        const { session_id } = await start({ runtime: "python3.11" });
+        await run({
+          runtime: "python3.11",
+          session_id,
+          code: "y = 7\nopen('/tmp/survives', 'w').write('yes')",
+        });
+        const crash = await run({
+          runtime: "python3.11",
+          session_id,
+          code: "import os\nos._exit(3)",
+        });
+        assert.equal(crash.exit_code, 3);
+        const after = await run({
+          runtime: "python3.11",
+          session_id,
+          code: "print(open('/tmp/survives').read())\nprint('y' in globals())",
+        });
+        assert.equal(after.stdout, "yes\nFalse\n", after.stderr);
+        assert.equal(after.session?.interpreter, "fresh");
+        // A timeout ends the interpreter the same way, and the session goes on.
+        const slow = await run({
+          runtime: "python3.11",
+          session_id,
+          code: "import time\nz = 1\ntime.sleep(30)",
+          timeout_ms: 1500,
+        });
+        assert.equal(slow.exit_reason, "timeout");
+        const next = await run({
+          runtime: "python3.11",
+          session_id,
+          code: "print('z' in globals())",
+        });
+        assert.equal(next.stdout, "False\n");
+        assert.equal(next.session?.interpreter, "fresh");
+        await end(session_id);
       });
-      const first = shown.structuredContent as unknown as Result;
-      assert.equal(first.exit_reason, "ok", first.stderr);
-      // As a notebook's inline backend: the figure left open is shown at the cell's end, then
-      // closed in pyplot (docs/decisions/0017-outputs.md); the cell's variables keep it.
-      assert.equal(shown.content.filter((c) => c.type === "image").length, 1, textOf(shown));
-      const r = await mcp.call({
-        runtime: "python3.11",
-        session_id,
-        code: "ax.set_title('later')\nfig.savefig('/tmp/plot.png')",
-        return_files: ["/tmp/plot.png"],
-      });
-      assert.ok(!r.isError, textOf(r));
-      const image = r.content.find((c) => c.type === "image");
-      assert.ok(image && image.type === "image" && image.mimeType === "image/png", textOf(r));
-      await end(session_id);
-    });
 
-    test("node20 keeps top-level bindings and required modules; a callback's throw is the call's status", async () => {
-      const { session_id } = await start({ runtime: "node20" });
-      await run({
-        runtime: "node20",
-        session_id,
-        code: "const base = 40; let count = 1; const path = require('path');",
+      test("node20 keeps top-level bindings and required modules; a callback's throw is the call's status", async () => {
+        const { session_id } = await start({ runtime: "node20" });
+        await run({
+          runtime: "node20",
+          session_id,
+          code: "const base = 40; let count = 1; const path = require('path');",
+        });
+        const r = await run({
+          runtime: "node20",
+          session_id,
+          code: "count++; setTimeout(() => console.log(base + count, path.basename('/a/b.txt')), 50);",
+        });
+        assert.equal(r.stdout, "42 b.txt\n", "the call waits for its timer");
+        assert.equal(r.session?.interpreter, "kept");
+        const thrown = await run({
+          runtime: "node20",
+          session_id,
+          code: "setTimeout(() => { throw new Error('late') }, 10);",
+        });
+        assert.equal(thrown.exit_code, 1);
+        assert.match(thrown.stderr, /Error: late/);
+        const still = await run({ runtime: "node20", session_id, code: "console.log(count)" });
+        assert.equal(still.stdout, "2\n");
+        await end(session_id);
       });
-      const r = await run({
-        runtime: "node20",
-        session_id,
-        code: "count++; setTimeout(() => console.log(base + count, path.basename('/a/b.txt')), 50);",
-      });
-      assert.equal(r.stdout, "42 b.txt\n", "the call waits for its timer");
-      assert.equal(r.session?.interpreter, "kept");
-      const thrown = await run({
-        runtime: "node20",
-        session_id,
-        code: "setTimeout(() => { throw new Error('late') }, 10);",
-      });
-      assert.equal(thrown.exit_code, 1);
-      assert.match(thrown.stderr, /Error: late/);
-      const still = await run({ runtime: "node20", session_id, code: "console.log(count)" });
-      assert.equal(still.stdout, "2\n");
-      await end(session_id);
     });
 
     test("bash calls share the session's files; each call is a new shell", async () => {
@@ -354,20 +379,6 @@ for (const backend of TEST_BACKENDS) {
       );
       assert.equal(second.session?.interpreter, "kept");
       await end(session_id);
-    });
-
-    test("a session ends at its total lifetime, even under a running call", async () => {
-      const lifetimeMs = backend === "microvm" ? 10_000 : 3000;
-      const { session_id, expires_at } = await start({ runtime: "bash", lifetime_ms: lifetimeMs });
-      assert.ok(Date.parse(expires_at) <= Date.now() + lifetimeMs, expires_at);
-      const called = Date.now();
-      const r = await run({ runtime: "bash", session_id, code: "sleep 60", timeout_ms: 30_000 });
-      assert.equal(r.exit_reason, "cancelled", JSON.stringify(r));
-      assert.ok(Date.now() - called < 25_000, "ended by the session's lifetime, not the call's");
-      assert.match(
-        await refusal({ runtime: "bash", session_id, code: "true" }),
-        /^SESSION_NOT_FOUND/,
-      );
     });
 
     test("a caller's sessions hold at most SCRATCHRUN_SESSIONS_PER_KEY_MEMORY_MB together", async () => {
