@@ -15,6 +15,7 @@ import {
   type UplinkConfig,
 } from "../net/index.js";
 import { prepareForwarding, type ForwardingState } from "../net/forwarding.js";
+import { claimUplink } from "../net/uplink-owner.js";
 import { ReadyNetworks } from "../net/ready.js";
 import { EgressProxy, PROXY_UID_BASE, PROXY_UID_COUNT } from "../net/proxy/supervisor.js";
 import type { BrokerSpec } from "../net/proxy/control.js";
@@ -216,7 +217,31 @@ export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
     };
   }
 
-  await reapOrphanNetworks(uplink);
+  // One server per uplink and prefix on a host: a second one's start would reap the first's
+  // networks and reuse its addresses (net/uplink-owner.ts). It runs without network instead.
+  const claim = await claimUplink(uplink);
+  if ("what" in claim) {
+    const problem =
+      `another ScratchRun server${claim.pid === null ? "" : ` (pid ${claim.pid})`} on this ` +
+      `host runs public networking on ${claim.what}`;
+    const fix =
+      "let your clients share that server (scratchrun setup installs one local service that " +
+      "every stdio client forwards to), stop it, or start this one with SCRATCHRUN_NETWORK=none";
+    if (mode === "public") throw new ScratchRunError("NOT_READY", problem, { fix });
+    return {
+      provider: null,
+      allowlist,
+      summary: NONE_SUMMARY,
+      reason: `${problem}; ${fix}`,
+      unavailable: `${problem}; ${fix}`,
+    };
+  }
+  try {
+    await reapOrphanNetworks(uplink);
+  } catch (e) {
+    claim.release();
+    throw e;
+  }
   // The egress proxy: started now for a server-wide allowlist (a failure stops the server), else
   // on the first network that needs one (a call whose policy brings an allowlist).
   const uids = new UidPool(PROXY_UID_BASE, PROXY_UID_COUNT);
@@ -241,6 +266,7 @@ export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
     try {
       await startProxy();
     } catch (e) {
+      claim.release();
       throw new ScratchRunError("NOT_READY", `the egress proxy did not start: ${String(e)}`, {
         fix: "check that nftables and iproute2 work (scratchrun doctor), or unset SCRATCHRUN_EGRESS_ALLOW",
       });
@@ -307,6 +333,7 @@ export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
         if (p) await (await p.catch(() => null))?.close();
         if (proxyUid !== null) uids.release(proxyUid);
         proxyUid = null;
+        claim.release();
       },
     },
   };

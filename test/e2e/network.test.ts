@@ -1,9 +1,10 @@
 import { PY } from "../helpers/pythons.js";
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
 import { after, before, describe, test } from "node:test";
 import { listSandboxNetworkResources } from "../../src/net/resources.js";
 import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
-import { startServer, type McpHarness } from "../helpers/mcp-client.js";
+import { serverParams, startServer, type McpHarness } from "../helpers/mcp-client.js";
 import {
   BLOCKED_HOSTS,
   probeProgram,
@@ -88,5 +89,65 @@ describe("network egress through the MCP server [namespace]", { timeout: 180_000
     const { res, s } = await runProbe([{ label: "tcp", kind: "tcp", host: PUBLIC }], "none");
     assert.equal(res.tcp?.ok, false);
     assert.equal(s.network, "none");
+  });
+
+  test("a second server on this uplink runs without network and says why; the first's sandboxes keep theirs", async () => {
+    // The first server has networks made ahead (SCRATCHRUN_NET_READY): without the claim on the
+    // uplink, the second's start would remove them as a dead server's leftovers.
+    const mine = async () => (await listSandboxNetworkResources(topo.uplink)).netns;
+    for (let i = 0; i < 100 && (await mine()).length === 0; i++)
+      await new Promise((r) => setTimeout(r, 100));
+    const ready = await mine();
+    assert.ok(ready.length > 0, "the first server made networks ahead");
+    const second = await startServer({
+      SCRATCHRUN_ISOLATION: "namespace",
+      SCRATCHRUN_NETWORK: "auto",
+      ...topo.serverEnv(),
+    });
+    try {
+      const { s } = await second.exec({ runtime: PY, code: "print(1)", network: "public" });
+      const now = new Set(await mine());
+      assert.deepEqual(
+        ready.filter((n) => !now.has(n)),
+        [],
+        "the second server's start removed none of the first's networks",
+      );
+      assert.equal(s.exit_reason, "ok", s.stderr);
+      assert.equal(s.network, "none");
+      assert.match(
+        (s as { network_reason?: string }).network_reason ?? "",
+        new RegExp(
+          `another ScratchRun server \\(pid \\d+\\) on this host runs public networking on prefix "${topo.uplink.prefix}".*SCRATCHRUN_NETWORK=none`,
+        ),
+      );
+      // Asked for public outright, it refuses to start, naming the holder and the way out.
+      const { exit, stderr } = await new Promise<{
+        exit: number | null;
+        stderr: string;
+      }>((resolve) => {
+        const p = serverParams({
+          SCRATCHRUN_ISOLATION: "namespace",
+          SCRATCHRUN_NETWORK: "public",
+          ...topo.serverEnv(),
+        });
+        const child = spawn(p.command, p.args, { env: p.env, stdio: ["pipe", "ignore", "pipe"] });
+        let err = "";
+        child.stderr.on("data", (d: Buffer) => (err += d.toString()));
+        const timer = setTimeout(() => child.kill("SIGKILL"), 60_000);
+        child.on("exit", (code) => {
+          clearTimeout(timer);
+          resolve({ exit: code, stderr: err });
+        });
+      });
+      assert.notEqual(exit, 0, "the server exits");
+      assert.match(
+        stderr,
+        /another ScratchRun server \(pid \d+\) on this host runs public networking on prefix .*SCRATCHRUN_NETWORK=none/,
+      );
+    } finally {
+      await second.close();
+    }
+    const { res } = await runProbe([{ label: "tcp", kind: "tcp", host: PUBLIC }], "public");
+    assert.ok(res.tcp!.ok, `the first server's sandbox still reaches out: ${res.tcp!.detail}`);
   });
 });

@@ -148,7 +148,7 @@ export const SETTINGS = {
     kind: "string",
     fallback: DEFAULT_UPLINK.prefix,
     readers: ["server"],
-    doc: "prefix of the links, namespaces and nft tables sandboxes get; two servers with public networking on one host need two prefixes (a server's start removes every network of its prefix that no sandbox of its own holds)",
+    doc: "prefix of the links, namespaces and nft tables sandboxes get; one server on a host has public networking (a second finds the uplink claimed and runs with network none, saying why)",
   },
   SCRATCHRUN_NET_POOL_V6: {
     kind: "string",
