@@ -1,20 +1,22 @@
 #!/usr/bin/env node
-// Runs the compiled test files one file at a time (they share the host: cgroups, netns, leak
-// checks), with node's own test runner, and ends with the ten slowest files and their seconds.
+// Runs the compiled test files with node's own test runner and ends with the ten slowest files and
+// their seconds. Files that use the host (cgroups, netns, leak checks) run one at a time; the pure
+// ones (*.unit.test.ts: no root, QEMU, image or network) run beside them on the other core, their
+// report printed after the host files' so the two never interleave.
 // Arguments narrow the set: substrings of file paths. --unit runs only the pure tests
 // (*.unit.test.ts).
 import {
-  copyFileSync,
   existsSync,
   mkdtempSync,
   readdirSync,
   readFileSync,
   rmSync,
   statSync,
+  writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
-import { spawnSync } from "node:child_process";
+import { spawn } from "node:child_process";
 
 function find(dir) {
   let out = [];
@@ -51,54 +53,82 @@ if (files.length === 0) {
 // The reporter you would get without one named, and beside it one that times each file.
 const reporter = process.stdout.isTTY ? "spec" : "tap";
 const timingDir = mkdtempSync(join(tmpdir(), "sr-test-timing-"));
-const timingFile = join(timingDir, "seconds.json");
 const timingReporter = join(import.meta.dirname ?? "scripts", "test-timing-reporter.mjs");
-const r = spawnSync(
-  process.execPath,
-  [
-    "--test",
-    "--test-concurrency=1",
-    `--test-reporter=${reporter}`,
-    "--test-reporter-destination=stdout",
-    `--test-reporter=${timingReporter}`,
-    `--test-reporter-destination=${timingFile}`,
-    ...files,
-  ],
-  {
-    stdio: "inherit",
-    env: {
-      ...process.env,
-      SCRATCHRUN_TEMPLATE_CACHE: process.env.SCRATCHRUN_TEMPLATE_CACHE ?? "on",
-      // A stdio server a test starts runs its own engine, never forwarding to a local service that
-      // answers here (setup's unit, or one a killed test left): test/e2e/local-service.test.ts
-      // starts its users' servers with an environment of its own.
-      SCRATCHRUN_LOCAL: "1",
-    },
-  },
-);
-printSlowest(timingFile);
-// Every file's seconds stay beside the build (dist/test-seconds.json): what a run cost, file by
-// file, for whoever plans which files to speed up or run side by side.
-try {
-  copyFileSync(timingFile, join("dist", "test-seconds.json"));
-} catch {
-  // the run ended before the reporter wrote (killed): nothing to keep
+const env = {
+  ...process.env,
+  SCRATCHRUN_TEMPLATE_CACHE: process.env.SCRATCHRUN_TEMPLATE_CACHE ?? "on",
+  // A stdio server a test starts runs its own engine, never forwarding to a local service that
+  // answers here (setup's unit, or one a killed test left): test/e2e/local-service.test.ts
+  // starts its users' servers with an environment of its own.
+  SCRATCHRUN_LOCAL: "1",
+};
+
+/**
+ * One node --test run over `list`, a file at a time; `capture`: its report kept and returned
+ * rather than printed as it comes. Resolves with its exit status and the timing file.
+ */
+function lane(name, list, capture) {
+  const timingFile = join(timingDir, `${name}.json`);
+  const child = spawn(
+    process.execPath,
+    [
+      "--test",
+      "--test-concurrency=1",
+      `--test-reporter=${reporter}`,
+      "--test-reporter-destination=stdout",
+      `--test-reporter=${timingReporter}`,
+      `--test-reporter-destination=${timingFile}`,
+      ...list,
+    ],
+    { stdio: ["inherit", capture ? "pipe" : "inherit", capture ? "pipe" : "inherit"], env },
+  );
+  let report = "";
+  if (capture) {
+    child.stdout.on("data", (d) => (report += d));
+    child.stderr.on("data", (d) => (report += d));
+  }
+  return new Promise((resolve) => {
+    child.on("close", (code, signal) =>
+      resolve({ status: code ?? (signal ? 1 : 0), timingFile, report }),
+    );
+  });
+}
+
+const pure = files.filter((f) => f.endsWith(".unit.test.js"));
+const host = files.filter((f) => !f.endsWith(".unit.test.js"));
+const lanes = [];
+if (host.length > 0) lanes.push(lane("host", host, false));
+// Alone, the pure files print as they run; beside host files, after them.
+if (pure.length > 0) lanes.push(lane("pure", pure, host.length > 0));
+const done = await Promise.all(lanes);
+const seconds = {};
+for (const l of done) {
+  if (l.report) process.stdout.write(`\n# the pure tests, run beside the others:\n${l.report}`);
+  Object.assign(seconds, readSeconds(l.timingFile));
+}
+if (Object.keys(seconds).length > 0) {
+  printSlowest(seconds);
+  // Every file's seconds stay beside the build (dist/test-seconds.json): what a run cost, file by
+  // file, for whoever plans which files to speed up or run side by side.
+  writeFileSync(join("dist", "test-seconds.json"), JSON.stringify(seconds));
 }
 rmSync(timingDir, { recursive: true, force: true });
-process.exit(r.status ?? 1);
+process.exit(done.some((l) => l.status !== 0) ? 1 : 0);
+
+/** A lane's timing reporter's output; empty when the lane ended before it wrote (killed). */
+function readSeconds(path) {
+  try {
+    return JSON.parse(readFileSync(path, "utf8"));
+  } catch {
+    return {};
+  }
+}
 
 /** The ten files that took longest, slowest first, with their seconds. */
-function printSlowest(path) {
-  let seconds;
-  try {
-    seconds = JSON.parse(readFileSync(path, "utf8"));
-  } catch {
-    return; // the run ended before the reporter wrote (killed): nothing to say
-  }
+function printSlowest(seconds) {
   const rows = Object.entries(seconds)
     .sort((a, b) => b[1] - a[1])
     .slice(0, 10);
-  if (rows.length === 0) return;
   const total = Object.values(seconds).reduce((a, b) => a + b, 0);
   const width = Math.max(...rows.map(([, s]) => s.toFixed(1).length));
   console.log(

@@ -25,7 +25,7 @@ import { extrasSentence } from "../../src/mcp/exec-tool.js";
 
 // The image config: one strict schema, errors that name the entry, and a recipe hash that covers
 // what the config asks for and every byte of the files it names (pure: no build, no root).
-const tmp = mkdtempSync(join(tmpdir(), "scratchrun-image-config-"));
+const tmp = mkdtempSync(join(tmpdir(), "sr-unit-image-config-"));
 after(() => rmSync(tmp, { recursive: true, force: true }));
 
 const parse = (value: unknown) => parseImageConfig(JSON.stringify(value), join(tmp, "image.json"));

@@ -11,7 +11,7 @@ import { recipeHash, type HostSources } from "../../src/images/recipe.js";
 import { bwrapArgs } from "../../src/images/rootfs-exec.js";
 import { python312Excluded, rewriteShebang } from "../../src/images/runtimes.js";
 
-const tmp = mkdtempSync(join(tmpdir(), "scratchrun-recipe-"));
+const tmp = mkdtempSync(join(tmpdir(), "sr-unit-recipe-"));
 after(() => rmSync(tmp, { recursive: true, force: true }));
 
 describe("package lists", () => {

@@ -306,7 +306,7 @@ describe("what the table's readers say (pinned: these reach models and operators
   });
 
   it("seeds the Python runtimes' calls with the image's matplotlib font caches, and no other runtime's", () => {
-    const rootfs = mkdtempSync(join(tmpdir(), "scratchrun-seed-"));
+    const rootfs = mkdtempSync(join(tmpdir(), "sr-unit-seed-"));
     try {
       assert.deepEqual(seedFiles(rootfs), { "python3.12": [], "python3.11": [], "python3.13": [] });
       mkdirSync(join(rootfs, MATPLOTLIB_CACHE_DIR), { recursive: true });
