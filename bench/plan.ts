@@ -45,6 +45,12 @@ export interface Plan {
   plot: PlotPlan;
   /** Brokered against direct HTTPS requests, per side (issue 28). */
   secrets: SecretsPlan;
+  /**
+   * Systems measured at once: 1 (one at a time, so no number carries another system's load), or
+   * 2 in the smoke, whose numbers mean nothing: the microVM systems in one lane, the others in
+   * the second, on a 2-core host's two cores.
+   */
+  lanes: 1 | 2;
 }
 
 const ALL: readonly RuntimeName[] = ["python3.12", "python3.11", "node20", "bash"];
@@ -53,6 +59,7 @@ const WITH_NEW: readonly RuntimeName[] = [...ALL, "python3.13", "node24"];
 
 export const FULL: Plan = {
   mode: "full",
+  lanes: 1,
   samples: {
     print: {
       default: 20,
@@ -93,6 +100,7 @@ export const FULL: Plan = {
 
 export const QUICK: Plan = {
   mode: "quick",
+  lanes: 1,
   samples: {
     print: {
       default: 3,
@@ -147,6 +155,7 @@ export const QUICK: Plan = {
 export const SMOKE: Plan = {
   ...QUICK,
   mode: "smoke",
+  lanes: 2,
   samples: {
     print: { default: 1 },
     realistic: { default: 1 },

@@ -360,7 +360,17 @@ async function main(): Promise<void> {
     pyodide("deno"),
   ].filter((s) => !only || only.has(s.id));
   try {
-    for (const system of systems) await benchSystem(system, plan, results, rootfs.manifest);
+    const inTurn = async (list: BenchSystem[]) => {
+      for (const system of list) await benchSystem(system, plan, results, rootfs.manifest);
+    };
+    if (plan.lanes === 2) {
+      const vm = systems.filter((s) => s.id.startsWith("microvm"));
+      const lanes = await Promise.allSettled([
+        inTurn(vm),
+        inTurn(systems.filter((s) => !vm.includes(s))),
+      ]);
+      for (const lane of lanes) if (lane.status === "rejected") throw lane.reason;
+    } else await inTurn(systems);
     if (!only || only.has("namespace")) await benchCold(plan, results);
     if (!only || only.has("idle")) await benchIdleServers(plan, results);
     // A phase that fails is a note in the results, not a lost run.
