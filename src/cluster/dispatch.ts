@@ -10,7 +10,7 @@ import type { Isolation } from "../backends/types.js";
 import { choose } from "./choose.js";
 import { WORKER_PATHS, workerEventSchema, type WorkerExecBody } from "./protocol.js";
 import type { PlacedCall, WorkerTable } from "./workers.js";
-import { namedSessionFields } from "../schema/validate.js";
+import { requestToWire } from "../schema/validate.js";
 import type { SessionInfo } from "../schema/session.js";
 import {
   ClusterSessions,
@@ -91,15 +91,12 @@ export class ClusterEngine {
     const placement = options.sessionPlacement;
     if (!this.sessions || !placement || !options.owner) throw sessionNotFound();
     if (!(await this.sessions.reachable(placement))) throw sessionLost();
-    // Defaults the caller did not name are not held against the session (decision 0013): the
-    // worker parses the request again, so they are left for it to fill.
-    const request = namedSessionFields(req);
     options.onProgress?.({ stage: "queued" });
     // Placed: its worker is the session's (the record's start and worker say so).
     options.onProgress?.({ stage: "starting", worker: placement.worker });
     let r: Attempt;
     try {
-      r = await this.attempt(placement.worker, req, options, { request, owner: options.owner });
+      r = await this.attempt(placement.worker, req, options, options.owner);
     } catch (e) {
       if (e instanceof ScratchRunError && e.code === "WORKER_LOST")
         await this.sessions.lose(placement);
@@ -165,7 +162,7 @@ export class ClusterEngine {
     addr: string,
     req: ExecRequest,
     options: ExecuteOptions,
-    session?: { request: unknown; owner: string },
+    owner?: string,
   ): Promise<Attempt> {
     const controller = new AbortController();
     let lostWith: ScratchRunError | undefined;
@@ -185,9 +182,11 @@ export class ClusterEngine {
     const body: WorkerExecBody = {
       run_id: options.runId ?? "-",
       replica_id: this.dispatch.replicaId,
-      request: session?.request ?? req,
+      // The worker parses it again: bytes as text or base64, and a session's call without the
+      // defaults its caller did not name (decision 0013: those are left for the worker to fill).
+      request: requestToWire(req),
       ...(options.egressAllow ? { egress_allow: [...options.egressAllow] } : {}),
-      ...(session ? { owner: session.owner } : {}),
+      ...(owner ? { owner } : {}),
     };
     const cancelled = (): Attempt => ({
       kind: "done",

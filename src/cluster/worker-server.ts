@@ -14,7 +14,6 @@ import { engineGauges, engineReadiness } from "../engine/health.js";
 import { isScratchRunError } from "../errors.js";
 import { RUNTIMES } from "../schema/exec.js";
 import { parseExecRequest } from "../schema/validate.js";
-import { ceilingPolicyOf } from "../policy/resolve.js";
 import { VERSION } from "../version.js";
 import { WorkerSessions } from "./worker-sessions.js";
 import {
@@ -58,9 +57,6 @@ export interface WorkerServer {
  */
 export async function startWorkerServer(options: WorkerServerOptions): Promise<WorkerServer> {
   const { engine, logger, tracker } = options;
-  // A worker runs what an authenticated replica sends, held to its key's policy there: here only
-  // the host's ceiling bounds it (defaults stay the product's).
-  const ceilingPolicy = ceilingPolicyOf(engine.ceiling);
   const workerId = randomBytes(8).toString("hex");
   const bodyCap = options.bodyCapBytes ?? 16 * 1024 * 1024;
   const metrics = new Metrics();
@@ -101,7 +97,9 @@ export async function startWorkerServer(options: WorkerServerOptions): Promise<W
     if (!envelope.success) return sendError(res, 400, "INVALID_INPUT", "Malformed worker call");
     let request;
     try {
-      request = parseExecRequest(envelope.data.request, ceilingPolicy);
+      // A worker runs what an authenticated replica sends, held to its key's policy there: here
+      // only the host's ceiling bounds it (defaults stay the product's), checked once, here.
+      request = parseExecRequest(envelope.data.request, engine.ceilingPolicy);
     } catch (e) {
       return sendError(res, 400, "INVALID_INPUT", e instanceof Error ? e.message : String(e));
     }
@@ -124,6 +122,7 @@ export async function startWorkerServer(options: WorkerServerOptions): Promise<W
     try {
       const outcome = await engine.execute(request, {
         signal,
+        parsedUnderCeiling: true,
         ...(envelope.data.egress_allow ? { egressAllow: envelope.data.egress_allow } : {}),
         ...(envelope.data.owner ? { owner: envelope.data.owner } : {}),
         onProgress: (p) => {

@@ -3,7 +3,6 @@ import { answerError, closeSignal, refuse, sendError, sendJson } from "../http/r
 import type { Exchange } from "../http/router.js";
 import type { Logger } from "../http/log.js";
 import type { Engine } from "../engine/engine.js";
-import { ceilingPolicyOf } from "../policy/resolve.js";
 import { sessionDigest } from "../store/sessions.js";
 import {
   ENDED_SESSIONS_KEPT_MS,
@@ -28,7 +27,7 @@ export class WorkerSessions {
     private readonly logger: Logger,
     private readonly bodyCap: number,
   ) {
-    this.ceiling = ceilingPolicyOf(engine.ceiling);
+    this.ceiling = engine.ceilingPolicy;
     this.unsubscribe = engine.onSessionEnd((info, reason) => {
       this.ended.push({
         id_sha256: sessionDigest(info.session_id),

@@ -102,6 +102,11 @@ export interface ExecuteOptions {
    * address, the worker_id of the process that started it, and the record's id.
    */
   sessionPlacement?: { worker: string; workerId: string | null; record: string };
+  /**
+   * The request was parsed with this engine's `ceilingPolicy` (a worker's call, refused with a
+   * 400 before its answer streams): the host's ceiling is not checked a second time.
+   */
+  parsedUnderCeiling?: true;
 }
 
 /** A call with `inputs`: each input's progress and its end, by the input's index. */
@@ -126,7 +131,8 @@ export class Engine {
   readonly policy: CallPolicy;
   /** The most any call may get on this host, whoever allowed it. */
   readonly ceiling: Ceiling;
-  private readonly ceilingPolicy: CallPolicy;
+  /** The ceiling as a policy: what a worker parses its calls with (the product's defaults). */
+  readonly ceilingPolicy: CallPolicy;
   /** Sessions: sandboxes kept between one caller's calls (src/engine/sessions.ts). */
   readonly sessions: Sessions;
 
@@ -272,7 +278,7 @@ export class Engine {
         "INVALID_INPUT",
         "Invalid request: inputs: a call with inputs runs through executeBatch",
       );
-    const beyond = policyViolations(request, this.ceilingPolicy);
+    const beyond = options.parsedUnderCeiling ? [] : policyViolations(request, this.ceilingPolicy);
     if (beyond.length)
       throw new ScratchRunError("INVALID_INPUT", `Invalid request: ${beyond.join("; ")}`);
     let allow = request.network === "public" ? this.allowlistFor(options) : null;

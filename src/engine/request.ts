@@ -1,7 +1,6 @@
 import type { AgentFile, AgentRequest } from "../protocol/types.js";
 import type { ExecRequest } from "../schema/exec.js";
 import { CODE_DIR, LIMITS, WORKDIR } from "../schema/limits.js";
-import { fileBytes } from "../schema/file-content.js";
 import { callEnv, runtimeSpec } from "../runtimes/spec.js";
 
 const encoder = new TextEncoder();
@@ -22,7 +21,7 @@ export function toAgentRequest(
   const files = Object.entries(req.files).map(([path, content]) => ({
     path,
     mode: 0o644,
-    content: fileBytes(content),
+    content,
   }));
   return {
     timeoutMs: req.timeout_ms,

@@ -17,19 +17,9 @@ import {
 import type { BrokerSpec } from "../net/proxy/control.js";
 import { newCallCa } from "../net/proxy/x509.js";
 import type { AgentFile, AgentRequest } from "../protocol/types.js";
-import type { ExecRequest } from "../schema/exec.js";
-import { CODE_DIR } from "../schema/limits.js";
+import { CA_BUNDLE_ENV, CA_BUNDLE_PATH, type ExecRequest } from "../schema/exec.js";
 
-/** Where the sandbox finds the CA bundle (the host's roots and the call's CA), read-only. */
-export const CA_BUNDLE_PATH = `${CODE_DIR}/ca-bundle.pem`;
-/** The variables that point TLS clients at it: OpenSSL (python ssl, httpx), requests, curl, node, git. */
-export const CA_BUNDLE_ENV = [
-  "SSL_CERT_FILE",
-  "REQUESTS_CA_BUNDLE",
-  "CURL_CA_BUNDLE",
-  "NODE_EXTRA_CA_CERTS",
-  "GIT_SSL_CAINFO",
-] as const;
+export { CA_BUNDLE_ENV, CA_BUNDLE_PATH };
 /** A placeholder: this prefix and 256 random bits in hex (unguessable, URL- and header-safe). */
 export const PLACEHOLDER_PREFIX = "scratchrun-secret-";
 const SYSTEM_BUNDLE = "/etc/ssl/certs/ca-certificates.crt";
@@ -38,9 +28,9 @@ const invalid = (message: string, fix: string) =>
   new ScratchRunError("INVALID_INPUT", `Invalid request: ${message}`, { fix });
 
 /**
- * The checks on a call's secrets that need its other fields, the server and its key: secrets
- * need network "public" (asked for, and available here), no session, no env name of theirs; the
- * call's allowlist must allow every host a secret is bound to. Returns the allowlist the call
+ * The checks on a call's secrets that need the server and its key (the parse applied those that
+ * need only the request: src/schema/exec.ts): this server gives network "public", and the call's
+ * allowlist allows every host a secret is bound to. Returns the allowlist the call
  * runs with: `allow` (the server's narrowed by the key's), or, where no allowlist applies, the
  * secrets' hosts alone. Throws INVALID_INPUT, saying the rule.
  */
@@ -50,28 +40,11 @@ export function secretsAllowlist(
   allow: DomainAllowlist | null,
 ): DomainAllowlist {
   const secrets = Object.entries(req.secrets);
-  if (req.session_id !== undefined)
-    throw invalid("secrets: not in a session's call", "run calls with secrets without session_id");
-  if (req.network !== "public")
-    throw invalid(
-      'secrets need network "public" (the egress proxy sends them)',
-      'set network: "public", or pass the value in env',
-    );
   if (networkHere !== "public")
     throw invalid(
       "secrets: this server gives calls no network, and secrets need it",
       "ask the operator for network public",
     );
-  for (const [name] of secrets) {
-    if (Object.hasOwn(req.env, name))
-      throw invalid(`secrets: ${name} is also in env`, "give each name once");
-  }
-  for (const name of CA_BUNDLE_ENV)
-    if (Object.hasOwn(req.env, name))
-      throw invalid(
-        `env ${name}: a call with secrets sets it (to the CA bundle at ${CA_BUNDLE_PATH})`,
-        `leave ${name} out of env`,
-      );
   const hosts = [...new Set(secrets.flatMap(([, s]) => s.hosts.map(parseAllowlistEntry)))];
   if (!allow) return allowlistOf(hosts);
   for (const [name, s] of secrets)

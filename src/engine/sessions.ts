@@ -16,7 +16,6 @@ import type { AgentFile } from "../protocol/types.js";
 import { runtimeEntry } from "../runtimes/table.js";
 import type { ExecRequest } from "../schema/exec.js";
 import type { SessionInfo, SessionStartRequest } from "../schema/session.js";
-import { givenFields } from "../schema/validate.js";
 import type { Admission } from "./admission.js";
 import { runAdmitted } from "./admitted-call.js";
 import { flavourFor } from "./preimport-route.js";
@@ -275,8 +274,7 @@ export class Sessions {
   /** Runs one call in the caller's session; refused with a clear error before anything runs. */
   async execute(req: ExecRequest, options: SessionCallOptions): Promise<ExecOutcome> {
     const s = this.find(options.owner, req.session_id);
-    const given = givenFields(req);
-    const named = (field: string) => given === undefined || given.has(field);
+    const named = (field: "memory_mb" | "network") => req.named.includes(field);
     const problems: string[] = [];
     if (req.runtime !== s.runtime)
       problems.push(`runtime: the session runs ${s.runtime}, not ${req.runtime}`);

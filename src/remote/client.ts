@@ -9,7 +9,7 @@ import { DEFAULT_POLICY, type CallPolicy } from "../schema/policy.js";
 import { policyFromWire, wireToBatch, wireToError, wireToOutcome } from "../api/wire.js";
 import { setting } from "../schema/settings/read.js";
 import type { SessionOps } from "../mcp/session-tools.js";
-import { namedSessionFields } from "../schema/validate.js";
+import { requestToWire } from "../schema/validate.js";
 import { parseSessionStart, sessionInfoSchema, type SessionInfo } from "../schema/session.js";
 
 export interface RemoteOptions {
@@ -108,7 +108,7 @@ export class RemoteEngine {
    */
   async execute(req: ExecRequest, options: ExecuteOptions = {}): Promise<ExecOutcome> {
     options.onProgress?.({ stage: "queued" });
-    const body = req.session_id === undefined ? req : namedSessionFields(req);
+    const body = requestToWire(req);
     const res = await this.tracked(options.signal, (signal) =>
       request(this.opts, "POST", "/v1/exec", body, signal, () =>
         options.onProgress?.({ stage: "running" }),
@@ -124,7 +124,7 @@ export class RemoteEngine {
    * rebuilt into the engine's outcomes. Only the end of the whole call is reported.
    */
   async executeBatch(req: ExecRequest, options: BatchOptions = {}): Promise<BatchOutcome> {
-    const res = await request(this.opts, "POST", "/v1/exec", req, options.signal);
+    const res = await request(this.opts, "POST", "/v1/exec", requestToWire(req), options.signal);
     if (res.status !== 200) throw wireToError(res.status, res.body);
     const batch = wireToBatch(res.body);
     batch.entries.forEach((outcome, i) => options.onEntryDone?.(i, outcome));

@@ -1,6 +1,6 @@
 import { z } from "zod";
-import { LIMITS } from "./limits.js";
-import { fileContentSchema, fileSize, type FileContent } from "./file-content.js";
+import { LIMITS, CODE_DIR } from "./limits.js";
+import { decodeFileContent, fileContentSchema, type FileContent } from "./file-content.js";
 import { checkEnvName, normaliseSandboxPath } from "./paths.js";
 import {
   DEFAULT_POLICY,
@@ -119,26 +119,22 @@ function checkEnv(env: Record<string, string>, ctx: z.RefinementCtx): void {
 }
 
 /** Why a set of files (a call's, or a call's with an input's laid over it) is refused as a whole. */
-function filesTotalIssues(files: Record<SandboxPath, FileContent>): string[] {
+function filesTotalIssues(files: Record<SandboxPath, Buffer>): string[] {
   const issues: string[] = [];
   const entries = Object.values(files);
   if (entries.length > LIMITS.files.maxCount)
     issues.push(`files has ${entries.length} entries; at most ${LIMITS.files.maxCount}`);
-  let total = 0;
-  for (const content of entries) {
-    const measured = fileSize(content);
-    if (measured.ok) total += measured.size;
-  }
+  const total = entries.reduce((n, bytes) => n + bytes.length, 0);
   if (total > LIMITS.files.maxTotalBytes)
     issues.push(`files total ${total} bytes; at most ${LIMITS.files.maxTotalBytes}`);
   return issues;
 }
 
-/** `files`: each path checked and made absolute once, each file's bytes measured once. */
+/** `files`: each path checked and made absolute once, each file's content decoded once. */
 function toSandboxFiles(
   files: Record<string, FileContent>,
   ctx: z.RefinementCtx,
-): Record<SandboxPath, FileContent> {
+): Record<SandboxPath, Buffer> {
   const entries = Object.entries(files);
   if (entries.length > LIMITS.files.maxCount)
     ctx.addIssue({
@@ -146,7 +142,7 @@ function toSandboxFiles(
       message: `files has ${entries.length} entries; at most ${LIMITS.files.maxCount}`,
     });
   let total = 0;
-  const out: Record<SandboxPath, FileContent> = {};
+  const out: Record<SandboxPath, Buffer> = {};
   for (const [path, content] of entries) {
     const p = normaliseSandboxPath(path);
     if (!p.ok) {
@@ -156,16 +152,16 @@ function toSandboxFiles(
     const key = p.path as SandboxPath;
     if (Object.hasOwn(out, key))
       ctx.addIssue({ code: "custom", message: `files: ${key} is given twice` });
-    out[key] = content;
-    const measured = fileSize(content);
-    if (!measured.ok) {
+    const decoded = decodeFileContent(content);
+    if (!decoded.ok) {
       ctx.addIssue({
         code: "custom",
-        message: `files[${JSON.stringify(path)}]: ${measured.error}`,
+        message: `files[${JSON.stringify(path)}]: ${decoded.error}`,
       });
       continue;
     }
-    const size = measured.size;
+    out[key] = decoded.bytes;
+    const size = decoded.bytes.length;
     total += size;
     if (size > LIMITS.files.maxFileBytes)
       ctx.addIssue({
@@ -200,20 +196,77 @@ const inputEntrySchema = z.strictObject({
 });
 export type InputEntry = z.output<typeof inputEntrySchema>;
 
+/** What `checkRequest` reads of a request: the fields that constrain each other. */
+interface RequestFields {
+  inputs?: InputEntry[] | undefined;
+  session_id?: string | undefined;
+  network: NetworkMode;
+  env: Record<string, string>;
+  secrets: Record<string, { value: string; hosts: string[] }>;
+  files: Record<SandboxPath, Buffer>;
+}
+
+/** What only the whole request can check: `inputs`, then the secrets' rules. */
+function checkRequest(req: RequestFields, ctx: z.RefinementCtx): void {
+  checkInputs(req, ctx);
+  checkSecretRules(req, ctx);
+}
+
+/** Where a call with secrets finds the CA bundle (the host's roots and the call's CA), read-only. */
+export const CA_BUNDLE_PATH = `${CODE_DIR}/ca-bundle.pem`;
+/** The variables that point TLS clients at it: OpenSSL (python ssl, httpx), requests, curl, node, git. */
+export const CA_BUNDLE_ENV = [
+  "SSL_CERT_FILE",
+  "REQUESTS_CA_BUNDLE",
+  "CURL_CA_BUNDLE",
+  "NODE_EXTRA_CA_CERTS",
+  "GIT_SSL_CAINFO",
+] as const;
+
+/**
+ * The secrets' rules that need the request's other fields: not in a session's call, network
+ * "public" asked for, no env name of theirs and none of the CA bundle's variables (in the call's
+ * env, and in each input's laid over it). What needs the server (its network, its allowlist and
+ * the key's) is the engine's: src/engine/secrets.ts.
+ */
+function checkSecretRules(req: RequestFields, ctx: z.RefinementCtx): void {
+  const names = Object.keys(req.secrets);
+  if (names.length === 0) return;
+  const issue = (path: PropertyKey[], message: string, fix: string) =>
+    ctx.addIssue({ code: "custom", path, message: `${message}. ${fix}` });
+  if (req.session_id !== undefined)
+    issue(["secrets"], "not in a session's call", "run calls with secrets without session_id");
+  if (req.network !== "public")
+    issue(
+      ["network"],
+      'secrets need network "public" (the egress proxy sends them)',
+      'set network: "public", or pass the value in env',
+    );
+  const envs: { path: PropertyKey[]; env: Record<string, string> }[] = [
+    { path: ["secrets"], env: req.env },
+  ];
+  req.inputs?.forEach((entry, i) => {
+    if (entry.env) envs.push({ path: ["inputs", i, "env"], env: { ...req.env, ...entry.env } });
+  });
+  for (const { path, env } of envs) {
+    for (const name of names)
+      if (Object.hasOwn(env, name)) issue(path, `${name} is also in env`, "give each name once");
+    for (const name of CA_BUNDLE_ENV)
+      if (Object.hasOwn(env, name))
+        issue(
+          path,
+          `env ${name}: a call with secrets sets it (to the CA bundle at ${CA_BUNDLE_PATH})`,
+          `leave ${name} out of env`,
+        );
+  }
+}
+
 /**
  * What only the whole request can check about `inputs`: not with a session (one sandbox), and
  * each input laid over the call's env and files still within a call's limits. Each refusal names
  * the input by its index, and any one refuses the call before anything runs.
  */
-function checkInputs(
-  req: {
-    inputs?: InputEntry[] | undefined;
-    session_id?: string | undefined;
-    env: Record<string, string>;
-    files: Record<SandboxPath, FileContent>;
-  },
-  ctx: z.RefinementCtx,
-): void {
+function checkInputs(req: RequestFields, ctx: z.RefinementCtx): void {
   if (req.inputs === undefined) return;
   if (req.session_id !== undefined)
     ctx.addIssue({
@@ -354,7 +407,7 @@ export function execInputShapeFor(policy: CallPolicy) {
 
 /** The product's input shape (DEFAULT_POLICY): what the docs, the OpenAPI file and the CLI show. */
 export const execInputShape = execInputShapeFor(DEFAULT_POLICY);
-export const execInputSchema = z.strictObject(execInputShape).superRefine(checkInputs);
+export const execInputSchema = z.strictObject(execInputShape).superRefine(checkRequest);
 
 /** Schemas of the policies seen so far; bounded (a server has few distinct policies). */
 const schemas = new Map<string, typeof execInputSchema>([
@@ -368,14 +421,25 @@ export function execInputSchemaFor(policy: CallPolicy): typeof execInputSchema {
   let schema = schemas.get(key);
   if (!schema) {
     if (schemas.size >= MAX_CACHED_SCHEMAS) schemas.clear();
-    schema = z.strictObject(execInputShapeFor(policy)).superRefine(checkInputs);
+    schema = z.strictObject(execInputShapeFor(policy)).superRefine(checkRequest);
     schemas.set(key, schema);
   }
   return schema;
 }
 
-/** A validated, defaulted request: what the engine executes. */
-export type ExecRequest = z.output<typeof execInputSchema>;
+/**
+ * A request in its final form, what the parse returns and the engine executes: validated,
+ * defaulted, every path absolute, every file decoded into its bytes, the secrets' request rules
+ * applied, and the fields its caller named recorded on it, so a copy (`{ ...req }`) keeps all of
+ * it. `requestToWire` (validate.ts) turns it back into input for a server that parses it again.
+ */
+export type ExecRequest = z.output<typeof execInputSchema> & {
+  /**
+   * The top-level fields its caller named, before defaults: a session's call is held to the
+   * session's memory_mb and network only where it named them (docs/decisions/0013-sessions.md).
+   */
+  readonly named: readonly (keyof ExecInput)[];
+};
 export type ExecInput = z.input<typeof execInputSchema>;
 
 export const EXIT_REASONS = [

@@ -50,33 +50,15 @@ export function decodeBase64(
 }
 
 /**
- * Bytes of base64 values validation has decoded, by value: validation decodes each once, and the
- * engine and the run record take those bytes instead of decoding again (issue 25: parse once).
+ * The bytes a `files` value writes, or why it is invalid: the schema decodes each value once, and
+ * a parsed request holds the bytes (`ExecRequest["files"]`), never the text they came as.
  */
-const decodedOnce = new WeakMap<{ base64: string }, Buffer>();
-
-/** The bytes a validated value writes. Throws on invalid base64, which validation refuses first. */
-export function fileBytes(content: FileContent): Buffer {
-  if (typeof content === "string") return Buffer.from(content, "utf8");
-  const known = decodedOnce.get(content);
-  if (known) return known;
-  const decoded = decodeBase64(content.base64);
-  if (!decoded.ok) throw new Error(`unvalidated file content reached the engine: ${decoded.error}`);
-  decodedOnce.set(content, decoded.bytes);
-  return decoded.bytes;
-}
-
-/** How many bytes a value writes, or the reason it is invalid (for validation and records). */
-export function fileSize(
+export function decodeFileContent(
   content: FileContent,
-): { ok: true; size: number } | { ok: false; error: string } {
-  if (typeof content === "string") return { ok: true, size: Buffer.byteLength(content, "utf8") };
-  const known = decodedOnce.get(content);
-  if (known) return { ok: true, size: known.length };
-  const decoded = decodeBase64(content.base64);
-  if (!decoded.ok) return decoded;
-  decodedOnce.set(content, decoded.bytes);
-  return { ok: true, size: decoded.bytes.length };
+): { ok: true; bytes: Buffer } | { ok: false; error: string } {
+  return typeof content === "string"
+    ? { ok: true, bytes: Buffer.from(content, "utf8") }
+    : decodeBase64(content.base64);
 }
 
 /** A local file's bytes as a `files` value: text when they are UTF-8, else base64. */

@@ -1,6 +1,7 @@
 import type { z } from "zod";
 import { ScratchRunError } from "../errors.js";
-import { execInputSchemaFor, type ExecRequest } from "./exec.js";
+import { execInputSchemaFor, type ExecInput, type ExecRequest } from "./exec.js";
+import { asFileContent } from "./file-content.js";
 import { DEFAULT_POLICY, type CallPolicy } from "./policy.js";
 
 /** Formats zod issues as one line per problem, naming the field: what a model can act on. */
@@ -49,31 +50,28 @@ export function protoKeyPaths(input: unknown): string[] {
   return paths;
 }
 
-/** The fields each parsed request's caller gave (before defaults), for a session's call. */
-const given = new WeakMap<ExecRequest, ReadonlySet<string>>();
-
 /**
- * The top-level fields the caller named in the input this request was parsed from (a session's
- * call is refused only for a memory_mb or network it asked for, not for a default); undefined for
- * a request built in code.
+ * A request as input again, for a server that parses it anew (an API replica's worker, remote
+ * mode's service): each file's bytes as text, or base64 where they are not UTF-8; and for a
+ * session's call, `memory_mb` and `network` only where its caller named them, so that defaults
+ * it did not name are not held against the session there either (docs/decisions/0013-sessions.md).
  */
-export function givenFields(req: ExecRequest): ReadonlySet<string> | undefined {
-  return given.get(req);
+export function requestToWire(req: ExecRequest): ExecInput {
+  const { named, files, inputs, ...fields } = req;
+  const wire: ExecInput = { ...fields, files: wireFiles(files) };
+  if (inputs)
+    wire.inputs = inputs.map(({ env, files }) => ({
+      ...(env ? { env } : {}),
+      ...(files ? { files: wireFiles(files) } : {}),
+    }));
+  if (req.session_id !== undefined)
+    for (const field of ["memory_mb", "network"] as const)
+      if (!named.includes(field)) delete wire[field];
+  return wire;
 }
 
-/**
- * A session call's request as it travels on to the server holding the session (an API replica's
- * worker, remote mode's service), which parses it again: `memory_mb` and `network` only when the
- * caller named them, so that defaults it did not name are not held against the session there
- * either (docs/decisions/0013-sessions.md).
- */
-export function namedSessionFields(req: ExecRequest): Record<string, unknown> {
-  const given = givenFields(req);
-  if (!given) return { ...req };
-  return Object.fromEntries(
-    Object.entries(req).filter(([k]) => given.has(k) || (k !== "memory_mb" && k !== "network")),
-  );
-}
+const wireFiles = (files: Record<string, Buffer>) =>
+  Object.fromEntries(Object.entries(files).map(([path, bytes]) => [path, asFileContent(bytes)]));
 
 /**
  * Parses untrusted input into a typed request with the schema of the caller's policy (the
@@ -92,6 +90,6 @@ export function parseExecRequest(input: unknown, policy: CallPolicy = DEFAULT_PO
       "INVALID_INPUT",
       `Invalid request: ${formatIssues(parsed.error.issues)}`,
     );
-  given.set(parsed.data, new Set(Object.keys(input as object)));
-  return parsed.data;
+  const named = Object.keys(input as object) as (keyof ExecInput)[];
+  return { ...parsed.data, named };
 }

@@ -1,7 +1,6 @@
 import { createHash, randomUUID } from "node:crypto";
 import type { ExecOutcome } from "../engine/result.js";
 import type { ExecRequest } from "../schema/exec.js";
-import { fileBytes } from "../schema/file-content.js";
 import type { Db } from "./db.js";
 import { asDriver, type SqlDriver } from "./sql.js";
 
@@ -126,7 +125,7 @@ export function runInsertParams(
     sha256(req.code),
     Object.keys(req.env).length,
     files.length,
-    files.reduce((n, f) => n + fileBytes(f).length, 0),
+    files.reduce((n, f) => n + f.length, 0),
     replicaId,
     sessionRecord,
   ];

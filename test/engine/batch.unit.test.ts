@@ -62,8 +62,8 @@ describe("inputs: each input's request", () => {
     const [first, second, third] = entryRequests(req);
     assert.deepEqual(first?.env, { A: "call", B: "input" });
     assert.deepEqual(second?.files, {
-      "/home/user/x.txt": "call x",
-      "/home/user/y.txt": "input y",
+      "/home/user/x.txt": Buffer.from("call x"),
+      "/home/user/y.txt": Buffer.from("input y"),
     });
     assert.deepEqual(third?.env, req.env);
     for (const r of [first, second, third]) assert.equal(r && "inputs" in r, false);

@@ -2,15 +2,11 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { toAgentRequest } from "../../src/engine/request.js";
 import { BASE_ENV, DISPLAY_PYTHONPATH } from "../../src/runtimes/spec.js";
-import {
-  execInputSchema,
-  RUNTIMES,
-  type ExecInput,
-  type ExecRequest,
-} from "../../src/schema/exec.js";
+import { RUNTIMES, type ExecInput, type ExecRequest } from "../../src/schema/exec.js";
 import { CODE_DIR, LIMITS, WORKDIR } from "../../src/schema/limits.js";
+import { parseExecRequest } from "../../src/schema/validate.js";
 
-const parse = (input: ExecInput) => execInputSchema.parse(input);
+const parse = (input: ExecInput) => parseExecRequest(input);
 const text = (b: Uint8Array) => Buffer.from(b).toString("utf8");
 
 describe("toAgentRequest: a validated call becomes the agent's request", () => {
@@ -103,7 +99,7 @@ describe("toAgentRequest: a validated call becomes the agent's request", () => {
     const req = parse({ runtime: "bash", code: ":", files: { "a/./b.txt": "x" } });
     // The build fails (an unused @ts-expect-error) if a raw string ever types as a SandboxPath.
     // @ts-expect-error a path the schema did not make
-    const files: ExecRequest["files"] = { "../etc/passwd": "x" };
+    const files: ExecRequest["files"] = { "../etc/passwd": Buffer.from("x") };
     // @ts-expect-error a path the schema did not make
     const returned: ExecRequest["return_files"] = ["/etc/shadow"];
     assert.equal(Object.keys(files).length + returned.length, 2);

@@ -3,10 +3,11 @@ import assert from "node:assert/strict";
 import type { BackendOutcome } from "../../src/backends/types.js";
 import { toExecOutcome } from "../../src/engine/result.js";
 import type { AgentOutcome } from "../../src/protocol/types.js";
-import { execInputSchema, type ExecInput } from "../../src/schema/exec.js";
+import type { ExecInput } from "../../src/schema/exec.js";
+import { parseExecRequest } from "../../src/schema/validate.js";
 
 const req = (extra: Partial<ExecInput> = {}) =>
-  execInputSchema.parse({ runtime: "python3.11", code: "pass", ...extra });
+  parseExecRequest({ runtime: "python3.11", code: "pass", ...extra });
 
 type Exit = NonNullable<AgentOutcome["exit"]>;
 const exited = (reason: Exit["reason"], value = 0, extra: Partial<Exit> = {}): Exit => ({

@@ -11,7 +11,7 @@ import { copyTree } from "../../src/images/copy-tree.js";
 import { IN_IMAGE } from "../../src/runtimes/in-image.js";
 import { preimportFor, type Preimport } from "../../src/images/preimport.js";
 import { installedPackages, installWheelhouse } from "../../src/images/wheelhouse.js";
-import { execInputSchema } from "../../src/schema/exec.js";
+import { parseExecRequest } from "../../src/schema/validate.js";
 import { WORKDIR } from "../../src/schema/limits.js";
 import { AGENT_DIR } from "../../src/compose/engine-factory.js";
 import { assertNoLeaks, snapshot } from "../helpers/leaks.js";
@@ -113,7 +113,7 @@ describe("python3.12 pre-imports what a wheel put in its image", () => {
 
   async function call(code: string, env: Record<string, string> = {}): Promise<Report> {
     await backend.pool.whenFull();
-    const req = execInputSchema.parse({ runtime: "python3.12", code, network: "none", env });
+    const req = parseExecRequest({ runtime: "python3.12", code, network: "none", env });
     const out = await backend.run(
       {
         runtime: "python3.12",

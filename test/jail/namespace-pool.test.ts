@@ -5,7 +5,7 @@ import { NamespaceBackend } from "../../src/backends/namespace/backend.js";
 import type { BackendOutcome, SandboxJob } from "../../src/backends/types.js";
 import { toAgentRequest } from "../../src/engine/request.js";
 import { findRootfs } from "../../src/images/locate.js";
-import { execInputSchema } from "../../src/schema/exec.js";
+import { parseExecRequest } from "../../src/schema/validate.js";
 import { LIMITS } from "../../src/schema/limits.js";
 import { AGENT_DIR, preimportsOf } from "../../src/compose/engine-factory.js";
 import { flavourFor } from "../../src/engine/preimport-route.js";
@@ -34,7 +34,7 @@ function job(
   code: string,
   memoryMb: number = LIMITS.memoryMb.default,
 ): SandboxJob {
-  const req = execInputSchema.parse({ runtime, code, network: "none", memory_mb: memoryMb });
+  const req = parseExecRequest({ runtime, code, network: "none", memory_mb: memoryMb });
   return {
     runtime,
     memoryMb,

@@ -5,7 +5,8 @@ import { createMicrovmBackend, type MicrovmBackend } from "../../src/backends/mi
 import { toAgentRequest } from "../../src/engine/request.js";
 import { locateRootfs } from "../../src/images/locate.js";
 import { runtimeArgv } from "../../src/runtimes/table.js";
-import { execInputSchema, type RuntimeName } from "../../src/schema/exec.js";
+import type { RuntimeName } from "../../src/schema/exec.js";
+import { parseExecRequest } from "../../src/schema/validate.js";
 import { assertNoLeftovers, canRunMicrovm, hostLeftovers, text } from "./fixture.js";
 
 const root = locateRootfs();
@@ -84,7 +85,7 @@ describe(
     });
 
     const run = (runtime: RuntimeName, code: string) => {
-      const req = execInputSchema.parse({ runtime, code, network: "none" });
+      const req = parseExecRequest({ runtime, code, network: "none" });
       return backend.run(
         {
           runtime,

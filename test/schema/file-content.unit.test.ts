@@ -2,7 +2,7 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { toAgentRequest } from "../../src/engine/request.js";
 import { isScratchRunError } from "../../src/errors.js";
-import { asFileContent, decodeBase64, fileBytes } from "../../src/schema/file-content.js";
+import { asFileContent, decodeBase64 } from "../../src/schema/file-content.js";
 import { LIMITS } from "../../src/schema/limits.js";
 import type { SandboxPath } from "../../src/schema/exec.js";
 import { parseExecRequest } from "../../src/schema/validate.js";
@@ -67,7 +67,7 @@ describe('files values: UTF-8 text or { "base64": … } (binary inputs)', () => 
       code: ":",
       files: { "big.bin": { base64: Buffer.alloc(max).toString("base64") } },
     });
-    assert.equal(fileBytes(ok.files["/home/user/big.bin" as SandboxPath]!).length, max);
+    assert.equal(ok.files["/home/user/big.bin" as SandboxPath]!.length, max);
     assert.match(
       refusal({ "big.bin": { base64: Buffer.alloc(max + 1).toString("base64") } }),
       new RegExp(`${max + 1} bytes; at most ${max}`),
@@ -78,7 +78,7 @@ describe('files values: UTF-8 text or { "base64": … } (binary inputs)', () => 
 
   it("an empty value is an empty file", () => {
     const req = parseExecRequest({ runtime: "bash", code: ":", files: { e: { base64: "" } } });
-    assert.equal(fileBytes(req.files["/home/user/e" as SandboxPath]!).length, 0);
+    assert.equal(req.files["/home/user/e" as SandboxPath]!.length, 0);
   });
 
   it("the CLI sends a local file as text when it is UTF-8 and as base64 otherwise", () => {

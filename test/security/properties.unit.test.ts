@@ -5,7 +5,6 @@ import fc from "fast-check";
 import { BLOCKED_CIDRS, classifyAddress, parseStrict } from "../../src/net/addresses.js";
 import { execInputSchema, execInputShape, RUNTIMES } from "../../src/schema/exec.js";
 import { LIMITS, WRITABLE_ROOTS } from "../../src/schema/limits.js";
-import { fileBytes } from "../../src/schema/file-content.js";
 import { checkEnvName, normaliseSandboxPath } from "../../src/schema/paths.js";
 import { parseExecRequest } from "../../src/schema/validate.js";
 
@@ -200,7 +199,7 @@ describe("properties: the exec input schema (SEC-INPUT-LIMITS, SEC-INPUT-TYPES)"
           const p = normaliseSandboxPath(path);
           assert.ok(p.ok, path);
           assertGoodPath(p.path);
-          const size = fileBytes(content).length;
+          const size = content.length;
           assert.ok(size <= LIMITS.files.maxFileBytes);
           total += size;
         }
