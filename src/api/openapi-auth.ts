@@ -408,6 +408,16 @@ export const AUTH_SCHEMAS = {
         description:
           "GET only: the most this user's keys may be given while they are a member (a key policy's fields; null: the server's settings)",
       },
+      limits: {
+        type: "object",
+        required: ["server", "yours"],
+        description:
+          "GET only: what a key with no policy gets on this server (`server`), and the most this user may give a key (`yours`: their key ceiling over the server's; null for an admin, who is held to none), each as a key policy's fields: runtimes, networks, egress_allow (null: every public domain), max_timeout_ms, max_memory_mb, concurrency, rate_per_minute",
+        properties: {
+          server: { type: "object" },
+          yours: { type: ["object", "null"] },
+        },
+      },
     },
   },
   ConsoleKeys: {

@@ -3,7 +3,8 @@ import { sendError, sendJson } from "../http/respond.js";
 import type { Route } from "../http/router.js";
 import { isLocalPath } from "../oauth/uris.js";
 import { SESSION_MS, USER_NAME, type ConsoleSession } from "../store/users.js";
-import { FORM_CAP_BYTES, sameSecret, type ConsoleContext } from "./context.js";
+import type { CallerPolicy } from "../policy/resolve.js";
+import { FORM_CAP_BYTES, sameSecret, type ConsoleContext, type ConsoleDeps } from "./context.js";
 import { parseCookies, setCookie } from "./cookies.js";
 import { messagePage } from "./pages.js";
 
@@ -174,6 +175,8 @@ export function signinRoutes(c: ConsoleContext): Route[] {
           key_ceiling: await d.users.keyCeiling(s.user.id),
           // This server's URL as its clients reach it (the new key's snippets name it).
           server_url: d.config.issuer,
+          // The policy form's bounds: the server's settings, and the most this user may give.
+          limits: await limitsOf(d, s),
         }),
       ),
     },
@@ -186,4 +189,26 @@ export function signinRoutes(c: ConsoleContext): Route[] {
       }),
     },
   ];
+}
+
+/** What a policy gives here, in a key policy's field names (the policy form shows them). */
+function effective(p: CallerPolicy) {
+  return {
+    runtimes: p.call.runtimes,
+    networks: p.call.networks,
+    egress_allow: p.egressAllow,
+    max_timeout_ms: p.call.timeoutMs.max,
+    max_memory_mb: p.call.memoryMb.max,
+    concurrency: p.quota.maxConcurrent,
+    rate_per_minute: p.quota.ratePerMinute,
+  };
+}
+
+/** The server's settings, and the most this user may give a key (null: an admin, held to none). */
+async function limitsOf(d: ConsoleDeps, s: ConsoleSession) {
+  return {
+    server: effective(d.policyFor(null)),
+    yours:
+      s.user.role === "admin" ? null : effective(d.policyFor(await d.users.keyCeiling(s.user.id))),
+  };
 }

@@ -5,7 +5,8 @@
  * signs them out everywhere else; an admin changes a role and removes a person (their keys
  * revoked); each change and each sign-in (refused ones too, with where from) is in the audit log.
  * The links' security: a used one, an expired one, a cancelled one and a forged one open nothing,
- * a member makes none, and the store keeps only their hashes.
+ * a member makes none, and the store keeps only their hashes. And the keys page's policy form, with
+ * the server's settings and a member's most beside each field.
  */
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
@@ -360,6 +361,92 @@ describe("console people: invites, reset links, roles, removal, sign-ins audited
     const text = (await page.textContent("#audit-table"))!;
     for (const action of ["user.invite", "user.join", "user.remove", "signin"])
       assert.ok(text.includes(action), action);
+    await context.close();
+  });
+
+  test("SVC-CONSOLE-POLICY-FORM: the policy form shows the server's settings and a member's most, writes the policy it sends, and a change beyond the member's ceiling is refused with its field named", async () => {
+    const admin = await signedIn(ada);
+    assert.equal(
+      (
+        await call(admin.page, "PUT", `/v1/console/users/${mia.id}/key-ceiling`, {
+          max_memory_mb: 256,
+        })
+      ).status,
+      200,
+    );
+    await admin.context.close();
+    const { context, page } = await signedIn(mia);
+    const server = (
+      (await call(page, "GET", "/v1/console/session")).body.limits as {
+        server: Record<string, unknown>;
+      }
+    ).server;
+    const hintOf = (id: string) =>
+      inPage<string>(
+        page,
+        `document.getElementById(${JSON.stringify(id)}).parentElement.querySelector(".hint").textContent`,
+      );
+    assert.equal(
+      await hintOf("key-policy-fields-max_memory_mb"),
+      `server: ${server.max_memory_mb} · your most: 256`,
+    );
+    assert.equal(
+      await hintOf("key-policy-fields-max_timeout_ms"),
+      `server: ${server.max_timeout_ms} · your most: ${server.max_timeout_ms}`,
+    );
+    await page.fill("#key-name", "mia-form");
+    await page.check("#key-policy-fields-runtime-bash");
+    await page.selectOption("#key-policy-fields-network", "none");
+    await page.fill("#key-policy-fields-max_timeout_ms", "5000");
+    await page.fill("#key-policy-fields-max_memory_mb", "128");
+    const wanted = {
+      runtimes: ["bash"],
+      network: "none",
+      max_timeout_ms: 5000,
+      max_memory_mb: 128,
+    };
+    assert.deepEqual(JSON.parse(await page.inputValue("#key-policy")), wanted);
+    // 1280 and 390 px: the form's boxes stay in the card; nothing scrolls sideways.
+    assert.deepEqual((await overflow(page, "#keys")).out, []);
+    await page.setViewportSize({ width: 390, height: 800 });
+    const phone = await overflow(page, "#keys");
+    assert.deepEqual(phone.out, []);
+    assert.ok(phone.scroll <= 390, `scrollWidth ${phone.scroll} on a 390 px screen`);
+    await page.setViewportSize({ width: 1280, height: 800 });
+    await page.click("#key-create button[type=submit]");
+    await page.waitForSelector("#key-secret:not([hidden])");
+    const key = (await h.keys.list()).find((k) => k.name === "mia-form")!;
+    assert.deepEqual(key.policy, wanted);
+
+    // The key's own form starts from its policy; a change names only what changed.
+    await page.click(`button[data-key="${key.id}"]`);
+    await until(
+      page,
+      `document.getElementById("key-policy-edit-fields-max_memory_mb").value === "128"`,
+    );
+    // Within the server's most, beyond hers.
+    assert.ok(Number(server.max_memory_mb) >= 384, String(server.max_memory_mb));
+    await page.fill("#key-policy-edit-fields-max_memory_mb", "384");
+    assert.deepEqual(JSON.parse(await page.inputValue("#key-policy-edit")), {
+      max_memory_mb: 384,
+    });
+    await page.click("#key-policy-form button[type=submit]");
+    await until(page, `!document.getElementById("flash").hidden`);
+    assert.match((await page.textContent("#flash"))!, /max_memory_mb: 384 \(the ceiling is 256\)/);
+    assert.deepEqual((await h.keys.list()).find((k) => k.id === key.id)!.policy, wanted);
+    // Emptied: back to the server's setting (null), within her ceiling.
+    await page.fill("#key-policy-edit-fields-max_memory_mb", "128");
+    await page.fill("#key-policy-edit-fields-max_timeout_ms", "");
+    assert.deepEqual(JSON.parse(await page.inputValue("#key-policy-edit")), {
+      max_timeout_ms: null,
+    });
+    await page.click("#key-policy-form button[type=submit]");
+    await until(
+      page,
+      `!document.querySelector("#key-table").textContent.includes("max_timeout_ms")`,
+    );
+    const { max_timeout_ms: _dropped, ...rest } = wanted;
+    assert.deepEqual((await h.keys.list()).find((k) => k.id === key.id)!.policy, rest);
     await context.close();
   });
 });

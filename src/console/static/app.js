@@ -10,6 +10,10 @@ const EXAMPLE =
 const VIEWS = ["keys", "runs", "usage", "playground", "health", "people", "audit"];
 let csrf = "";
 let me = null;
+// The policy form's bounds (GET /v1/console/session): the server's settings, and this user's most.
+let limits = null;
+let createPolicy = null;
+let editPolicy = null;
 let serverUrl = location.origin;
 let keys = [];
 let runsTimer = null;
@@ -206,7 +210,7 @@ async function showKey(k) {
   $("key-detail").hidden = false;
   $("key-detail").dataset.key = k.id;
   $("key-detail-title").textContent = `${k.name} (${k.id})`;
-  $("key-policy-edit").value = JSON.stringify(k.policy || {}, null, 1);
+  editPolicy.set(k.policy);
   const { grants } = await api("GET", `/v1/console/keys/${encodeURIComponent(k.id)}/grants`);
   table(
     $("grant-table"),
@@ -235,6 +239,119 @@ async function showKey(k) {
   );
   if (grants.length === 0)
     $("grant-table").replaceChildren(el("caption", {}, "No client was approved for this key."));
+}
+
+// The policy form: one field per key policy field, showing the server's setting and (a member)
+// the most they may give; every change writes the JSON below it, which is what is sent.
+
+const NUMBERS = [
+  ["max_timeout_ms", "Longest timeout (ms)"],
+  ["max_memory_mb", "Most memory (MB)"],
+  ["concurrency", "Calls at once"],
+  ["rate_per_minute", "Calls per minute"],
+];
+const FIELDS = ["runtimes", "network", "egress_allow", ...NUMBERS.map(([f]) => f)];
+
+function limitText(field, v) {
+  if (field === "egress_allow") return v ? v.join(", ") : "every public domain";
+  if (field === "networks") return v.join(" or ");
+  return Array.isArray(v) ? v.join(", ") : String(v);
+}
+
+function hint(field) {
+  const server = limitText(field, limits.server[field]);
+  return limits.yours
+    ? `server: ${server} · your most: ${limitText(field, limits.yours[field])}`
+    : `server: ${server}`;
+}
+
+function policyFields(box, textarea, mode) {
+  const p = box.id;
+  const runtimes = (limits.yours || limits.server).runtimes;
+  const field = (label, input, help) =>
+    el("div", { class: "field" }, label, input, el("span", { class: "hint" }, help));
+  box.replaceChildren(
+    box.querySelector("legend"),
+    field(
+      el("label", {}, "Runtimes"),
+      el(
+        "div",
+        { class: "choices" },
+        runtimes.map((r) =>
+          el(
+            "label",
+            {},
+            el("input", { type: "checkbox", id: `${p}-runtime-${r}`, value: r }),
+            ` ${r}`,
+          ),
+        ),
+      ),
+      hint("runtimes"),
+    ),
+    field(
+      el("label", { for: `${p}-network` }, "Network"),
+      el(
+        "select",
+        { id: `${p}-network` },
+        el("option", { value: "" }, "The server's"),
+        el("option", { value: "public" }, "public"),
+        el("option", { value: "none" }, "none"),
+      ),
+      hint("networks"),
+    ),
+    field(
+      el("label", { for: `${p}-egress_allow` }, "Only these domains (with public)"),
+      el("input", { id: `${p}-egress_allow`, placeholder: "example.com, *.example.org" }),
+      hint("egress_allow"),
+    ),
+    ...NUMBERS.map(([f, label]) =>
+      field(
+        el("label", { for: `${p}-${f}` }, label),
+        el("input", { id: `${p}-${f}`, type: "number", min: "1", step: "1" }),
+        hint(f),
+      ),
+    ),
+  );
+  let base = {};
+  const read = () => {
+    const out = {};
+    const picked = runtimes.filter((r) => $(`${p}-runtime-${r}`).checked);
+    if (picked.length) out.runtimes = picked;
+    if ($(`${p}-network`).value) out.network = $(`${p}-network`).value;
+    const domains = $(`${p}-egress_allow`)
+      .value.split(/[\s,]+/)
+      .filter(Boolean);
+    if (domains.length) out.egress_allow = domains;
+    for (const [f] of NUMBERS)
+      if ($(`${p}-${f}`).value !== "") out[f] = Number($(`${p}-${f}`).value);
+    return out;
+  };
+  const write = () => {
+    const now = read();
+    if (mode === "create") {
+      textarea.value = Object.keys(now).length ? JSON.stringify(now) : "";
+      return;
+    }
+    // A change names only the fields that changed (null: back to the server's setting), so a
+    // member's change is held to their ceiling field by field, as `keys update` is.
+    const patch = {};
+    for (const f of FIELDS)
+      if (JSON.stringify(now[f]) !== JSON.stringify(base[f])) patch[f] = now[f] ?? null;
+    textarea.value = JSON.stringify(patch);
+  };
+  box.addEventListener("input", write);
+  box.addEventListener("change", write);
+  return {
+    set(policy) {
+      base = policy || {};
+      for (const r of runtimes)
+        $(`${p}-runtime-${r}`).checked = !!base.runtimes && base.runtimes.includes(r);
+      $(`${p}-network`).value = base.network || "";
+      $(`${p}-egress_allow`).value = (base.egress_allow || []).join(", ");
+      for (const [f] of NUMBERS) $(`${p}-${f}`).value = base[f] == null ? "" : String(base[f]);
+      write();
+    },
+  };
 }
 
 function parsePolicy(text) {
@@ -661,6 +778,9 @@ async function start() {
   $("signout-csrf").value = csrf;
   $("who").textContent = `${s.user.name} (${s.user.role})`;
   me = s.user;
+  limits = s.limits;
+  createPolicy = policyFields($("key-policy-fields"), $("key-policy"), "create");
+  editPolicy = policyFields($("key-policy-edit-fields"), $("key-policy-edit"), "edit");
   $("nav-audit").hidden = s.user.role !== "admin";
   $("nav-people").hidden = s.user.role !== "admin";
   $("invite-create").addEventListener("submit", (ev) => {
@@ -694,6 +814,7 @@ async function start() {
       });
       showSecret(r.id, r.key);
       $("key-name").value = "";
+      createPolicy.set(null);
       await showKeys();
     } catch (e) {
       flash(e.message);
@@ -710,6 +831,9 @@ async function start() {
         parsePolicy($("key-policy-edit").value) || {},
       );
       await showKeys();
+      // The form starts again from the policy the key has now.
+      const saved = keys.find((k) => k.id === id);
+      if (saved) editPolicy.set(saved.policy);
     } catch (e) {
       flash(e.message);
     }
