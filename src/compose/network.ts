@@ -189,15 +189,7 @@ export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
   }
   const missing = egressBlocker(uplink);
   if (missing) {
-    if (mode === "public")
-      throw new ScratchRunError("NOT_READY", missing.problem, { fix: missing.fix });
-    return {
-      provider: null,
-      allowlist,
-      summary: NONE_SUMMARY,
-      reason: `${missing.problem}; ${missing.fix}`,
-      unavailable: `${missing.problem}; ${missing.fix}`,
-    };
+    return withoutNetwork(mode, allowlist, missing);
   }
   // Forwarding on (turned on here, guard first, where it was off), Docker's chain opened.
   const forwarding = await prepareForwarding(uplink).catch((e: unknown) => {
@@ -206,15 +198,7 @@ export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
     });
   });
   if (forwarding.forwarding === "off") {
-    const off = forwardingOff(uplink);
-    if (mode === "public") throw new ScratchRunError("NOT_READY", off.problem, { fix: off.fix });
-    return {
-      provider: null,
-      allowlist,
-      summary: NONE_SUMMARY,
-      reason: `${off.problem}; ${off.fix}`,
-      unavailable: `${off.problem}; ${off.fix}`,
-    };
+    return withoutNetwork(mode, allowlist, forwardingOff(uplink));
   }
 
   // One server per uplink and prefix on a host: a second one's start would reap the first's
@@ -227,14 +211,7 @@ export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
     const fix =
       "let your clients share that server (scratchrun setup installs one local service that " +
       "every stdio client forwards to), stop it, or start this one with SCRATCHRUN_NETWORK=none";
-    if (mode === "public") throw new ScratchRunError("NOT_READY", problem, { fix });
-    return {
-      provider: null,
-      allowlist,
-      summary: NONE_SUMMARY,
-      reason: `${problem}; ${fix}`,
-      unavailable: `${problem}; ${fix}`,
-    };
+    return withoutNetwork(mode, allowlist, { problem, fix });
   }
   try {
     await reapOrphanNetworks(uplink);
@@ -337,6 +314,20 @@ export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
       },
     },
   };
+}
+
+/**
+ * This host keeps "public" from the calls though the operator did not turn it off: asked for
+ * "public" outright, the server does not start; on "auto", every call runs with "none" and says why.
+ */
+function withoutNetwork(
+  mode: NetworkSetting,
+  allowlist: DomainAllowlist | null,
+  why: { problem: string; fix: string },
+): NetworkPlan {
+  if (mode === "public") throw new ScratchRunError("NOT_READY", why.problem, { fix: why.fix });
+  const said = `${why.problem}; ${why.fix}`;
+  return { provider: null, allowlist, summary: NONE_SUMMARY, reason: said, unavailable: said };
 }
 
 /** SCRATCHRUN_NET_READY: a whole number of networks, 0 to 256. */
