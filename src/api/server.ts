@@ -1,5 +1,5 @@
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
-import { taskAfterMsFromEnv } from "../mcp/tasks.js";
+import { DEFAULT_SETTINGS } from "../schema/settings/values.js";
 import type { Engine } from "../engine/engine.js";
 import { engineGauges, engineReadiness } from "../engine/health.js";
 import type { Db } from "../store/db.js";
@@ -140,7 +140,7 @@ export async function startApiServer(options: ApiServerOptions): Promise<ApiServ
     maxTotal: 1024,
     idleMs: 15 * 60_000,
     maxBodyBytes: bodyCapBytes,
-    taskAfterMs: taskAfterMsFromEnv({}),
+    taskAfterMs: DEFAULT_SETTINGS.taskAfterMs,
     ...options.sessions,
   });
   const { readiness, health } = serviceHealth({ engine, backing, service, sessions, metrics });

@@ -5,6 +5,7 @@ import { createLogger } from "../http/log.js";
 import { readProcStat } from "../jail/procfs.js";
 import { requireRoot } from "../jail/root.js";
 import { setting } from "../schema/settings/read.js";
+import { settingsFrom } from "../schema/settings/values.js";
 import { VERSION } from "../version.js";
 import { runServe } from "./serve.js";
 import { SERVICE_GROUP, writeServiceState } from "./service-state.js";
@@ -70,7 +71,7 @@ export async function runDaemon(
   }
   const log = logTarget(logFlag, env.JOURNAL_STREAM);
   const logger = createLogger(
-    undefined,
+    settingsFrom(process.env).logLevel,
     log === "stderr" || log === "journal"
       ? pino.destination(2)
       : pino.destination({ fd: openLog(log), sync: true }),

@@ -7,7 +7,8 @@ import { serveStdio, StdioServerTransport } from "@modelcontextprotocol/server/s
 import { parseArgs } from "node:util";
 import { LIMITS } from "../schema/limits.js";
 import { createMcpServer, type ExecEngine } from "../mcp/server.js";
-import { TaskRegistry, taskAfterMsFromEnv } from "../mcp/tasks.js";
+import { TaskRegistry } from "../mcp/tasks.js";
+import { settingsFrom } from "../schema/settings/values.js";
 import { RemoteEngine, remoteOptionsFromEnv } from "../remote/client.js";
 import { localRefusal, openLocalService } from "../remote/local-service.js";
 import { setting, settingOn } from "../schema/settings/read.js";
@@ -201,7 +202,7 @@ export function serveMcpStdio(engine: ExecEngine, onClosed: () => void): void {
   const tasks = {
     registry: new TaskRegistry(),
     owner: "stdio",
-    taskAfterMs: taskAfterMsFromEnv(process.env),
+    taskAfterMs: settingsFrom(process.env).taskAfterMs,
   };
   serveStdio(() => createMcpServer(engine, tasks), {
     transport: new ClosingStdioTransport(onClosed),

@@ -1,6 +1,6 @@
 import { logWhenPoolsFull } from "./pools-full.js";
 import { checkIssuerUrl, TrustedIssuer } from "../oauth/oidc.js";
-import { taskAfterMsFromEnv } from "../mcp/tasks.js";
+import { settingsFrom } from "../schema/settings/values.js";
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { startApiReplica } from "../cluster/api-role.js";
@@ -167,7 +167,8 @@ export async function runServe(
   // A bad allowlist entry is a configuration error, said before the state directory is touched.
   const egressEnv = withEgressAllow(limitsEnv, values["egress-allow"]);
   egressAllowlistFromEnv(egressEnv);
-  const logger = hooks.logger ?? createLogger();
+  const settings = settingsFrom(env);
+  const logger = hooks.logger ?? createLogger(settingsFrom(process.env).logLevel);
   const host = values.host ?? "127.0.0.1";
   const limits = {
     maxConcurrent: int(values["max-concurrent"], "max-concurrent", 4),
@@ -229,7 +230,7 @@ export async function runServe(
       ...(publicUrl ? { publicUrl } : {}),
       ...(trustedProxies ? { trustedProxies } : {}),
       ...(oidc ? { oidc } : {}),
-      taskAfterMs: taskAfterMsFromEnv(env),
+      taskAfterMs: settings.taskAfterMs,
       sessions: sessionLimitsFromEnv(env),
       ...(leaseTtl ? { leaseTtlMs: int(leaseTtl, "lease-ttl-ms", 15_000, 100) } : {}),
       ...(pollEvery ? { pollMs: int(pollEvery, "worker-poll-ms", 1000, 50) } : {}),
@@ -287,7 +288,7 @@ export async function runServe(
     ...(publicUrl ? { publicUrl } : {}),
     ...(trustedProxies ? { trustedProxies } : {}),
     ...(oidc ? { oidc } : {}),
-    sessions: { taskAfterMs: taskAfterMsFromEnv(env) },
+    sessions: { taskAfterMs: settings.taskAfterMs },
   });
   // Where a person opens the console and where an MCP client is pointed (the public URL, if set).
   const base = (publicUrl ?? api.url).replace(/\/+$/, "");

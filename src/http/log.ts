@@ -1,5 +1,5 @@
 import { pino, type DestinationStream, type Logger as PinoLogger } from "pino";
-import { setting } from "../schema/settings/read.js";
+import { DEFAULT_SETTINGS } from "../schema/settings/values.js";
 
 export type Logger = Pick<PinoLogger, "info" | "warn" | "error">;
 
@@ -9,7 +9,7 @@ export type Logger = Pick<PinoLogger, "info" | "warn" | "error">;
  * `redact` is a second line of defence in case a header object is ever passed.
  */
 export function createLogger(
-  level = setting("SCRATCHRUN_LOG_LEVEL", process.env),
+  level = DEFAULT_SETTINGS.logLevel,
   destination: DestinationStream = pino.destination(2),
 ): Logger {
   return pino(

@@ -1,5 +1,4 @@
 import { randomBytes } from "node:crypto";
-import { SETTINGS, setting, type Env } from "../schema/settings/read.js";
 
 /**
  * Calls that outlive their request: MCP tasks (the 2026-07-28 `io.modelcontextprotocol/tasks`
@@ -185,19 +184,4 @@ export class TaskRegistry {
     for (const wake of this.waiters.get(taskId) ?? []) wake();
     this.waiters.delete(taskId);
   }
-}
-
-/**
- * SCRATCHRUN_TASK_AFTER_MS, checked (a whole number of milliseconds, 0 or more): how long a 2026
- * call from a client that declared the tasks extension runs before it is answered with a task.
- */
-export function taskAfterMsFromEnv(env: Env): number {
-  const raw = setting("SCRATCHRUN_TASK_AFTER_MS", env);
-  if (raw === undefined) return Number(SETTINGS.SCRATCHRUN_TASK_AFTER_MS.fallback);
-  const n = Number(raw);
-  if (raw.trim() === "" || !Number.isInteger(n) || n < 0)
-    throw new Error(
-      `SCRATCHRUN_TASK_AFTER_MS must be a whole number of milliseconds >= 0, not "${raw}"`,
-    );
-  return n;
 }

@@ -1,6 +1,9 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { TaskRegistry, taskAfterMsFromEnv, type TaskEnd } from "../../src/mcp/tasks.js";
+import { TaskRegistry, type TaskEnd } from "../../src/mcp/tasks.js";
+import { settingsFrom } from "../../src/schema/settings/values.js";
+
+const taskAfterMsFromEnv = (env: Record<string, string>) => settingsFrom(env).taskAfterMs;
 
 /** A call whose end the test decides. */
 function pending() {

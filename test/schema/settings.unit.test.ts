@@ -192,8 +192,12 @@ describe("the schema knows every SCRATCHRUN_ name, and each is used", () => {
 
   it("every setting is read or set somewhere outside the schema", () => {
     const used = namesIn(["src", "scripts", "test", "container"]);
+    // values.ts parses settings into their typed object: a reader, not the table.
+    const schema = (where: string) =>
+      where.startsWith("src/schema/settings/") &&
+      !where.startsWith("src/schema/settings/values.ts");
     const unused = SETTING_NAMES.filter(
-      (name) => !(used.get(name) ?? []).some((where) => !where.startsWith("src/schema/settings/")),
+      (name) => !(used.get(name) ?? []).some((where) => !schema(where)),
     );
     assert.deepEqual(unused, [], "remove these from the schema, or read them");
   });
