@@ -8,8 +8,8 @@ import { parseArgs } from "node:util";
 import { LIMITS } from "../schema/limits.js";
 import { createMcpServer, type ExecEngine } from "../mcp/server.js";
 import { TaskRegistry } from "../mcp/tasks.js";
-import { settingsFrom } from "../schema/settings/values.js";
-import { RemoteEngine, remoteOptionsFromEnv } from "../remote/client.js";
+import { settingsFrom, type Remote } from "../schema/settings/values.js";
+import { RemoteEngine } from "../remote/client.js";
 import { localRefusal, openLocalService } from "../remote/local-service.js";
 import { setting, settingOn } from "../schema/settings/read.js";
 import { ScratchRunError } from "../errors.js";
@@ -56,7 +56,7 @@ async function startLocal(
   return { engine, networkLine: engine.options.networkReason ?? engine.networkNote };
 }
 
-async function startRemote(options: NonNullable<ReturnType<typeof remoteOptionsFromEnv>>) {
+async function startRemote(options: Remote) {
   const engine = await RemoteEngine.connect(options);
   return { engine, networkLine: engine.networkNote };
 }
@@ -135,7 +135,7 @@ export async function runMcpStdio(argv: string[] = []): Promise<void> {
     maxTimeoutMs: values["max-timeout-ms"],
     maxMemoryMb: values["max-memory-mb"],
   };
-  const remote = remoteOptionsFromEnv();
+  const remote = settingsFrom(process.env).remote;
   if (remote && (limits.maxTimeoutMs ?? limits.maxMemoryMb) !== undefined)
     throw new ScratchRunError(
       "NOT_READY",

@@ -7,7 +7,6 @@ import { ScratchRunError } from "../errors.js";
 import type { ExecRequest } from "../schema/exec.js";
 import { DEFAULT_POLICY, type CallPolicy } from "../schema/policy.js";
 import { policyFromWire, wireToBatch, wireToError, wireToOutcome } from "../api/wire.js";
-import { setting } from "../schema/settings/read.js";
 import type { SessionOps } from "../mcp/session-tools.js";
 import { requestToWire } from "../schema/validate.js";
 import { parseSessionStart, sessionInfoSchema, type SessionInfo } from "../schema/session.js";
@@ -261,40 +260,4 @@ function request(
     req.once("finish", () => onSent?.());
     req.end(payload);
   });
-}
-
-/**
- * SCRATCHRUN_URL and SCRATCHRUN_API_KEY, or null when remote mode is off (neither is set).
- * A key without a URL is refused: the product page's config sets only the key, implying a hosted
- * default, and there is none; guessing one would send the key somewhere the user never named,
- * and quietly running sandboxes here instead would not be what the user configured either.
- */
-export function remoteOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): RemoteOptions | null {
-  const url = setting("SCRATCHRUN_URL", env);
-  const apiKey = setting("SCRATCHRUN_API_KEY", env);
-  if (!url) {
-    if (apiKey)
-      throw new ScratchRunError(
-        "NOT_READY",
-        "SCRATCHRUN_API_KEY is set but SCRATCHRUN_URL is not, and there is no hosted default",
-        {
-          fix: "Set SCRATCHRUN_URL to your ScratchRun server (e.g. http://host:8787, started with `scratchrun serve`), or remove SCRATCHRUN_API_KEY to run sandboxes on this machine",
-        },
-      );
-    return null;
-  }
-  if (!apiKey)
-    throw new ScratchRunError("NOT_READY", "SCRATCHRUN_URL is set but SCRATCHRUN_API_KEY is not", {
-      fix: "Set SCRATCHRUN_API_KEY to a key from `scratchrun keys create --name N`",
-    });
-  try {
-    const u = new URL(url);
-    if (u.protocol !== "https:" && u.protocol !== "http:") throw new Error("scheme");
-  } catch {
-    throw new ScratchRunError(
-      "NOT_READY",
-      `SCRATCHRUN_URL=${JSON.stringify(url)} is not an http(s) URL`,
-    );
-  }
-  return { url, apiKey };
 }

@@ -25,7 +25,6 @@ const NOT_YET_MOVED: Record<string, number> = {
   "src/images/recipe.ts": 3,
   "src/images/vm/build.ts": 1,
   "src/policy/server-policy.ts": 1,
-  "src/remote/client.ts": 2,
   "src/store/home.ts": 1,
   "src/store/open.ts": 1,
 };

@@ -17,6 +17,7 @@ import {
   unknownSettings,
 } from "../../src/schema/settings/unknown.js";
 import { unsetText } from "../../src/schema/settings/doc.js";
+import { settingsFrom } from "../../src/schema/settings/values.js";
 import { serverPolicy } from "../../src/policy/server-policy.js";
 import { uplinkConfig } from "../../src/net/uplink.js";
 import { DEFAULT_LEASE_TTL_MS } from "../../src/cluster/api-role.js";
@@ -160,6 +161,34 @@ describe("the defaults the README quotes are the code's", () => {
       RUNTIMES.map(() => Number(SETTINGS.SCRATCHRUN_POOL_SIZE.default)),
     );
     assert.deepEqual(SETTINGS.SCRATCHRUN_TEST_PYTHON.values, PYTHON_RUNTIMES);
+  });
+});
+
+describe("settings in their final types (values.ts)", () => {
+  it("remote mode: off, a server and its key, or a clear refusal naming what is missing", () => {
+    const remote = (env: Record<string, string>) => settingsFrom(env).remote;
+    assert.equal(remote({}), null);
+    assert.deepEqual(remote({ SCRATCHRUN_URL: "http://h:8787", SCRATCHRUN_API_KEY: "k" }), {
+      url: "http://h:8787",
+      apiKey: "k",
+    });
+    assert.throws(() => remote({ SCRATCHRUN_API_KEY: "k" }), /SCRATCHRUN_URL is not/);
+    assert.throws(() => remote({ SCRATCHRUN_URL: "http://h" }), /SCRATCHRUN_API_KEY is not/);
+    assert.throws(
+      () => remote({ SCRATCHRUN_URL: "ftp://h", SCRATCHRUN_API_KEY: "k" }),
+      /is not an http\(s\) URL/,
+    );
+  });
+
+  it("each value is parsed once, on its first read, and a bad one fails only its own read", () => {
+    const settings = settingsFrom({ SCRATCHRUN_TASK_AFTER_MS: "soon" });
+    assert.equal(settings.logLevel, "info");
+    assert.throws(() => settings.taskAfterMs, /SCRATCHRUN_TASK_AFTER_MS must be a whole number/);
+    const env: Record<string, string> = { SCRATCHRUN_TASK_AFTER_MS: "5" };
+    const kept = settingsFrom(env);
+    assert.equal(kept.taskAfterMs, 5);
+    env.SCRATCHRUN_TASK_AFTER_MS = "7";
+    assert.equal(kept.taskAfterMs, 5);
   });
 });
 

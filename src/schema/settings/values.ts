@@ -1,3 +1,4 @@
+import { ScratchRunError } from "../../errors.js";
 import { setting, SETTINGS, type Env } from "./read.js";
 
 /**
@@ -13,6 +14,15 @@ export interface Settings {
   readonly logLevel: string;
   /** SCRATCHRUN_TASK_AFTER_MS: how long a tasks-capable 2026 call runs before it becomes a task. */
   readonly taskAfterMs: number;
+  /** SCRATCHRUN_URL and SCRATCHRUN_API_KEY: the server remote mode sends calls to, or null. */
+  readonly remote: Remote | null;
+}
+
+/** A ScratchRun server and the key to call it with (remote mode). */
+export interface Remote {
+  /** Base URL of a ScratchRun server, e.g. https://scratchrun.example.com */
+  url: string;
+  apiKey: string;
 }
 
 /** The settings `env` gives, each parsed once, when first read. */
@@ -29,6 +39,11 @@ export function settingsFrom(env: Env): Settings {
     get taskAfterMs() {
       return once("taskAfterMs", () => parseTaskAfterMs(setting("SCRATCHRUN_TASK_AFTER_MS", env)));
     },
+    get remote() {
+      return once("remote", () =>
+        parseRemote(setting("SCRATCHRUN_URL", env), setting("SCRATCHRUN_API_KEY", env)),
+      );
+    },
   };
 }
 
@@ -44,4 +59,38 @@ function parseTaskAfterMs(raw: string | undefined): number {
       `SCRATCHRUN_TASK_AFTER_MS must be a whole number of milliseconds >= 0, not "${raw}"`,
     );
   return n;
+}
+
+/**
+ * SCRATCHRUN_URL and SCRATCHRUN_API_KEY, or null when remote mode is off (neither is set).
+ * A key without a URL is refused: the product page's config sets only the key, implying a hosted
+ * default, and there is none; guessing one would send the key somewhere the user never named,
+ * and quietly running sandboxes here instead would not be what the user configured either.
+ */
+function parseRemote(url: string | undefined, apiKey: string | undefined): Remote | null {
+  if (!url) {
+    if (apiKey)
+      throw new ScratchRunError(
+        "NOT_READY",
+        "SCRATCHRUN_API_KEY is set but SCRATCHRUN_URL is not, and there is no hosted default",
+        {
+          fix: "Set SCRATCHRUN_URL to your ScratchRun server (e.g. http://host:8787, started with `scratchrun serve`), or remove SCRATCHRUN_API_KEY to run sandboxes on this machine",
+        },
+      );
+    return null;
+  }
+  if (!apiKey)
+    throw new ScratchRunError("NOT_READY", "SCRATCHRUN_URL is set but SCRATCHRUN_API_KEY is not", {
+      fix: "Set SCRATCHRUN_API_KEY to a key from `scratchrun keys create --name N`",
+    });
+  try {
+    const u = new URL(url);
+    if (u.protocol !== "https:" && u.protocol !== "http:") throw new Error("scheme");
+  } catch {
+    throw new ScratchRunError(
+      "NOT_READY",
+      `SCRATCHRUN_URL=${JSON.stringify(url)} is not an http(s) URL`,
+    );
+  }
+  return { url, apiKey };
 }
