@@ -9,6 +9,8 @@ const JAIL_FDS = 3;
 export type SuiteServer = McpHarness & {
   /** The host's state before the server started: what every leak check compares with. */
   base(): HostSnapshot;
+  /** Settles once the server is started and has made its first call. */
+  started(): Promise<void>;
 };
 
 /**
@@ -16,21 +18,32 @@ export type SuiteServer = McpHarness & {
  * start the built server on `backend`, make one call so its fds settle; afterwards, check the
  * server's fds came back (namespace: a warm pool holds sockets of its own), stop it, and check
  * the host is as it was. Returns the harness, usable once the suite's tests run.
+ * `sharedBase`: another backend's server runs beside this one, so the host is the caller's to
+ * snapshot before both and check after both; this one neither snapshots nor checks it, and
+ * `base()` is the caller's snapshot. Its hook then only begins the start, so the servers start
+ * at once: the caller awaits `started()` of each in a hook of its own, registered after.
  */
 export function serverForSuite(
   backend: TestBackend,
   env: Record<string, string> = {},
+  options: { sharedBase?: () => HostSnapshot } = {},
 ): SuiteServer {
   let h: McpHarness | undefined;
   let base: HostSnapshot | undefined;
   let fds = 0;
   let jails = 0;
+  let starting: Promise<void> | undefined;
   before(async () => {
-    base = snapshot();
-    h = await startServer({ SCRATCHRUN_ISOLATION: backend, ...env });
-    await h.exec({ runtime: "bash", code: "true" });
-    fds = h.serverFds();
-    jails = h.serverChildren();
+    base = options.sharedBase ? options.sharedBase() : snapshot();
+    starting = (async () => {
+      h = await startServer({ SCRATCHRUN_ISOLATION: backend, ...env });
+      await h.exec({ runtime: "bash", code: "true" });
+      fds = h.serverFds();
+      jails = h.serverChildren();
+    })();
+    // A failed start is the caller's to see, through started(), not an unhandled rejection.
+    starting.catch(() => {});
+    if (!options.sharedBase) await starting;
   });
   after(async () => {
     if (!h || !base) return;
@@ -48,6 +61,7 @@ export function serverForSuite(
     } finally {
       await server.close();
     }
+    if (options.sharedBase) return;
     try {
       await assertNoLeaks(base);
     } catch (err) {
@@ -79,5 +93,6 @@ export function serverForSuite(
       if (!base) throw new Error("the suite has not started");
       return base;
     },
+    started: () => starting ?? Promise.reject(new Error("the suite has not started")),
   };
 }
