@@ -94,10 +94,17 @@ describe("network egress through the MCP server [namespace]", { timeout: 180_000
   test("a second server on this uplink runs without network and says why; the first's sandboxes keep theirs", async () => {
     // The first server has networks made ahead (SCRATCHRUN_NET_READY): without the claim on the
     // uplink, the second's start would remove them as a dead server's leftovers.
+    // The earlier tests' used networks are removed in the background: the networks counted are
+    // those left once nothing was removed for 2 s (the ready ones; more may be added meanwhile).
     const mine = async () => (await listSandboxNetworkResources(topo.uplink)).netns;
-    for (let i = 0; i < 100 && (await mine()).length === 0; i++)
-      await new Promise((r) => setTimeout(r, 100));
-    const ready = await mine();
+    let ready = await mine();
+    for (let still = 0, waited = 0; (still < 2000 || ready.length === 0) && waited < 30_000;) {
+      await new Promise((r) => setTimeout(r, 250));
+      waited += 250;
+      const now = await mine();
+      still = ready.every((n) => now.includes(n)) ? still + 250 : 0;
+      ready = now;
+    }
     assert.ok(ready.length > 0, "the first server made networks ahead");
     const second = await startServer({
       SCRATCHRUN_ISOLATION: "namespace",

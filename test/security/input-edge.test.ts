@@ -72,7 +72,7 @@ describe("__proto__ and Object-member keys (pure)", () => {
     assert.deepEqual(Object.entries(req.env), Object.entries(env));
     assert.deepEqual(
       Object.entries(req.files),
-      Object.entries(files).map(([n, content]) => [`/home/user/${n}`, content]),
+      Object.entries(files).map(([n, content]) => [`/home/user/${n}`, Buffer.from(content)]),
     );
     assert.equal(Object.getPrototypeOf(req.env), Object.prototype);
     const agent = toAgentRequest(req, 1000);
