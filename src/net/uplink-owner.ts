@@ -58,7 +58,11 @@ export async function claimUplink(u: UplinkConfig): Promise<UplinkClaim | Uplink
       taken.push(name);
       continue;
     }
-    const server = await listenAbstract(name);
+    // Whatever happens to this name, the names taken before it go back with it.
+    const server = await listenAbstract(name).catch((e: unknown) => {
+      giveBack();
+      throw e;
+    });
     if (server === null) {
       giveBack();
       return { pid: await askHolder(name), what };
