@@ -1,6 +1,14 @@
 import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  renameSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
+import { dirname, join } from "node:path";
 import type { VmNetworkProvider } from "../backends/microvm/guest-net.js";
 import type { NetworkProvider } from "../backends/namespace/backend.js";
 import type { NetworkEgress } from "../backends/types.js";
@@ -62,18 +70,31 @@ function allowlistSummary(allow: DomainAllowlist): string {
 export const RESOLV_DIR = "/run/scratchrun/net";
 
 /**
+ * Every jail's uid opens its resolv.conf by path: RESOLV_DIR readable and its parent traversable
+ * by others. A host whose /run/scratchrun an older build made 0700 (its uid locks' mkdir -p) gets
+ * the parent's others-execute bit added: its own folders keep their modes.
+ */
+function openToJails(): void {
+  mkdirSync(RESOLV_DIR, { recursive: true, mode: 0o755 });
+  const parent = dirname(RESOLV_DIR);
+  const mode = statSync(parent).mode & 0o7777;
+  if ((mode & 0o001) === 0) chmodSync(parent, mode | 0o011);
+  if ((statSync(RESOLV_DIR).mode & 0o005) !== 0o005) chmodSync(RESOLV_DIR, 0o755);
+}
+
+/**
  * The path of a file holding `content` (a sandbox's resolv.conf, bound into every jail), named by
  * its digest and written once (atomically): servers with the same resolvers share it, and one
  * killed outright leaves nothing to clean up (a temporary directory per server did, to every
  * later leak check).
  */
 function sharedResolvConf(content: string): string {
+  openToJails();
   const path = join(
     RESOLV_DIR,
     `resolv-${createHash("sha256").update(content).digest("hex").slice(0, 16)}.conf`,
   );
   if (existsSync(path) && readFileSync(path, "utf8") === content) return path;
-  mkdirSync(RESOLV_DIR, { recursive: true, mode: 0o755 });
   const tmp = `${path}.${process.pid}.tmp`;
   writeFileSync(tmp, content, { mode: 0o644 });
   renameSync(tmp, path);

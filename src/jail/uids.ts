@@ -1,5 +1,5 @@
 import { closeSync, mkdirSync, openSync, readFileSync, unlinkSync, writeSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { pidAlive } from "./procfs.js";
 
 /**
@@ -36,6 +36,10 @@ export class UidPool {
     readonly count = SANDBOX_UID_COUNT,
     readonly lockDir = UID_LOCK_DIR,
   ) {
+    // mkdir -p gives every folder it makes the one mode: the parent (/run/scratchrun, where the
+    // jails' resolv.conf and the daemon's socket live) made first, open to traverse; the locks'
+    // own folder private. A 0700 parent left every public network's jail unable to start.
+    mkdirSync(dirname(lockDir), { recursive: true, mode: 0o755 });
     mkdirSync(lockDir, { recursive: true, mode: 0o700 });
     this.next = Math.floor(Math.random() * count);
   }
