@@ -11,7 +11,7 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { CallToolResultSchema } from "@modelcontextprotocol/sdk/types.js";
 import { buildRootfs } from "../src/images/build.js";
-import { imagesDir } from "../src/images/paths.js";
+import { settingsFrom } from "../src/schema/settings/values.js";
 import {
   CUSTOM_CONFIG,
   CUSTOM_IMAGES_DIR,
@@ -32,11 +32,11 @@ const rounds = Number(args.find((a) => /^\d+$/.test(a)) ?? 60);
 
 /** Seconds of a forced build of the image into a scratch directory, then removed. */
 async function timeBuild(name: string, config: string | null): Promise<number> {
-  const dir = `${imagesDir()}-bench-${name}`;
+  const dir = `${settingsFrom(process.env).images.dir}-bench-${name}`;
   rmSync(dir, { recursive: true, force: true });
   const env = { ...process.env, SCRATCHRUN_IMAGES: dir, SCRATCHRUN_IMAGE_CONFIG: config ?? "" };
   const t = performance.now();
-  await buildRootfs({ env, force: true, onProgress: () => {} });
+  await buildRootfs({ images: settingsFrom(env).images, env, force: true, onProgress: () => {} });
   const s = (performance.now() - t) / 1000;
   rmSync(dir, { recursive: true, force: true });
   return Math.round(s);

@@ -42,6 +42,7 @@ import { BENCH_SERVER, mcpSystem, type McpSystem } from "./systems/scratchrun.js
 import type { BenchSystem } from "./systems/types.js";
 import { printWorkload, workloadFor, type Workload } from "./workloads.js";
 import { benchSecrets } from "./secrets.js";
+import { settingsFrom } from "../src/schema/settings/values.js";
 
 const log = (m: string) =>
   process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${m}\n`);
@@ -323,7 +324,7 @@ async function main(): Promise<void> {
   // smoke run only when named.
   const phase = (name: string) => (only ? only.has(name) : !short || extra.has(name));
   const started = Date.now();
-  const rootfs = findRootfs();
+  const rootfs = findRootfs(settingsFrom(process.env).images);
   if (!rootfs.ok) throw new Error(`runtime image missing: ${rootfs.error}`);
   const work = mkdtempSync(join(tmpdir(), "scratchrun-bench-work-"));
   let inputs: InputsResults | undefined;

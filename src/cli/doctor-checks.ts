@@ -4,7 +4,7 @@ import { detectCgroups } from "../jail/cgroup.js";
 import { IMAGE_CONFIG_ENV } from "../images/config.js";
 import { selectRootfs, type SelectResult } from "../images/locate.js";
 
-import { imagesDir, setupCommand } from "../images/paths.js";
+import { setupCommand } from "../images/paths.js";
 import { DEFAULT_UPLINK } from "../net/index.js";
 import { detectAccel } from "../backends/microvm/accel.js";
 import { buildVmArtifacts } from "../images/vm/build.js";
@@ -17,6 +17,7 @@ import { egressBlocker } from "../compose/network.js";
 import { runCommand } from "../net/commands.js";
 import { dockerUserChain, forwardChains, linkPattern } from "../net/forward-guard.js";
 import { setting, settingOn } from "../schema/settings/read.js";
+import { settingsFrom, type Settings } from "../schema/settings/values.js";
 
 export interface Check {
   name: string;
@@ -50,8 +51,9 @@ export function nodeCheck(): Check {
 /** What this host can do. Each failed check carries the exact command that fixes it. */
 export async function runChecks(env: NodeJS.ProcessEnv = process.env): Promise<Check[]> {
   const apt = (pkg: string) => `apt-get install -y ${pkg}`;
+  const settings = settingsFrom(env);
   let selected: SelectResult | undefined;
-  const image = () => (selected ??= selectRootfs(env));
+  const image = () => (selected ??= selectRootfs(settings.images));
   return [
     check("root", true, () => ({
       ok: process.getuid?.() === 0,
@@ -107,7 +109,7 @@ export async function runChecks(env: NodeJS.ProcessEnv = process.env): Promise<C
       if (!r.ok) return { ok: false, detail: "no runtime image yet", fix: setupCommand() };
       return python313PackagesCheck(r.manifest);
     }),
-    await kvmCheck(),
+    await kvmCheck(settings),
     check("qemu", false, () => ({
       ok: existsSync("/usr/bin/qemu-system-x86_64"),
       detail: existsSync("/usr/bin/qemu-system-x86_64")
@@ -139,7 +141,7 @@ export async function runChecks(env: NodeJS.ProcessEnv = process.env): Promise<C
     }),
     await forwardFirewallCheck(env),
     check("disk", true, () => {
-      let dir = imagesDir(env);
+      let dir = settings.images.dir;
       while (!existsSync(dir)) dir = join(dir, "..");
       const st = statfsSync(dir);
       const freeGb = (st.bavail * st.bsize) / 1e9;
@@ -278,7 +280,7 @@ function noIndexDetail(manifest: Manifest): string {
 }
 
 /** KVM as the microvm backend will really use it: the device opens and a probe guest boots. */
-async function kvmCheck(): Promise<Check> {
+async function kvmCheck(settings: Settings): Promise<Check> {
   const name = "kvm";
   if (!existsSync("/dev/kvm"))
     return {
@@ -290,8 +292,8 @@ async function kvmCheck(): Promise<Check> {
       fix: "enable virtualisation for this host (nested virtualisation on a cloud VM) and load kvm_intel or kvm_amd",
     };
   try {
-    const artifacts = buildVmArtifacts();
-    const accel = await detectAccel(artifacts.kernel, artifacts.initramfs);
+    const artifacts = buildVmArtifacts({ cacheRoot: settings.images.vmCache });
+    const accel = await detectAccel(artifacts.kernel, artifacts.initramfs, settings.accel);
     return accel === "kvm"
       ? {
           name,

@@ -1,6 +1,7 @@
 import { existsSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { withImageConfig } from "../images/config-load.js";
+import { settingsFrom } from "../schema/settings/values.js";
 
 export const IMAGE_USAGE = `scratchrun image build [--force] [--image-config PATH]
 
@@ -16,7 +17,11 @@ export const IMAGE_USAGE = `scratchrun image build [--force] [--image-config PAT
 `;
 
 /** The microVM root disk of `dir`, when this host has what the microVM backend needs. */
-async function buildVmDisk(dir: string, log: (line: string) => void): Promise<void> {
+async function buildVmDisk(
+  dir: string,
+  cacheRoot: string,
+  log: (line: string) => void,
+): Promise<void> {
   if (!existsSync("/usr/bin/mkfs.erofs") || !existsSync("/usr/bin/qemu-system-x86_64")) {
     log(
       "microVM root disk: skipped (no erofs-utils or QEMU here; the namespace backend needs none)",
@@ -25,11 +30,12 @@ async function buildVmDisk(dir: string, log: (line: string) => void): Promise<vo
   }
   const { buildVmArtifacts, ensureRootDisk, pruneVmCache } = await import("../images/vm/build.js");
   log("microVM root disk: building it from the image (cached by the image's name)");
-  const disk = ensureRootDisk(dir);
+  const disk = ensureRootDisk(dir, cacheRoot);
   log(`microVM root disk: ${disk}`);
   try {
-    const kernel = buildVmArtifacts().kernel;
-    for (const removed of pruneVmCache([kernel, disk])) log(`microVM cache: removed ${removed}`);
+    const kernel = buildVmArtifacts({ cacheRoot }).kernel;
+    for (const removed of pruneVmCache([kernel, disk], cacheRoot))
+      log(`microVM cache: removed ${removed}`);
   } catch (e) {
     log(`microVM cache: not pruned (${(e as Error).message})`);
   }
@@ -69,9 +75,15 @@ export async function runImage(argv: string[]): Promise<number> {
   const log = (line: string) => process.stderr.write(`[image] ${line}\n`);
   const { buildRootfs } = await import("../images/build.js");
   try {
-    const result = await buildRootfs({ env, force: values.force ?? false, onProgress: log });
+    const images = settingsFrom(env).images;
+    const result = await buildRootfs({
+      images,
+      env,
+      force: values.force ?? false,
+      onProgress: log,
+    });
     for (const note of result.manifest.notes) log(`note: ${note}`);
-    await buildVmDisk(result.dir, log);
+    await buildVmDisk(result.dir, images.vmCache, log);
     process.stdout.write(`${result.dir}\n`);
     return 0;
   } catch (e) {

@@ -10,6 +10,7 @@ import { RAISE_CEILINGS } from "../schema/limits.js";
 import { RUNTIMES } from "../runtimes/names.js";
 import { PRINCIPAL } from "../store/keys.js";
 import { openStore } from "../store/open.js";
+import { settingsFrom } from "../schema/settings/values.js";
 
 export const KEYS_USAGE = `scratchrun keys create --name N [--owner USER] [--oidc-subject SUB]
                        [--expires 30d|12h|2027-01-31] [policy]
@@ -118,7 +119,7 @@ export async function runKeys(
     }
   }
   const name = typeof values.name === "string" ? values.name : undefined;
-  const store = await openStore(env);
+  const store = await openStore(settingsFrom(env));
   /** What the CLI changed, in the console's audit log (as "cli": whoever runs it on the host). */
   const audit = (action: string, target: string, detail: Record<string, unknown>) =>
     store.users.audit.record({

@@ -1,11 +1,9 @@
 import { logWhenPoolsFull } from "./pools-full.js";
 import { checkIssuerUrl, TrustedIssuer } from "../oauth/oidc.js";
 import { settingsFrom } from "../schema/settings/values.js";
-import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { startApiReplica } from "../cluster/api-role.js";
 import { discovery } from "../cluster/discovery.js";
-import { workerTokenFromEnv } from "../cluster/protocol.js";
 import { startWorkerRole } from "../cluster/worker-role.js";
 import { withImageConfig } from "../images/config-load.js";
 import {
@@ -15,14 +13,13 @@ import {
 } from "../compose/engine-factory.js";
 import { egressAllowlistFromEnv } from "../compose/network.js";
 import { openDatabase } from "../store/db.js";
-import { scratchrunHome } from "../store/home.js";
 import { acquireHomeLock } from "../store/lock.js";
-import { databaseUrl, openStore } from "../store/open.js";
+import { openStore } from "../store/open.js";
 import { RunStore } from "../store/runs.js";
 import { SandboxStore } from "../store/sandboxes.js";
 import { SessionStore } from "../store/sessions.js";
 import { hostCeiling, RECORDABLE_CEILING } from "../policy/host.js";
-import { serverLimitsFromEnv, serverPolicy, withServerLimits } from "../policy/server-policy.js";
+import { serverLimitsWithin, serverPolicy, withServerLimits } from "../policy/server-policy.js";
 import { createLogger, type Logger } from "../http/log.js";
 import { reapOrphanSandboxes } from "../jail/reap.js";
 import { startApiServer, type ApiServer } from "../api/server.js";
@@ -160,8 +157,8 @@ export async function runServe(
       "--max-timeout-ms and --max-memory-mb are for --role all and api: a worker runs what its replicas' policies allow, up to its host's ceiling",
     );
   const limitsEnv = withServerLimits(env, limitFlags);
-  const serverLimits = serverLimitsFromEnv(
-    limitsEnv,
+  const serverLimits = serverLimitsWithin(
+    settingsFrom(limitsEnv).serverMaxima,
     role === "api" ? RECORDABLE_CEILING : hostCeiling(),
   );
   // A bad allowlist entry is a configuration error, said before the state directory is touched.
@@ -187,9 +184,9 @@ export async function runServe(
   const engineEnv = withImageConfig(egressEnv, values["image-config"]);
 
   if (role === "worker") {
-    const token = workerTokenFromEnv(env, (p) => readFileSync(p, "utf8"));
+    const token = settings.workerToken;
     const worker = await startWorkerRole({
-      env: engineEnv,
+      home: settings.home,
       logger,
       host,
       port: int(values.port, "port", 8788, 0),
@@ -209,12 +206,12 @@ export async function runServe(
   if (role === "api") {
     const spec = values.workers ?? setting("SCRATCHRUN_WORKERS", env);
     if (!spec) throw new Error("--role api needs --workers NAME:PORT (or SCRATCHRUN_WORKERS)");
-    if (databaseUrl(env) === null)
+    if (settings.databaseUrl === null)
       throw new Error("--role api keeps its records in Postgres: set SCRATCHRUN_DATABASE_URL");
-    const token = workerTokenFromEnv(env, (p) => readFileSync(p, "utf8"));
+    const token = settings.workerToken;
     const leaseTtl = setting("SCRATCHRUN_LEASE_TTL_MS", env);
     const pollEvery = setting("SCRATCHRUN_WORKER_POLL_MS", env);
-    const store = await openStore(env, {
+    const store = await openStore(settings, {
       onError: (e) => logger.warn({ err: e.message }, "database connection dropped"),
     });
     const replica = await startApiReplica({
@@ -222,7 +219,7 @@ export async function runServe(
       logger,
       host,
       port: int(values.port, "port", 8787, 0),
-      discover: discovery(spec, env),
+      discover: discovery(spec, settings.workersDnsServer),
       token,
       keyLimits,
       policy: serverPolicy(serverLimits),
@@ -256,7 +253,7 @@ export async function runServe(
     await prepareSocketPath(socket.path);
   }
   const tcp = !socket || values.port !== undefined || values.host !== undefined;
-  const home = scratchrunHome(env);
+  const home = settings.home;
   const db = openDatabase(home);
   const lock = acquireHomeLock(home);
   const interrupted = await new RunStore(db).markInterrupted();

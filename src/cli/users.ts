@@ -3,6 +3,7 @@ import { openStore } from "../store/open.js";
 import { PASSWORD_MIN } from "../store/users.js";
 import { inviteLink } from "../console/people.js";
 import { publicUrlFromEnv } from "./serve.js";
+import { settingsFrom } from "../schema/settings/values.js";
 
 export const USERS_USAGE = `scratchrun users create --name N [--role admin|member] [--oidc-subject SUB]
                                            a console user; the password is read from stdin (one
@@ -63,7 +64,7 @@ export async function runUsers(
   if (sub === "create" && values.name) {
     const role = values.role ?? "member";
     const password = (await readPassword()).replace(/\r?\n$/, "");
-    const store = await openStore(env);
+    const store = await openStore(settingsFrom(env));
     try {
       const user = await store.users.create(
         values.name,
@@ -98,7 +99,7 @@ export async function runUsers(
       process.stderr.write(`scratchrun users invite: ${(e as Error).message}\n`);
       return 2;
     }
-    const store = await openStore(env);
+    const store = await openStore(settingsFrom(env));
     try {
       const { invite, token } = await store.users.invite(
         values.name,
@@ -132,7 +133,7 @@ export async function runUsers(
       return 2;
     }
     const password = sub === "reset" ? (await readPassword()).replace(/\r?\n$/, "") : undefined;
-    const store = await openStore(env);
+    const store = await openStore(settingsFrom(env));
     try {
       const name = values.name;
       let target: string | undefined;
@@ -180,7 +181,7 @@ export async function runUsers(
     }
   }
   if (sub === "list") {
-    const store = await openStore(env);
+    const store = await openStore(settingsFrom(env));
     try {
       for (const u of await store.users.list())
         process.stdout.write(`${u.id}  ${u.role.padEnd(6)}  ${u.name}\n`);

@@ -1,6 +1,5 @@
 import { isIP } from "node:net";
 import { promises as dns } from "node:dns";
-import { setting } from "../schema/settings/read.js";
 
 /**
  * Finding workers: `--workers NAME:PORT[,NAME:PORT...]`. A NAME that is a DNS name is resolved on
@@ -33,11 +32,11 @@ const addr = (host: string, port: number) =>
 
 const NO_ANSWER = new Set(["ENOTFOUND", "ENODATA", "NXDOMAIN"]);
 
-export function discovery(spec: string, env: NodeJS.ProcessEnv = process.env) {
+/** Finds the workers `spec` names, asking `dnsServer` (SCRATCHRUN_WORKERS_DNS_SERVER) or the system's resolver. */
+export function discovery(spec: string, dnsServer: string | null = null) {
   const sources = parseWorkersSpec(spec);
-  const server = setting("SCRATCHRUN_WORKERS_DNS_SERVER", env);
-  const resolver = server ? new dns.Resolver({ timeout: 1000, tries: 2 }) : null;
-  resolver?.setServers([server!]);
+  const resolver = dnsServer ? new dns.Resolver({ timeout: 1000, tries: 2 }) : null;
+  resolver?.setServers([dnsServer!]);
   const resolve = async (host: string): Promise<string[]> => {
     if (isIP(host)) return [host];
     try {

@@ -26,7 +26,6 @@ import { z } from "zod";
 import { wireResultSchema } from "../api/wire.js";
 import { ERROR_CODES } from "../errors.js";
 import { ISOLATIONS, RUNTIMES } from "../schema/exec.js";
-import { setting } from "../schema/settings/read.js";
 
 const count = z.number().int().min(0);
 
@@ -141,15 +140,4 @@ const digest = (s: string) => createHash("sha256").update(s, "utf8").digest();
 /** Constant-time check of a presented bearer token against the shared secret. */
 export function tokenMatches(presented: string | null, secret: string): boolean {
   return timingSafeEqual(digest(presented ?? ""), digest(secret)) && presented !== null;
-}
-
-/** The shared secret: SCRATCHRUN_WORKER_TOKEN, or the file SCRATCHRUN_WORKER_TOKEN_FILE names. */
-export function workerTokenFromEnv(env: NodeJS.ProcessEnv, read: (path: string) => string): string {
-  const file = setting("SCRATCHRUN_WORKER_TOKEN_FILE", env);
-  const token = (file ? read(file) : (setting("SCRATCHRUN_WORKER_TOKEN", env) ?? "")).trim();
-  if (token.length < 16)
-    throw new Error(
-      "the API and worker roles need a shared secret of at least 16 characters: set SCRATCHRUN_WORKER_TOKEN (or SCRATCHRUN_WORKER_TOKEN_FILE)",
-    );
-  return token;
 }

@@ -5,13 +5,13 @@ import { drainBoundMs } from "../api/server.js";
 import { SandboxTracker } from "../store/sandbox-tracker.js";
 import type { Engine } from "../engine/engine.js";
 import { openDatabase } from "../store/db.js";
-import { scratchrunHome } from "../store/home.js";
 import { acquireHomeLock } from "../store/lock.js";
 import { SandboxStore } from "../store/sandboxes.js";
 import { startWorkerServer, type WorkerServer } from "./worker-server.js";
 
 export interface WorkerRoleOptions {
-  env: NodeJS.ProcessEnv;
+  /** The state directory (SCRATCHRUN_HOME): its SQLite file and lock. */
+  home: string;
   logger: Logger;
   host: string;
   port: number;
@@ -43,7 +43,7 @@ export interface WorkerRole {
  * records and no database credentials: the local SQLite file holds only the sandboxes table.
  */
 export async function startWorkerRole(o: WorkerRoleOptions): Promise<WorkerRole> {
-  const home = scratchrunHome(o.env);
+  const home = o.home;
   const db = openDatabase(home);
   const lock = acquireHomeLock(home);
   const sandboxes = new SandboxStore(db);

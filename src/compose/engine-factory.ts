@@ -4,7 +4,6 @@ import { createMicrovmBackend } from "../backends/microvm/create.js";
 import { reapOrphanVmDirs } from "../backends/microvm/reap-dirs.js";
 import { TemplateStore } from "../backends/microvm/template-store.js";
 import {
-  defaultCacheRoot,
   ensureRootDisk,
   NotBuiltError,
   vmArtifactsIfBuilt,
@@ -29,10 +28,11 @@ import { RUNTIMES, type RuntimeName } from "../schema/exec.js";
 import { homedir } from "node:os";
 import { hostCeiling, type Ceiling } from "../policy/host.js";
 import type { CallPolicy } from "../schema/policy.js";
-import { serverLimitsFromEnv, serverPolicy } from "../policy/server-policy.js";
+import { serverLimitsWithin, serverPolicy } from "../policy/server-policy.js";
 import { jailReadableAgentDir } from "./agent-dir.js";
 import { egressAllowlistFromEnv, networkFromEnv } from "./network.js";
 import { setting, settingOn } from "../schema/settings/read.js";
+import { settingsFrom } from "../schema/settings/values.js";
 
 export type IsolationChoice = "namespace" | "microvm";
 
@@ -88,7 +88,7 @@ export function namespacePreflight(env: NodeJS.ProcessEnv = process.env): Prefli
     throw new ScratchRunError("NOT_READY", `the sandbox agent is not built (${AGENT_DIR}/agent)`, {
       fix: `Run ${setupCommand()}`,
     });
-  const rootfs = selectRootfs(env);
+  const rootfs = selectRootfs(settingsFrom(env).images);
   if (!rootfs.ok)
     throw new ScratchRunError("NOT_READY", rootfs.error, { fix: `Run ${setupCommand()}` });
   return { rootfsDir: rootfs.dir, manifest: rootfs.manifest, stale: rootfs.stale };
@@ -173,9 +173,15 @@ function agentCacheRoot(): string {
 }
 
 /** The microVM's kernel, initramfs and root disk as setup built them; NOT_READY if missing. */
-function builtVmImages(rootfsDir: string): { artifacts: VmArtifacts; disk: string } {
+function builtVmImages(
+  rootfsDir: string,
+  cacheRoot: string,
+): { artifacts: VmArtifacts; disk: string } {
   try {
-    return { artifacts: vmArtifactsIfBuilt(), disk: ensureRootDisk(rootfsDir, undefined, false) };
+    return {
+      artifacts: vmArtifactsIfBuilt({ cacheRoot }),
+      disk: ensureRootDisk(rootfsDir, cacheRoot, false),
+    };
   } catch (e) {
     if (!(e instanceof NotBuiltError)) throw e;
     throw new ScratchRunError("NOT_READY", e.message, { fix: `Run ${setupCommand()}` });
@@ -214,7 +220,7 @@ export async function createEngineFromEnv(
   const ceiling = hostCeiling();
   // A bad allowlist entry is a configuration error: said before anything else happens.
   egressAllowlistFromEnv(env);
-  const policy = serverPolicy(serverLimitsFromEnv(env, ceiling));
+  const policy = serverPolicy(serverLimitsWithin(settingsFrom(env).serverMaxima, ceiling));
   const { rootfsDir, manifest, stale } = namespacePreflight(env);
   // This server serves this image until it stops: no build's prune removes it meanwhile.
   let lease: Lease;
@@ -244,7 +250,10 @@ async function engineOn(
   lease: Lease,
   { policy, ceiling }: { policy: CallPolicy; ceiling: Ceiling },
 ): Promise<Engine> {
-  const vmImages = choice === "microvm" && prepare === "existing" ? builtVmImages(rootfsDir) : {};
+  const settings = settingsFrom(env);
+  const vmCache = settings.images.vmCache;
+  const vmImages =
+    choice === "microvm" && prepare === "existing" ? builtVmImages(rootfsDir, vmCache) : {};
   // What dead servers left: empty sandbox cgroups (their processes died with them) and their VMs'
   // private directories.
   await reapStaleEmptyCgroups(detectCgroups());
@@ -260,6 +269,8 @@ async function engineOn(
         ? await createMicrovmBackend({
             rootfsDir,
             ...vmImages,
+            vmCache,
+            ...(settings.accel ? { accel: settings.accel } : {}),
             pool: {
               sizes: poolSizes(env),
               onceCalled: poolOnceCalled(env),
@@ -275,6 +286,7 @@ async function engineOn(
             poolSizes: poolSizes(env),
             poolOnceCalled: poolOnceCalled(env),
             preimport,
+            debugJail: settings.debugJail,
             ...(network.provider ? { network: network.provider } : {}),
           });
   } catch (e) {
@@ -346,7 +358,7 @@ export function sessionLimitsFromEnv(env: NodeJS.ProcessEnv): SessionLimits {
 export function templateStoreFromEnv(env: NodeJS.ProcessEnv): TemplateStore | null {
   const v = setting("SCRATCHRUN_TEMPLATE_CACHE", env) ?? "on";
   if (v === "off") return null;
-  if (v === "on") return new TemplateStore(join(defaultCacheRoot(env), "templates"));
+  if (v === "on") return new TemplateStore(join(settingsFrom(env).images.vmCache, "templates"));
   if (!v.startsWith("/"))
     throw new ScratchRunError(
       "INVALID_INPUT",

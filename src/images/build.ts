@@ -18,15 +18,14 @@ import {
 } from "./npm.js";
 import { IN_IMAGE, IMAGE_ENV } from "../runtimes/in-image.js";
 import {
-  imagesDir,
   MANIFEST_FILE,
   PYTHON_LOCK_FILE,
   RECIPE_DIR,
   ROOTFS_PREFIX,
   nodeCacheDir,
-  wheelCacheDir,
 } from "./paths.js";
 import { displayIndexUrl, type PipIndex } from "./pip-index.js";
+import { settingsFrom, type ImageSettings } from "../schema/settings/values.js";
 import { activeImage, imageHolders, pruneImages, setActiveImage } from "./prune.js";
 import { baseRecipeHash, recipeHash, resolveHostSources, type HostSources } from "./recipe.js";
 import {
@@ -53,6 +52,12 @@ import { pidAlive } from "../jail/procfs.js";
 
 export interface BuildOptions {
   onProgress?: (line: string) => void;
+  /**
+   * Where the image is built from and kept; default: `env`'s, for scripts/build-images.mjs (its
+   * bytes are part of the recipe: changing it to pass them would rebuild every host's image).
+   */
+  images?: ImageSettings;
+  /** The environment the host's pip and npm run with (their own settings count); default ours. */
   env?: NodeJS.ProcessEnv;
   /** Rebuild even when the image of the current recipe exists. */
   force?: boolean;
@@ -75,21 +80,22 @@ const BUILDING_PREFIX = ".building-";
 export async function buildRootfs(options: BuildOptions = {}): Promise<BuildResult> {
   const log = options.onProgress ?? ((line: string) => process.stderr.write(`[images] ${line}\n`));
   const env = options.env ?? process.env;
+  const images = options.images ?? settingsFrom(env).images;
   const started = Date.now();
-  const src = resolveHostSources(env);
+  const src = resolveHostSources(images);
   if (!src.ok) {
-    const active = activeImage(imagesDir(env));
+    const active = activeImage(images.dir);
     throw new Error(
       `${src.error}\nnothing changed: ${active ? `servers keep serving ${active}, and start with it` : "no image was built here before"}`,
     );
   }
   const hash = recipeHash(src.sources);
-  const root = imagesDir(env);
+  const root = images.dir;
   const final = join(root, `${ROOTFS_PREFIX}${hash}`);
-  const existing = findRootfs(env);
+  const existing = findRootfs(images);
   if (existing.ok && !options.force) {
     const again =
-      (await indexAppeared(existing.manifest, src.sources, env, log)) &&
+      (await indexAppeared(existing.manifest, src.sources, env, images.wheelCache, log)) &&
       imageHolders(root, existing.dir).length === 0;
     if (!again) {
       log(`image for recipe ${hash} is up to date: ${existing.dir}`);
@@ -110,7 +116,7 @@ export async function buildRootfs(options: BuildOptions = {}): Promise<BuildResu
     );
 
   try {
-    return await buildNew(root, final, hash, src.sources, started, env, log);
+    return await buildNew(root, final, hash, src.sources, started, { env, images }, log);
   } catch (e) {
     const active = activeImage(root);
     throw new Error(
@@ -126,7 +132,7 @@ async function buildNew(
   hash: string,
   sources: HostSources,
   started: number,
-  env: NodeJS.ProcessEnv,
+  { env, images }: { env: NodeJS.ProcessEnv; images: ImageSettings },
   log: (line: string) => void,
 ): Promise<BuildResult> {
   await mkdir(root, { recursive: true });
@@ -150,7 +156,7 @@ async function buildNew(
       return pinnedNodeBinary({
         label,
         pin: source,
-        cacheDir: nodeCacheDir(env),
+        cacheDir: nodeCacheDir(images.dir),
         workDir: join(nodeStage, label),
         log,
       });
@@ -162,7 +168,7 @@ async function buildNew(
       tmp,
       hash,
       sources,
-      { config, npmLock, npmStage, env, wheelCache: wheelCacheDir(env), node20, node24 },
+      { config, npmLock, npmStage, env, wheelCache: images.wheelCache, node20, node24 },
       log,
     );
     await writeFile(join(tmp, MANIFEST_FILE), `${JSON.stringify(manifest, null, 2)}\n`);
@@ -192,10 +198,11 @@ async function indexAppeared(
   manifest: Manifest,
   sources: HostSources,
   env: NodeJS.ProcessEnv,
+  wheelCache: string,
   log: (line: string) => void,
 ): Promise<boolean> {
   if (manifest.python312PackagesFrom !== "none" || python312Source(sources)) return false;
-  const wheels = await lockedWheels(defaultLockWheels(sources, env, wheelCacheDir(env), log));
+  const wheels = await lockedWheels(defaultLockWheels(sources, env, wheelCache, log));
   return wheels.kind !== "no-index";
 }
 

@@ -12,7 +12,6 @@ import {
   type ImageConfig,
 } from "./config.js";
 import { unpinnedRequirements } from "./pip-index.js";
-import { setting } from "../schema/settings/read.js";
 
 /** Problems with what the config names on disk (missing files, an unhashed requirements file). */
 export function configSourceProblems(config: ImageConfig): string[] {
@@ -87,11 +86,10 @@ export function loadImageConfig(path: string): ConfigResult {
   return parsed;
 }
 
-/** The config the environment names (SCRATCHRUN_IMAGE_CONFIG), none, or why it is unusable. */
-export function imageConfigFromEnv(
-  env: NodeJS.ProcessEnv,
+/** The config `path` names (SCRATCHRUN_IMAGE_CONFIG), none, or why it is unusable. */
+export function imageConfigAt(
+  path: string | undefined,
 ): { ok: true; config: ImageConfig | null } | { ok: false; error: string } {
-  const path = setting(IMAGE_CONFIG_ENV, env);
   if (!path) return { ok: true, config: null };
   return loadImageConfig(path);
 }

@@ -8,6 +8,5 @@ export {
   type LocatedRootfs,
 } from "./locate.js";
 export { parseManifest, type Manifest, type RuntimeInfo } from "./manifest.js";
-export { imagesDir } from "./paths.js";
 export { IMAGE_ENV, IN_IMAGE } from "../runtimes/in-image.js";
 export { runtimeArgv } from "../runtimes/table.js";

@@ -2,9 +2,10 @@ import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { takeLease, type Lease } from "./lease.js";
 import { parseManifest, type Manifest } from "./manifest.js";
-import { imagesDir, MANIFEST_FILE, ROOTFS_PREFIX } from "./paths.js";
+import { MANIFEST_FILE, ROOTFS_PREFIX } from "./paths.js";
 import { activeImage } from "./prune.js";
 import { baseRecipeHash, recipeHash, resolveHostSources } from "./recipe.js";
+import { settingsFrom, type ImageSettings } from "../schema/settings/values.js";
 
 export const BUILD_COMMAND = "node scripts/build-images.mjs";
 
@@ -35,12 +36,16 @@ function readImage(dir: string): FindResult {
   return { ok: true, dir, manifest: parsed.manifest };
 }
 
-/** Finds the built image of the current recipe, or says why there is none and how to build it. */
-export function findRootfs(env: NodeJS.ProcessEnv = process.env): FindResult {
-  const src = resolveHostSources(env);
+/**
+ * Finds the built image of the current recipe, or says why there is none and how to build it.
+ * `images` defaults to this process's settings only for scripts/build-images.mjs, whose bytes are
+ * part of the recipe (changing it to pass them would rebuild every host's image); code passes them.
+ */
+export function findRootfs(images: ImageSettings = settingsFrom(process.env).images): FindResult {
+  const src = resolveHostSources(images);
   if (!src.ok) return { ok: false, error: `cannot compute the image recipe: ${src.error}` };
   const hash = recipeHash(src.sources);
-  const dir = join(imagesDir(env), `${ROOTFS_PREFIX}${hash}`);
+  const dir = join(images.dir, `${ROOTFS_PREFIX}${hash}`);
   const found = readImage(dir);
   if (!found.ok)
     return {
@@ -56,8 +61,8 @@ export function findRootfs(env: NodeJS.ProcessEnv = process.env): FindResult {
 }
 
 /** The current image for the current recipe, or null when it has not been built. */
-export function locateRootfs(env: NodeJS.ProcessEnv = process.env): LocatedRootfs | null {
-  const r = findRootfs(env);
+export function locateRootfs(images: ImageSettings): LocatedRootfs | null {
+  const r = findRootfs(images);
   return r.ok ? { dir: r.dir, manifest: r.manifest } : null;
 }
 
@@ -73,13 +78,13 @@ export function imageBaseHash(manifest: Manifest): string {
  * base (same code, same host runtimes). A bad or unbuilt config never stops a server that has an
  * image; `stale` says what it serves instead and how to fix it.
  */
-export function selectRootfs(env: NodeJS.ProcessEnv = process.env): SelectResult {
-  const exact = findRootfs(env);
+export function selectRootfs(images: ImageSettings): SelectResult {
+  const exact = findRootfs(images);
   if (exact.ok) return { ...exact, stale: null };
-  const src = resolveHostSources(env);
+  const src = resolveHostSources(images);
   const base = src.ok ? src.sources : src.base;
   if (!base) return exact;
-  const active = activeImage(imagesDir(env));
+  const active = activeImage(images.dir);
   if (!active) return exact;
   const found = readImage(active);
   if (!found.ok || imageBaseHash(found.manifest) !== baseRecipeHash(base)) return exact;

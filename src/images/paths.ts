@@ -1,8 +1,6 @@
 import { existsSync } from "node:fs";
-import { homedir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { setting } from "../schema/settings/read.js";
 
 /** The package root (holds images/, scripts/, dist/); this file lives at dist/src/images/. */
 export const PACKAGE_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
@@ -28,35 +26,15 @@ export const RECIPE_DIR = join(PACKAGE_ROOT, "images", "rootfs");
 /** The command-line entry that builds the image (its content is part of the recipe). */
 export const BUILD_SCRIPT = join(PACKAGE_ROOT, "scripts", "build-images.mjs");
 
-/**
- * Where built images live: $SCRATCHRUN_IMAGES, else /var/cache/scratchrun/images for root (the
- * jails run as unprivileged uids that must traverse to the image, and root's home is 0700), else
- * $XDG_CACHE_HOME/scratchrun/images, else ~/.cache/scratchrun/images.
- */
-export function imagesDir(env: NodeJS.ProcessEnv = process.env): string {
-  const set = setting("SCRATCHRUN_IMAGES", env);
-  if (set) return resolve(set);
-  if (process.getuid?.() === 0) return "/var/cache/scratchrun/images";
-  const cache = env.XDG_CACHE_HOME ? resolve(env.XDG_CACHE_HOME) : join(homedir(), ".cache");
-  return join(cache, "scratchrun", "images");
-}
-
-/**
- * Where the host's pip keeps the Python lock's downloaded wheels between builds:
- * $SCRATCHRUN_WHEEL_CACHE, else `wheels` beside the images directory.
- */
-export function wheelCacheDir(env: NodeJS.ProcessEnv = process.env): string {
-  const set = setting("SCRATCHRUN_WHEEL_CACHE", env);
-  if (set) return resolve(set);
-  return join(dirname(imagesDir(env)), "wheels");
-}
+// Where built images and the build's caches live are settings (SCRATCHRUN_IMAGES,
+// SCRATCHRUN_WHEEL_CACHE): `images` of src/schema/settings/values.ts, parsed with the others.
 
 /**
  * Where the host's npm keeps the pinned Node.js tarballs between builds (images/rootfs/node20.json, node24.json):
  * `node` beside the images directory.
  */
-export function nodeCacheDir(env: NodeJS.ProcessEnv = process.env): string {
-  return join(dirname(imagesDir(env)), "node");
+export function nodeCacheDir(imagesDir: string): string {
+  return join(dirname(imagesDir), "node");
 }
 
 /** The lock of python3.12's stack, installed from the host pip's index at build time. */

@@ -1,5 +1,5 @@
 import { existsSync, readFileSync, realpathSync } from "node:fs";
-import { setting } from "../schema/settings/read.js";
+import type { ImageSettings } from "../schema/settings/values.js";
 
 /** A package index for python3.12's packages (a PyPI mirror) and the hash-pinned list to install. */
 export interface PipIndex {
@@ -40,12 +40,12 @@ export type PipIndexResult = { ok: true; index: PipIndex | null } | { ok: false;
  * SCRATCHRUN_PIP_INDEX_URL (an http(s) PEP 503 index) and SCRATCHRUN_PYTHON312_REQUIREMENTS (the
  * hash-pinned file; default `defaultRequirements`), or null when no index is configured.
  */
-export function pipIndexFromEnv(
-  env: NodeJS.ProcessEnv,
+export function pipIndexOf(
+  images: Pick<ImageSettings, "pipIndexUrl" | "python312Requirements">,
   defaultRequirements: string,
 ): PipIndexResult {
-  const url = setting("SCRATCHRUN_PIP_INDEX_URL", env);
-  const requirements = setting("SCRATCHRUN_PYTHON312_REQUIREMENTS", env);
+  const url = images.pipIndexUrl;
+  const requirements = images.python312Requirements;
   if (!url) {
     if (requirements)
       return {

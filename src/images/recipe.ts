@@ -4,12 +4,12 @@ import { existsSync, readFileSync, realpathSync, statSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import type { ImageConfig } from "./config.js";
-import { imageConfigFromEnv } from "./config-load.js";
+import { imageConfigAt } from "./config-load.js";
 import { configRecipe } from "./config-hash.js";
 import { BUILD_SCRIPT, PYTHON_LOCK_FILE, RECIPE_DIR } from "./paths.js";
 import { listWheels } from "./wheels.js";
-import { pipIndexFromEnv, type PipIndex } from "./pip-index.js";
-import { setting } from "../schema/settings/read.js";
+import { pipIndexOf, type PipIndex } from "./pip-index.js";
+import type { ImageSettings } from "../schema/settings/values.js";
 
 /** What the image is built from on this host, besides the Debian packages. */
 export interface HostSources {
@@ -44,13 +44,13 @@ export type SourcesResult =
 
 /** The CPython each copied Python runtime is taken from: pyenv's version, or the variable's prefix. */
 const COPIED_PYTHONS = {
-  "3.12": { pyenv: "3.12.1", variable: "SCRATCHRUN_PYTHON312" },
-  "3.13": { pyenv: "3.13.0", variable: "SCRATCHRUN_PYTHON313" },
+  "3.12": { pyenv: "3.12.1", variable: "SCRATCHRUN_PYTHON312", field: "python312" },
+  "3.13": { pyenv: "3.13.0", variable: "SCRATCHRUN_PYTHON313", field: "python313" },
 } as const;
 
-function candidatePrefixes(minor: keyof typeof COPIED_PYTHONS, env: NodeJS.ProcessEnv): string[] {
-  const { pyenv: version, variable } = COPIED_PYTHONS[minor];
-  const set = setting(variable, env);
+function candidatePrefixes(minor: keyof typeof COPIED_PYTHONS, images: ImageSettings): string[] {
+  const { pyenv: version, field } = COPIED_PYTHONS[minor];
+  const set = images[field];
   if (set) return [set];
   const out: string[] = [];
   // pyenv's prefix, never its shim (which runs whatever version the directory selects).
@@ -64,10 +64,10 @@ function candidatePrefixes(minor: keyof typeof COPIED_PYTHONS, env: NodeJS.Proce
 /** The host's CPython 3.<minor> to copy (prefix and version), or why there is none. */
 function findPython(
   minor: keyof typeof COPIED_PYTHONS,
-  env: NodeJS.ProcessEnv,
+  images: ImageSettings,
 ): { prefix: string; version: string } | { error: string } {
   const tried: string[] = [];
-  for (const prefix of candidatePrefixes(minor, env)) {
+  for (const prefix of candidatePrefixes(minor, images)) {
     tried.push(prefix);
     const bin = join(prefix, "bin", `python${minor}`);
     if (!existsSync(bin)) continue;
@@ -105,10 +105,10 @@ function readNodePin(file: string, major: 20 | 24): NodePin {
 function nodeSource(
   major: 20 | 24,
   file: string,
-  env: NodeJS.ProcessEnv,
+  images: ImageSettings,
 ): { ok: true; node: HostSources["node20"] } | { ok: false; error: string } {
   const variable = major === 20 ? "SCRATCHRUN_NODE20" : "SCRATCHRUN_NODE24";
-  const binary = setting(variable, env);
+  const binary = major === 20 ? images.node20 : images.node24;
   if (!binary) return { ok: true, node: readNodePin(file, major) };
   const out = existsSync(binary) ? versionOf(binary, ["--version"]) : null;
   if (!out || !new RegExp(`^v${major}\\.\\d+\\.\\d+$`).test(out))
@@ -125,26 +125,29 @@ function versionOf(binary: string, args: string[]): string | null {
   return `${r.stdout}${r.stderr}`.trim();
 }
 
-/** Finds the host's CPython 3.12 and 3.13 (env overrides first) and the Node.js pins, and reads their versions. */
-export function resolveHostSources(env: NodeJS.ProcessEnv = process.env): SourcesResult {
-  const python = findPython("3.12", env);
+/**
+ * Finds the host's CPython 3.12 and 3.13 (the settings' prefixes first) and the Node.js pins, and
+ * reads their versions.
+ */
+export function resolveHostSources(images: ImageSettings): SourcesResult {
+  const python = findPython("3.12", images);
   if ("error" in python) return { ok: false, error: python.error };
-  const python313 = findPython("3.13", env);
+  const python313 = findPython("3.13", images);
   if ("error" in python313) return { ok: false, error: python313.error };
 
-  const node20 = nodeSource(20, NODE20_PIN_FILE, env);
+  const node20 = nodeSource(20, NODE20_PIN_FILE, images);
   if (!node20.ok) return { ok: false, error: node20.error };
-  const node24 = nodeSource(24, NODE24_PIN_FILE, env);
+  const node24 = nodeSource(24, NODE24_PIN_FILE, images);
   if (!node24.ok) return { ok: false, error: node24.error };
 
   let wheelhouse: string | null = null;
-  const wheelDir = setting("SCRATCHRUN_WHEELHOUSE", env);
+  const wheelDir = images.wheelhouse;
   if (wheelDir) {
     if (!existsSync(wheelDir) || !statSync(wheelDir).isDirectory())
       return { ok: false, error: `SCRATCHRUN_WHEELHOUSE=${wheelDir} is not a directory` };
     wheelhouse = realpathSync(wheelDir);
   }
-  const index = pipIndexFromEnv(env, join(RECIPE_DIR, PYTHON_LOCK_FILE));
+  const index = pipIndexOf(images, join(RECIPE_DIR, PYTHON_LOCK_FILE));
   if (!index.ok) return { ok: false, error: index.error };
   const base: HostSources = {
     python312Prefix: python.prefix,
@@ -156,7 +159,7 @@ export function resolveHostSources(env: NodeJS.ProcessEnv = process.env): Source
     wheelhouse,
     pipIndex: index.index,
   };
-  const config = imageConfigFromEnv(env);
+  const config = imageConfigAt(images.config);
   if (!config.ok) return { ok: false, error: config.error, base };
   if (config.config?.python312 && (wheelhouse || index.index))
     return {

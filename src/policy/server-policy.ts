@@ -2,7 +2,7 @@ import { ScratchRunError } from "../errors.js";
 import { LIMITS, RAISE_CEILINGS } from "../schema/limits.js";
 import { DEFAULT_POLICY, rangeWithMax, type CallPolicy } from "../schema/policy.js";
 import type { Ceiling } from "./host.js";
-import { setting } from "../schema/settings/read.js";
+import type { ServerMaxima } from "../schema/settings/values.js";
 
 /**
  * The server-wide policy: the product's (DEFAULT_POLICY) with the maxima an operator raised (or
@@ -35,10 +35,10 @@ const bad = (what: string, message: string, fix: string) =>
   new ScratchRunError("NOT_READY", `${what}: ${message}`, { fix });
 
 /**
- * Reads and checks the server-wide maxima against the ceiling (the host's RAM where sandboxes
- * run): a value out of range refuses the start, naming the variable and the bound.
+ * Checks the server-wide maxima (parsed with the settings) against the ceiling (the host's RAM
+ * where sandboxes run): a value out of range refuses the start, naming the variable and the bound.
  */
-export function serverLimitsFromEnv(env: NodeJS.ProcessEnv, ceiling: Ceiling): ServerLimits {
+export function serverLimitsWithin(maxima: ServerMaxima, ceiling: Ceiling): ServerLimits {
   const read = (
     field: keyof typeof LIMIT_VARIABLES,
     min: number,
@@ -46,13 +46,10 @@ export function serverLimitsFromEnv(env: NodeJS.ProcessEnv, ceiling: Ceiling): S
     unit: string,
     why: string,
   ): number | undefined => {
-    const name = LIMIT_VARIABLES[field];
-    const raw = setting(name, env);
-    if (raw === undefined || raw === "") return undefined;
+    const n = maxima[field];
+    if (n === undefined) return undefined;
     const flag = field === "maxTimeoutMs" ? "--max-timeout-ms" : "--max-memory-mb";
-    const what = `${name} (${flag}) = ${JSON.stringify(raw)}`;
-    if (!/^\d+$/.test(raw)) throw bad(what, "not a whole number", `Give ${unit}, e.g. ${max}`);
-    const n = Number(raw);
+    const what = `${LIMIT_VARIABLES[field]} (${flag}) = ${JSON.stringify(String(n))}`;
     if (n < min || n > max)
       throw bad(what, `must be from ${min} to ${max} ${unit} (${why})`, `Give ${min} to ${max}`);
     return n;

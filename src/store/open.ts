@@ -1,6 +1,4 @@
-import { ScratchRunError } from "../errors.js";
 import { openDatabase, type Db } from "./db.js";
-import { scratchrunHome } from "./home.js";
 import { KeyStore } from "./keys.js";
 import { LeaseStore } from "./leases.js";
 import { migratePostgres, PostgresDriver } from "./postgres.js";
@@ -9,7 +7,6 @@ import { OAuthStore } from "./oauth.js";
 import { SessionStore } from "./sessions.js";
 import { UserStore } from "./users.js";
 import { SqliteDriver, type SqlDriver } from "./sql.js";
-import { setting } from "../schema/settings/read.js";
 
 /**
  * The records of keys, runs, sessions, quotas and replica leases behind one interface: SQLite in
@@ -45,23 +42,16 @@ export function storeOn(sql: SqlDriver, retryMs = RECORD_RETRY_MS): Store {
   };
 }
 
-/** SCRATCHRUN_DATABASE_URL when set (it must be a postgres:// URL), else null. */
-export function databaseUrl(env: NodeJS.ProcessEnv = process.env): string | null {
-  const url = setting("SCRATCHRUN_DATABASE_URL", env);
-  if (!url) return null;
-  if (!/^postgres(ql)?:\/\//.test(url))
-    throw new ScratchRunError("NOT_READY", "SCRATCHRUN_DATABASE_URL is not a postgres:// URL", {
-      fix: "Set it to postgres://user:password@host:5432/database, or unset it for SQLite",
-    });
-  return url;
-}
-
+/**
+ * The store `where` names: Postgres at its database URL, else SQLite in its state directory
+ * (`settingsFrom(env)` gives both, parsed).
+ */
 export async function openStore(
-  env: NodeJS.ProcessEnv = process.env,
+  where: { readonly databaseUrl: string | null; readonly home: string },
   options: { onError?: (e: Error) => void } = {},
 ): Promise<Store> {
-  const url = databaseUrl(env);
-  if (url === null) return storeOn(new SqliteDriver(openDatabase(scratchrunHome(env))));
+  const url = where.databaseUrl;
+  if (url === null) return storeOn(new SqliteDriver(openDatabase(where.home)));
   const sql = new PostgresDriver({ url, ...(options.onError ? { onError: options.onError } : {}) });
   try {
     await migratePostgres(sql);

@@ -1,7 +1,6 @@
 // Settings are read where a process is composed (src/compose/, src/cli/) and passed down typed
 // (issue 54). This walks every file of src/ and counts the calls of setting() / settingOn()
-// outside those folders and the settings module itself: a new one fails, and so does a file
-// that reads fewer than this list says, so the list only shrinks as readers move (to empty).
+// outside those folders and the settings module itself: there are none, and a new one fails.
 import assert from "node:assert/strict";
 import { readFileSync, readdirSync, statSync } from "node:fs";
 import { dirname, join, relative } from "node:path";
@@ -12,22 +11,6 @@ import ts from "typescript";
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "../../..");
 /** Where reading a setting belongs. */
 const READERS = ["src/compose/", "src/cli/", "src/schema/settings/"];
-
-/** Reads still made deeper down, by file: each to move into a typed object passed down. */
-const NOT_YET_MOVED: Record<string, number> = {
-  "src/backends/microvm/accel.ts": 1,
-  "src/backends/namespace/backend.ts": 1,
-  "src/cluster/discovery.ts": 1,
-  "src/cluster/protocol.ts": 2,
-  "src/images/config-load.ts": 1,
-  "src/images/paths.ts": 2,
-  "src/images/pip-index.ts": 2,
-  "src/images/recipe.ts": 3,
-  "src/images/vm/build.ts": 1,
-  "src/policy/server-policy.ts": 1,
-  "src/store/home.ts": 1,
-  "src/store/open.ts": 1,
-};
 
 function sourceFiles(dir: string): string[] {
   return readdirSync(dir).flatMap((name) => {
@@ -65,7 +48,7 @@ describe("settings are read where a process is composed, and passed down", () =>
     assert.equal(settingCalls("a.ts", "x.setting(1); settings(2);"), 0);
   });
 
-  test("no setting() or settingOn() outside src/compose/ and src/cli/ beyond the list", () => {
+  test("no setting() or settingOn() outside src/compose/ and src/cli/", () => {
     const found: Record<string, number> = {};
     for (const file of sourceFiles(join(ROOT, "src"))) {
       if (READERS.some((dir) => file.startsWith(dir))) continue;
@@ -74,8 +57,8 @@ describe("settings are read where a process is composed, and passed down", () =>
     }
     assert.deepEqual(
       found,
-      NOT_YET_MOVED,
-      "a setting read outside src/compose/ and src/cli/: parse it where the process is composed and pass the value down (or, where one moved, shorten NOT_YET_MOVED)",
+      {},
+      "a setting read outside src/compose/ and src/cli/: parse it in src/schema/settings/values.ts and pass the value down from where the process is composed",
     );
   });
 });

@@ -4,12 +4,8 @@ import fc from "fast-check";
 import { decideQuota } from "../../src/policy/quota.js";
 import { better, choose, type Candidate } from "../../src/cluster/choose.js";
 import { parseWorkersSpec } from "../../src/cluster/discovery.js";
-import {
-  tokenMatches,
-  workerEventSchema,
-  workerStatusSchema,
-  workerTokenFromEnv,
-} from "../../src/cluster/protocol.js";
+import { tokenMatches, workerEventSchema, workerStatusSchema } from "../../src/cluster/protocol.js";
+import { parseWorkerToken, settingsFrom } from "../../src/schema/settings/values.js";
 
 const candidate = fc.record({
   id: fc.string({ minLength: 1, maxLength: 6 }),
@@ -103,10 +99,11 @@ describe("worker discovery and the shared secret", () => {
     assert.equal(tokenMatches(secret, secret), true);
     for (const wrong of [null, "", secret.slice(0, -1), secret + "x", secret.toUpperCase()])
       assert.equal(tokenMatches(wrong, secret), false, String(wrong));
-    assert.throws(() => workerTokenFromEnv({}, () => ""), /SCRATCHRUN_WORKER_TOKEN/);
-    assert.throws(() => workerTokenFromEnv({ SCRATCHRUN_WORKER_TOKEN: "short" }, () => ""));
+    assert.throws(() => settingsFrom({}).workerToken, /SCRATCHRUN_WORKER_TOKEN/);
+    assert.throws(() => settingsFrom({ SCRATCHRUN_WORKER_TOKEN: "short" }).workerToken);
+    assert.equal(settingsFrom({ SCRATCHRUN_WORKER_TOKEN: ` ${secret}\n` }).workerToken, secret);
     assert.equal(
-      workerTokenFromEnv({ SCRATCHRUN_WORKER_TOKEN_FILE: "/x" }, () => `${secret}\n`),
+      parseWorkerToken("/x", "ignored-when-a-file-is-named", () => `${secret}\n`),
       secret,
     );
   });

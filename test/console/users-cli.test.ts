@@ -15,6 +15,7 @@ import { after, before, describe, test } from "node:test";
 import { runKeys } from "../../src/cli/keys.js";
 import { runUsers } from "../../src/cli/users.js";
 import { openStore, type Store } from "../../src/store/open.js";
+import { settingsFrom } from "../../src/schema/settings/values.js";
 
 describe("scratchrun users role, reset and remove", () => {
   let home: string;
@@ -24,7 +25,7 @@ describe("scratchrun users role, reset and remove", () => {
   before(async () => {
     home = mkdtempSync(join(tmpdir(), "sr-users-cli-"));
     env = { SCRATCHRUN_HOME: home };
-    store = await openStore(env);
+    store = await openStore(settingsFrom(env));
   });
 
   after(async () => {

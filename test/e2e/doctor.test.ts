@@ -8,6 +8,7 @@ import { TemplateStore } from "../../src/backends/microvm/template-store.js";
 import { findRootfs } from "../../src/images/locate.js";
 import { REPO_ROOT } from "../helpers/mcp-client.js";
 import { DOCKER, HOST_FIREWALL } from "../net/other-link.js";
+import { settingsFrom } from "../../src/schema/settings/values.js";
 
 const CLI = join(REPO_ROOT, "dist/src/bin/scratchrun.js");
 interface Ran {
@@ -67,7 +68,7 @@ describe("scratchrun doctor", { concurrency: true }, () => {
 
   test("python3.12's packages: what the image really holds, and the fix when it is the standard library only", async () => {
     const r = await doctorHere();
-    const image = findRootfs();
+    const image = findRootfs(settingsFrom(process.env).images);
     assert.ok(image.ok);
     if (image.manifest.python312PackagesFrom === "none") {
       assert.match(
@@ -82,7 +83,7 @@ describe("scratchrun doctor", { concurrency: true }, () => {
 
   test("python3.13's packages: the lock's stack when the host's pip reached an index, else the standard library only", async () => {
     const r = await doctorHere();
-    const image = findRootfs();
+    const image = findRootfs(settingsFrom(process.env).images);
     assert.ok(image.ok);
     if (image.manifest.python313PackagesFrom === "none")
       assert.match(

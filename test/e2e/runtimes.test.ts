@@ -11,9 +11,10 @@ import { findRootfs } from "../../src/images/locate.js";
 import { PYTHON_LOCK_FILE, RECIPE_DIR } from "../../src/images/paths.js";
 import { normaliseName, parseLock } from "../../src/images/python-lock.js";
 import type { NodePin } from "../../src/images/recipe.js";
+import { settingsFrom } from "../../src/schema/settings/values.js";
 
 /** The served image's manifest, and the lock and the Node.js pin it was built from. */
-const image = findRootfs();
+const image = findRootfs(settingsFrom(process.env).images);
 const lock = parseLock(readFileSync(join(RECIPE_DIR, PYTHON_LOCK_FILE), "utf8"));
 const node24Pin = JSON.parse(readFileSync(join(RECIPE_DIR, "node24.json"), "utf8")) as NodePin;
 

@@ -14,9 +14,13 @@ import { locateRootfs } from "../../src/images/locate.js";
 import { skipOutsideCi } from "../helpers/ci.js";
 import { REPO_ROOT } from "../helpers/mcp-client.js";
 import { canRunMicrovm } from "../microvm/fixture.js";
+import { settingsFrom } from "../../src/schema/settings/values.js";
 
 const CLI = join(REPO_ROOT, "dist/src/bin/scratchrun.js");
-const skip = skipOutsideCi(canRunMicrovm() ?? (locateRootfs() ? null : "no runtime image built"));
+const skip = skipOutsideCi(
+  canRunMicrovm() ??
+    (locateRootfs(settingsFrom(process.env).images) ? null : "no runtime image built"),
+);
 
 const templates = (env: Record<string, string>, ...args: string[]) =>
   spawnSync(process.execPath, [CLI, "templates", ...args], {

@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { ensureRootDisk } from "../../src/images/vm/build.js";
 import { buildRootfs } from "../../src/images/build.js";
 import type { Manifest } from "../../src/images/manifest.js";
-import { imagesDir } from "../../src/images/paths.js";
+import { settingsFrom } from "../../src/schema/settings/values.js";
 import { setting } from "../../src/schema/settings/read.js";
 import { writeWheel } from "../images/wheel-fixture.js";
 
@@ -15,7 +15,8 @@ import { writeWheel } from "../images/wheel-fixture.js";
  * every time, so its hash only changes when the code or the recipe does.
  */
 export const CUSTOM_IMAGES_DIR =
-  setting("SCRATCHRUN_TEST_CUSTOM_IMAGES", process.env) ?? `${imagesDir()}-custom`;
+  setting("SCRATCHRUN_TEST_CUSTOM_IMAGES", process.env) ??
+  `${settingsFrom(process.env).images.dir}-custom`;
 export const FIXTURE_DIR = `${CUSTOM_IMAGES_DIR}-fixture`;
 export const CUSTOM_CONFIG = join(FIXTURE_DIR, "image.json");
 
@@ -85,10 +86,11 @@ export function customImage(): Promise<CustomImage> {
     const config = writeCustomFixture();
     const env = { SCRATCHRUN_IMAGES: CUSTOM_IMAGES_DIR, SCRATCHRUN_IMAGE_CONFIG: config };
     const result = await buildRootfs({
+      images: settingsFrom({ ...process.env, ...env }).images,
       env: { ...process.env, ...env },
       onProgress: (line) => process.stderr.write(`[custom image] ${line}\n`),
     });
-    ensureRootDisk(result.dir);
+    ensureRootDisk(result.dir, settingsFrom(process.env).images.vmCache);
     return { dir: result.dir, manifest: result.manifest, env };
   })();
   return built;

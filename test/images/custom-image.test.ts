@@ -27,6 +27,7 @@ import {
   type CustomImage,
 } from "../helpers/custom-image.js";
 import { REPO_ROOT, startServer, textOf } from "../helpers/mcp-client.js";
+import { settingsFrom } from "../../src/schema/settings/values.js";
 
 // The shared test image (test/helpers/custom-image.ts: one Debian package, one python3.11 Debian
 // package, one npm package, a fixture wheel and a directory of data files), checked inside the
@@ -86,7 +87,9 @@ describe("the test image holds what its config asked for", () => {
   });
 
   test("its base is the default image's: same code, same host runtimes, only the config differs", () => {
-    const src = resolveHostSources({ ...process.env, SCRATCHRUN_IMAGE_CONFIG: "" });
+    const src = resolveHostSources(
+      settingsFrom({ ...process.env, SCRATCHRUN_IMAGE_CONFIG: "" }).images,
+    );
     assert.ok(src.ok);
     assert.equal(image.manifest.baseRecipeHash, recipeHash(src.sources));
     assert.notEqual(image.manifest.recipeHash, image.manifest.baseRecipeHash);
@@ -219,7 +222,7 @@ describe("invalid configs: a clear error, and nothing changes", () => {
         "no image added, none removed",
       );
       assert.equal(activeImage(CUSTOM_IMAGES_DIR), image.dir);
-      assert.ok(findRootfs(image.env).ok, "the good config's image is intact");
+      assert.ok(findRootfs(settingsFrom(image.env).images).ok, "the good config's image is intact");
     });
 });
 

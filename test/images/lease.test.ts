@@ -19,6 +19,7 @@ import { LEASE_DIR, liveLeases, processStartTime, takeLease } from "../../src/im
 import { leaseRootfs, selectRootfs } from "../../src/images/locate.js";
 import { activeImage, pruneImages, setActiveImage } from "../../src/images/prune.js";
 import { baseRecipeHash, recipeHash, resolveHostSources } from "../../src/images/recipe.js";
+import { settingsFrom } from "../../src/schema/settings/values.js";
 
 // Which images a build may remove, and which image a server serves: a live server's image is
 // never removed (it leases it), a dead server's lease counts for nothing, and a server whose image
@@ -161,7 +162,9 @@ describe("image leases and pruning", () => {
 });
 
 describe("which image a server serves", () => {
-  const src = resolveHostSources({ ...process.env, SCRATCHRUN_IMAGE_CONFIG: "" });
+  const src = resolveHostSources(
+    settingsFrom({ ...process.env, SCRATCHRUN_IMAGE_CONFIG: "" }).images,
+  );
   assert.ok(src.ok, "this host has CPython 3.12 and node 20");
   const base = baseRecipeHash(src.sources);
 
@@ -173,7 +176,7 @@ describe("which image a server serves", () => {
     const config = join(configDir, "image.json");
     writeFileSync(config, JSON.stringify({ debian: ["jq"] }));
     const env = { ...process.env, SCRATCHRUN_IMAGES: root, SCRATCHRUN_IMAGE_CONFIG: config };
-    const withConfig = resolveHostSources(env);
+    const withConfig = resolveHostSources(settingsFrom(env).images);
     assert.ok(withConfig.ok);
     const manifest = (hash: string, baseHash = base) => ({
       format: 1,
@@ -202,7 +205,7 @@ describe("which image a server serves", () => {
     const exact = fakeImage(s.root, `rootfs-${s.hash}`, s.manifest(s.hash));
     const older = fakeImage(s.root, "rootfs-00000000000000ab", s.manifest("00000000000000ab"));
     setActiveImage(s.root, older);
-    const r = selectRootfs(s.env);
+    const r = selectRootfs(settingsFrom(s.env).images);
     assert.ok(r.ok && r.dir === exact && r.stale === null);
   });
 
@@ -210,7 +213,7 @@ describe("which image a server serves", () => {
     const s = setup("changed");
     const older = fakeImage(s.root, "rootfs-00000000000000ab", s.manifest("00000000000000ab"));
     setActiveImage(s.root, older);
-    const r = selectRootfs(s.env);
+    const r = selectRootfs(settingsFrom(s.env).images);
     assert.ok(r.ok && r.dir === older, JSON.stringify(r));
     assert.match(
       r.stale ?? "",
@@ -223,7 +226,7 @@ describe("which image a server serves", () => {
     const older = fakeImage(s.root, "rootfs-00000000000000ab", s.manifest("00000000000000ab"));
     setActiveImage(s.root, older);
     writeFileSync(s.config, JSON.stringify({ debain: ["jq"] }));
-    const r = selectRootfs(s.env);
+    const r = selectRootfs(settingsFrom(s.env).images);
     assert.ok(r.ok && r.dir === older);
     assert.match(r.stale ?? "", /cannot be used \(image config .*unknown key "debain"/);
   });
@@ -236,11 +239,11 @@ describe("which image a server serves", () => {
       s.manifest("00000000000000ac", "ffffffffffffffff"),
     );
     setActiveImage(s.root, foreign);
-    const r = selectRootfs(s.env);
+    const r = selectRootfs(settingsFrom(s.env).images);
     assert.ok(!r.ok && /no runtime image for recipe/.test(r.error));
     rmSync(foreign, { recursive: true });
     assert.equal(activeImage(s.root), null);
-    assert.equal(selectRootfs(s.env).ok, false);
+    assert.equal(selectRootfs(settingsFrom(s.env).images).ok, false);
   });
 
   test("a forced rebuild of an image a live server uses is refused before anything starts", async () => {
@@ -248,7 +251,12 @@ describe("which image a server serves", () => {
     const exact = fakeImage(s.root, `rootfs-${s.hash}`, s.manifest(s.hash));
     const holder = await otherServer(s.root, [exact]);
     await assert.rejects(
-      buildRootfs({ env: s.env, force: true, onProgress: () => {} }),
+      buildRootfs({
+        images: settingsFrom(s.env).images,
+        env: s.env,
+        force: true,
+        onProgress: () => {},
+      }),
       new RegExp(`in use by a running server \\(pid ${holder.pid}\\)`),
     );
     assert.ok(existsSync(join(exact, "manifest.json")));

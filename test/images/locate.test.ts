@@ -18,12 +18,13 @@ import { after, describe, test } from "node:test";
 import { copyTree } from "../../src/images/copy-tree.js";
 import { BUILD_COMMAND, findRootfs, locateRootfs } from "../../src/images/locate.js";
 import { recipeHash, resolveHostSources } from "../../src/images/recipe.js";
+import { settingsFrom } from "../../src/schema/settings/values.js";
 
 const tmp = mkdtempSync(join(tmpdir(), "scratchrun-locate-"));
 after(() => rmSync(tmp, { recursive: true, force: true }));
 
 describe("locating the image of the current recipe", () => {
-  const sources = resolveHostSources();
+  const sources = resolveHostSources(settingsFrom(process.env).images);
   if (!sources.ok) throw new Error(sources.error);
   const hash = recipeHash(sources.sources);
   const manifest = (recipe: string) =>
@@ -53,10 +54,10 @@ describe("locating the image of the current recipe", () => {
 
   test("nothing built: the error names the build command", () => {
     const { env } = imagesAt("empty");
-    const r = findRootfs(env);
+    const r = findRootfs(settingsFrom(env).images);
     assert.equal(r.ok, false);
     assert.ok(!r.ok && r.error.includes(BUILD_COMMAND));
-    assert.equal(locateRootfs(env), null);
+    assert.equal(locateRootfs(settingsFrom(env).images), null);
   });
 
   test("a half-built image (no manifest, or still under its temp name) is not found", () => {
@@ -64,21 +65,21 @@ describe("locating the image of the current recipe", () => {
     mkdirSync(join(dir, `rootfs-${hash}`));
     mkdirSync(join(dir, `.building-${hash}-1`));
     writeFileSync(join(dir, `.building-${hash}-1`, "manifest.json"), manifest(hash));
-    assert.equal(locateRootfs(env), null);
+    assert.equal(locateRootfs(settingsFrom(env).images), null);
   });
 
   test("a damaged manifest is not trusted", () => {
     const { env, dir } = imagesAt("damaged");
     mkdirSync(join(dir, `rootfs-${hash}`));
     writeFileSync(join(dir, `rootfs-${hash}`, "manifest.json"), manifest(hash).slice(0, 40));
-    assert.equal(locateRootfs(env), null);
+    assert.equal(locateRootfs(settingsFrom(env).images), null);
   });
 
   test("a manifest for another recipe is not trusted", () => {
     const { env, dir } = imagesAt("foreign");
     mkdirSync(join(dir, `rootfs-${hash}`));
     writeFileSync(join(dir, `rootfs-${hash}`, "manifest.json"), manifest("ffffffffffffffff"));
-    assert.equal(locateRootfs(env), null);
+    assert.equal(locateRootfs(settingsFrom(env).images), null);
   });
 
   test("an image of an older recipe is not the current one", () => {
@@ -88,14 +89,14 @@ describe("locating the image of the current recipe", () => {
       join(dir, "rootfs-0000000000000000", "manifest.json"),
       manifest("0000000000000000"),
     );
-    assert.equal(locateRootfs(env), null);
+    assert.equal(locateRootfs(settingsFrom(env).images), null);
   });
 
   test("the complete image of this recipe is found", () => {
     const { env, dir } = imagesAt("complete");
     mkdirSync(join(dir, `rootfs-${hash}`));
     writeFileSync(join(dir, `rootfs-${hash}`, "manifest.json"), manifest(hash));
-    const found = locateRootfs(env);
+    const found = locateRootfs(settingsFrom(env).images);
     assert.equal(found?.dir, join(dir, `rootfs-${hash}`));
     assert.equal(found?.manifest.recipeHash, hash);
   });

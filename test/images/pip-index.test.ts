@@ -6,13 +6,18 @@ import { after, before, describe, test } from "node:test";
 import { copyTree } from "../../src/images/copy-tree.js";
 import type { LocatedRootfs } from "../../src/images/locate.js";
 import { IN_IMAGE } from "../../src/runtimes/in-image.js";
-import { pipIndexFromEnv, unpinnedRequirements } from "../../src/images/pip-index.js";
+import { pipIndexOf, unpinnedRequirements } from "../../src/images/pip-index.js";
 import { recipeHash, resolveHostSources } from "../../src/images/recipe.js";
 import { checkInRootfs, type Bind } from "../../src/images/rootfs-exec.js";
 import { installedPackages, installFromIndex } from "../../src/images/wheelhouse.js";
 import { requireImage } from "./built-image.js";
 import { serveIndex, sha256File, type LocalIndex } from "./pep503-index.js";
 import { writeWheel } from "./wheel-fixture.js";
+import { settingsFrom } from "../../src/schema/settings/values.js";
+
+/** The index SCRATCHRUN_PIP_INDEX_URL and SCRATCHRUN_PYTHON312_REQUIREMENTS of `env` name. */
+const pipIndexFrom = (env: Record<string, string>, defaultRequirements: string) =>
+  pipIndexOf(settingsFrom(env).images, defaultRequirements);
 
 // python3.12's packages from a package index (a PyPI mirror) with hash-pinned requirements: the
 // build's own install function against a PEP 503 index this test serves on 127.0.0.1 from
@@ -42,8 +47,8 @@ describe("hash-pinned requirements (pure)", () => {
     writeFileSync(reqs, `six==1.16.0 --hash=sha256:${H}\n`);
     const unhashed = join(tmp, "unhashed.txt");
     writeFileSync(unhashed, "six==1.16.0\n");
-    assert.deepEqual(pipIndexFromEnv({}, unhashed), { ok: true, index: null });
-    const got = pipIndexFromEnv(
+    assert.deepEqual(pipIndexFrom({}, unhashed), { ok: true, index: null });
+    const got = pipIndexFrom(
       {
         SCRATCHRUN_PIP_INDEX_URL: "https://m.example/simple",
         SCRATCHRUN_PYTHON312_REQUIREMENTS: reqs,
@@ -52,16 +57,16 @@ describe("hash-pinned requirements (pure)", () => {
     );
     assert.ok(got.ok && got.index?.url === "https://m.example/simple");
     const errors = [
-      pipIndexFromEnv({ SCRATCHRUN_PIP_INDEX_URL: "ftp://m.example/" }, reqs),
-      pipIndexFromEnv({ SCRATCHRUN_PIP_INDEX_URL: "https://m.example/simple" }, unhashed),
-      pipIndexFromEnv(
+      pipIndexFrom({ SCRATCHRUN_PIP_INDEX_URL: "ftp://m.example/" }, reqs),
+      pipIndexFrom({ SCRATCHRUN_PIP_INDEX_URL: "https://m.example/simple" }, unhashed),
+      pipIndexFrom(
         {
           SCRATCHRUN_PIP_INDEX_URL: "https://m.example/simple",
           SCRATCHRUN_PYTHON312_REQUIREMENTS: join(tmp, "none"),
         },
         reqs,
       ),
-      pipIndexFromEnv({ SCRATCHRUN_PYTHON312_REQUIREMENTS: reqs }, reqs),
+      pipIndexFrom({ SCRATCHRUN_PYTHON312_REQUIREMENTS: reqs }, reqs),
     ];
     for (const e of errors) assert.equal(e.ok, false);
     const unhashedError = errors[1]!;
@@ -73,7 +78,7 @@ describe("hash-pinned requirements (pure)", () => {
   });
 
   test("the shipped lock is hash-pinned: a private index installs it as it is", () => {
-    const r = pipIndexFromEnv(
+    const r = pipIndexFrom(
       { SCRATCHRUN_PIP_INDEX_URL: "https://m.example/simple" },
       join(process.cwd(), "images/rootfs/python-requirements.lock"),
     );
@@ -83,14 +88,18 @@ describe("hash-pinned requirements (pure)", () => {
   test("the index and its requirements are part of the image's recipe, only when set", () => {
     const reqs = join(tmp, "recipe-reqs.txt");
     writeFileSync(reqs, `six==1.16.0 --hash=sha256:${H}\n`);
-    const plain = resolveHostSources({ ...process.env, SCRATCHRUN_PIP_INDEX_URL: "" });
+    const plain = resolveHostSources(
+      settingsFrom({ ...process.env, SCRATCHRUN_PIP_INDEX_URL: "" }).images,
+    );
     assert.ok(plain.ok);
     assert.equal(plain.sources.pipIndex, null);
-    const withIndex = resolveHostSources({
-      ...process.env,
-      SCRATCHRUN_PIP_INDEX_URL: "https://m.example/simple",
-      SCRATCHRUN_PYTHON312_REQUIREMENTS: reqs,
-    });
+    const withIndex = resolveHostSources(
+      settingsFrom({
+        ...process.env,
+        SCRATCHRUN_PIP_INDEX_URL: "https://m.example/simple",
+        SCRATCHRUN_PYTHON312_REQUIREMENTS: reqs,
+      }).images,
+    );
     assert.ok(withIndex.ok);
     const a = recipeHash(withIndex.sources);
     assert.notEqual(a, recipeHash(plain.sources));
@@ -139,7 +148,7 @@ describe("install from a local PEP 503 index into python3.12", () => {
     const dir = join(tmp, name);
     mkdirSync(dir);
     writeFileSync(join(dir, "requirements.txt"), text);
-    const r = pipIndexFromEnv(
+    const r = pipIndexFrom(
       {
         SCRATCHRUN_PIP_INDEX_URL: index.url,
         SCRATCHRUN_PYTHON312_REQUIREMENTS: join(dir, "requirements.txt"),

@@ -6,7 +6,7 @@ import { after, describe, test } from "node:test";
 import { MIRRORS, mmdebstrapArgs, parsePackageList } from "../../src/images/debootstrap.js";
 import { runtimeArgv } from "../../src/runtimes/table.js";
 import { parseManifest } from "../../src/images/manifest.js";
-import { imagesDir } from "../../src/images/paths.js";
+import { settingsFrom } from "../../src/schema/settings/values.js";
 import { recipeHash, type HostSources } from "../../src/images/recipe.js";
 import { bwrapArgs } from "../../src/images/rootfs-exec.js";
 import { python312Excluded, rewriteShebang } from "../../src/images/runtimes.js";
@@ -136,14 +136,20 @@ describe("recipe hash", () => {
 
 describe("images directory", () => {
   test("SCRATCHRUN_IMAGES wins", () => {
-    assert.equal(imagesDir({ SCRATCHRUN_IMAGES: "/a/b", XDG_CACHE_HOME: "/c" }), "/a/b");
+    assert.equal(
+      settingsFrom({ SCRATCHRUN_IMAGES: "/a/b", XDG_CACHE_HOME: "/c" }).images.dir,
+      "/a/b",
+    );
   });
   test("root uses /var/cache (sandbox uids must traverse to it); others their cache dir", () => {
     if (process.getuid?.() === 0) {
-      assert.equal(imagesDir({ XDG_CACHE_HOME: "/c" }), "/var/cache/scratchrun/images");
+      assert.equal(
+        settingsFrom({ XDG_CACHE_HOME: "/c" }).images.dir,
+        "/var/cache/scratchrun/images",
+      );
     } else {
-      assert.equal(imagesDir({ XDG_CACHE_HOME: "/c" }), "/c/scratchrun/images");
-      assert.match(imagesDir({}), /\/\.cache\/scratchrun\/images$/);
+      assert.equal(settingsFrom({ XDG_CACHE_HOME: "/c" }).images.dir, "/c/scratchrun/images");
+      assert.match(settingsFrom({}).images.dir, /\/\.cache\/scratchrun\/images$/);
     }
   });
 });

@@ -15,6 +15,7 @@ import {
 } from "../../src/images/wheel-cache.js";
 import { serveIndex, sha256File, type LocalIndex } from "./pep503-index.js";
 import { writeWheel } from "./wheel-fixture.js";
+import { settingsFrom } from "../../src/schema/settings/values.js";
 
 // The host's pip fetching a lock's wheels into the build's cache, against a PEP 503 index this
 // test serves on 127.0.0.1. pip runs with its config files off (PIP_CONFIG_FILE=/dev/null) and the
@@ -24,7 +25,7 @@ const target = LOCK_TARGETS.find((t) => t.python === "3.12")!;
 const H = "0".repeat(64);
 
 function pipWith(indexUrl: string): HostPip {
-  const sources = resolveHostSources(process.env);
+  const sources = resolveHostSources(settingsFrom(process.env).images);
   assert.ok(sources.ok, sources.ok ? "" : sources.error);
   const env = Object.fromEntries(
     Object.entries(process.env).filter(([k]) => !k.startsWith("PIP_")),

@@ -12,6 +12,7 @@ import { flavourFor } from "../../src/engine/preimport-route.js";
 import { CPU_WEIGHT } from "../../src/jail/cgroup.js";
 import { cpuWeightOfPid, sandboxCgroupWeights } from "../helpers/cpu-weight.js";
 import { assertNoLeaks, SANDBOX_UID_MAX, SANDBOX_UID_MIN, snapshot } from "../helpers/leaks.js";
+import { settingsFrom } from "../../src/schema/settings/values.js";
 
 /** The pool key of bash jails without a network, plain. */
 const NONE_BASH = { network: "none", runtime: "bash", flavour: "plain" } as const;
@@ -26,7 +27,7 @@ const NONE_BASH = { network: "none", runtime: "bash", flavour: "plain" } as cons
  * included.
  */
 
-const image = findRootfs();
+const image = findRootfs(settingsFrom(process.env).images);
 const preimport = image.ok ? preimportsOf(image.manifest) : {};
 
 function job(
@@ -102,7 +103,7 @@ describe("namespace backend: warm pool and teardown", () => {
   const run = (j: SandboxJob) => backend.run(j, { signal: new AbortController().signal });
 
   before(async () => {
-    const rootfs = findRootfs();
+    const rootfs = findRootfs(settingsFrom(process.env).images);
     if (!rootfs.ok) throw new Error(rootfs.error);
     backend = new NamespaceBackend({
       rootfsDir: rootfs.dir,

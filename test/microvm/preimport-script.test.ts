@@ -7,6 +7,7 @@ import { after, describe, test } from "node:test";
 import { resolveHostSources } from "../../src/images/recipe.js";
 import { EXIT_ENDINGS, EXIT_HELPER, exitScript } from "../helpers/exit-script.js";
 import { REPO_ROOT } from "../helpers/mcp-client.js";
+import { settingsFrom } from "../../src/schema/settings/values.js";
 
 /**
  * guest/prestart.py's pre-import (decision 0011) on the host's python3.12, with fixture modules
@@ -17,7 +18,7 @@ import { REPO_ROOT } from "../helpers/mcp-client.js";
  * module; what the imports seeded or cached is fresh at the hand-over; warm-ups leave nothing.
  */
 const SCRIPT = join(REPO_ROOT, "guest", "prestart.py");
-const src = resolveHostSources();
+const src = resolveHostSources(settingsFrom(process.env).images);
 const PY = src.ok ? `${src.sources.python312Prefix}/bin/python3.12` : "/usr/bin/python3";
 
 const tmp = mkdtempSync(join(tmpdir(), "scratchrun-preimport-script-"));

@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import { resolveHostSources } from "../../src/images/recipe.js";
 import { REPO_ROOT } from "../helpers/mcp-client.js";
+import { settingsFrom } from "../../src/schema/settings/values.js";
 
 /**
  * guest/prestart.py against the interpreter running the same file directly, on the host's
@@ -94,7 +95,7 @@ const expectations: Record<string, (r: Run, file: string) => void> = {
 };
 
 const hostPythons = (): [string, string][] => {
-  const src = resolveHostSources();
+  const src = resolveHostSources(settingsFrom(process.env).images);
   const out: [string, string][] = [["python3.11", "/usr/bin/python3.11"]];
   if (src.ok) out.unshift(["python3.12", join(src.sources.python312Prefix, "bin", "python3.12")]);
   return out;
@@ -149,7 +150,7 @@ describe("guest/prestart.js behaves as running the file", () => {
     join(dir, "scratchrun-reseed.node"),
   );
   after(() => rmSync(dir, { recursive: true, force: true }));
-  const src = resolveHostSources();
+  const src = resolveHostSources(settingsFrom(process.env).images);
   const node = src.ok && "path" in src.sources.node20 ? src.sources.node20.path : process.execPath;
   const env = { ...ENV, GREETING: "hi", TZ: "Asia/Tokyo" };
 

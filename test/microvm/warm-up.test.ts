@@ -8,8 +8,9 @@ import { runtimeArgv } from "../../src/runtimes/table.js";
 import type { RuntimeName } from "../../src/schema/exec.js";
 import { parseExecRequest } from "../../src/schema/validate.js";
 import { assertNoLeftovers, canRunMicrovm, hostLeftovers, text } from "./fixture.js";
+import { settingsFrom } from "../../src/schema/settings/values.js";
 
-const root = locateRootfs();
+const root = locateRootfs(settingsFrom(process.env).images);
 const BURST_WINDOW_MS = 3000;
 /** Until a burst's extra clones are dropped, and the pool is back at its sizes. */
 const burstOver = () => new Promise((r) => setTimeout(r, BURST_WINDOW_MS + 500));

@@ -22,7 +22,7 @@ import {
 import { ceilingPolicyOf, resolveCallerPolicy } from "../../src/policy/resolve.js";
 import { parseAllowlist } from "../../src/net/allowlist.js";
 import {
-  serverLimitsFromEnv,
+  serverLimitsWithin,
   serverPolicy,
   withServerLimits,
 } from "../../src/policy/server-policy.js";
@@ -36,6 +36,7 @@ import {
 import { LIMITS, RAISE_CEILINGS } from "../../src/schema/limits.js";
 import { DEFAULT_POLICY, policyViolations, type CallPolicy } from "../../src/schema/policy.js";
 import { parseExecRequest } from "../../src/schema/validate.js";
+import { settingsFrom } from "../../src/schema/settings/values.js";
 
 /**
  * The schema built from a policy (POL-SCHEMA), a key's policy and how it resolves against the
@@ -337,7 +338,8 @@ describe("a key's policy over the server's, capped by the ceiling (POL-KEY, POL-
 });
 
 describe("server-wide maxima (POL-RAISE)", () => {
-  const read = (env: Record<string, string>) => serverLimitsFromEnv(env, HOST);
+  const read = (env: Record<string, string>) =>
+    serverLimitsWithin(settingsFrom(env).serverMaxima, HOST);
 
   it("raised within the ceiling; defaults stay the product's", () => {
     assert.deepEqual(read({}), {});

@@ -22,9 +22,6 @@ import { serverPolicy } from "../../src/policy/server-policy.js";
 import { uplinkConfig } from "../../src/net/uplink.js";
 import { DEFAULT_LEASE_TTL_MS } from "../../src/cluster/api-role.js";
 import { DEFAULT_POLL_MS } from "../../src/cluster/workers.js";
-import { scratchrunHome } from "../../src/store/home.js";
-import { imagesDir } from "../../src/images/paths.js";
-import { defaultCacheRoot } from "../../src/images/vm/build.js";
 import { isolationChoice, poolSizes } from "../../src/compose/engine-factory.js";
 import { RUNTIMES } from "../../src/runtimes/names.js";
 import { PYTHON_RUNTIMES } from "../helpers/pythons.js";
@@ -138,9 +135,10 @@ describe("the defaults the README quotes are the code's", () => {
     const getuid = process.getuid;
     process.getuid = () => 0;
     try {
-      assert.equal(shown("SCRATCHRUN_HOME"), scratchrunHome({}));
-      assert.equal(shown("SCRATCHRUN_IMAGES"), imagesDir({}));
-      assert.equal(shown("SCRATCHRUN_VM_CACHE"), defaultCacheRoot({}));
+      const root = settingsFrom({});
+      assert.equal(shown("SCRATCHRUN_HOME"), root.home);
+      assert.equal(shown("SCRATCHRUN_IMAGES"), root.images.dir);
+      assert.equal(shown("SCRATCHRUN_VM_CACHE"), root.images.vmCache);
     } finally {
       process.getuid = getuid;
     }

@@ -5,7 +5,6 @@
 import { spawn } from "node:child_process";
 import { closeSync, openSync, readFileSync } from "node:fs";
 import type { Isolation } from "../types.js";
-import { setting } from "../../schema/settings/read.js";
 
 export type Accel = "kvm" | "tcg";
 
@@ -71,16 +70,15 @@ export function probeKvm(kernel: string, initramfs: string, timeoutMs = 4000): P
 }
 
 /**
- * Chooses the accelerator: `SCRATCHRUN_ACCEL=tcg|kvm` forces one (kvm then fails loudly at
+ * Chooses the accelerator: `forced` (SCRATCHRUN_ACCEL=tcg|kvm) wins (kvm then fails loudly at
  * boot if it does not work); otherwise KVM if the device opens and the probe boots.
  */
 export async function detectAccel(
   kernel: string,
   initramfs: string,
-  env: NodeJS.ProcessEnv = process.env,
+  forced: Accel | null = null,
 ): Promise<Accel> {
-  const forced = setting("SCRATCHRUN_ACCEL", env);
-  if (forced === "tcg" || forced === "kvm") return forced;
+  if (forced) return forced;
   if (!kvmDeviceUsable()) return "tcg";
   const key = `${kernel}\0${initramfs}`;
   let probe = probes.get(key);

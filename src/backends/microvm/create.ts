@@ -25,6 +25,7 @@ import type { VmNetworkProvider } from "./guest-net.js";
 import type { PoolOptions } from "./pool-config.js";
 import type { TemplateStore } from "./template-store.js";
 import type { HostContext } from "./vm-types.js";
+import { DEFAULT_SETTINGS } from "../../schema/settings/values.js";
 
 export type { MicrovmBackend, PoolOptions };
 
@@ -35,11 +36,13 @@ const VM_UID_COUNT = 1024;
 export interface MicrovmBackendOptions {
   /** Runtime rootfs directory (src/images); its erofs image is built next to it on first use. */
   rootfsDir: string;
-  /** Prebuilt erofs root disk; default: ensureRootDisk(rootfsDir). */
+  /** Prebuilt erofs root disk; default: ensureRootDisk(rootfsDir) in `vmCache`. */
   disk?: string;
-  /** Kernel + initramfs; default: built (or found in the cache) by buildVmArtifacts(). */
+  /** Kernel + initramfs; default: built (or found in `vmCache`) by buildVmArtifacts(). */
   artifacts?: VmArtifacts;
-  /** Default: detected (SCRATCHRUN_ACCEL overrides). */
+  /** Where the defaults above are built (SCRATCHRUN_VM_CACHE); default: the settings' default. */
+  vmCache?: string;
+  /** Default: detected (the settings' `accel`, SCRATCHRUN_ACCEL, forces one). */
   accel?: Accel;
   /** Ready VMs per runtime (default none), their memory_mb, and how many boot at once. */
   pool?: PoolOptions;
@@ -80,8 +83,9 @@ export async function createMicrovmBackend(
   let artifacts: VmArtifacts;
   let disk: string;
   try {
-    artifacts = options.artifacts ?? buildVmArtifacts();
-    disk = options.disk ?? ensureRootDisk(options.rootfsDir);
+    const cacheRoot = options.vmCache ?? DEFAULT_SETTINGS.images.vmCache;
+    artifacts = options.artifacts ?? buildVmArtifacts({ cacheRoot });
+    disk = options.disk ?? ensureRootDisk(options.rootfsDir, cacheRoot);
     touchVmArtifacts(artifacts);
   } catch (cause) {
     throw new ScratchRunError("NOT_READY", `cannot prepare the microVM images: ${String(cause)}`, {

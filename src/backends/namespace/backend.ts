@@ -33,7 +33,6 @@ import { sessionSandbox, type SessionSandbox } from "../session.js";
 import { runtimeEntry } from "../../runtimes/table.js";
 import { AGENT_MOUNT, renderBwrapArgs } from "./bwrap-args.js";
 import { egressAllowlist, networkModeOf, poolServes } from "../egress.js";
-import { settingOn } from "../../schema/settings/read.js";
 import { UndoStack } from "../undo.js";
 
 export interface NamespaceBackendOptions {
@@ -54,6 +53,8 @@ export interface NamespaceBackendOptions {
   poolOnceCalled?: readonly RuntimeName[];
   /** What each runtime's pre-imported interpreter imports (src/images/preimport.ts). */
   preimport?: Partial<Record<RuntimeName, Preimport>>;
+  /** The jails' stderr (the agent's diagnostics) to ours (SCRATCHRUN_DEBUG_JAIL); default drained. */
+  debugJail?: boolean;
 }
 
 export interface NetworkProvider {
@@ -386,7 +387,7 @@ export class NamespaceBackend extends PooledBackend<Jail> implements Backend {
       const seccompPipe = child.stdio[3] as NodeJS.WritableStream | null;
       seccompPipe?.end(this.seccomp);
       // Agent diagnostics are sandbox-controlled bytes: drained, never logged.
-      if (settingOn("SCRATCHRUN_DEBUG_JAIL", process.env)) child.stderr?.pipe(process.stderr);
+      if (this.options.debugJail) child.stderr?.pipe(process.stderr);
       else child.stderr?.resume();
 
       let killed: Promise<void> | undefined;

@@ -17,7 +17,6 @@ import {
   utimesSync,
 } from "node:fs";
 import { writeFileSync } from "node:fs";
-import { homedir } from "node:os";
 import { basename, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { heldBy, liveLeases } from "../lease.js";
@@ -27,7 +26,6 @@ import { writeCpioNewc, type CpioEntry } from "./cpio.js";
 import { extractVmlinux } from "./kernel.js";
 import { resolveModuleOrder } from "./modules.js";
 import { GUEST_UNAME_VERSION, guestRelease, patchUname } from "./uname.js";
-import { setting } from "../../schema/settings/read.js";
 
 /** The repository (or installed package) root: this file is dist/src/images/vm/build.js. */
 export const PACKAGE_ROOT = fileURLToPath(new URL("../../../../", import.meta.url));
@@ -50,23 +48,12 @@ export interface BuildOptions {
   agent?: string;
   /** Static busybox; default: /bin/busybox (Debian's busybox-static). */
   busybox?: string;
-  cacheRoot?: string;
+  /** Where artifacts and root disks are cached: the settings' `images.vmCache` (SCRATCHRUN_VM_CACHE). */
+  cacheRoot: string;
 }
 
 /** Thrown by the `*IfBuilt` lookups: what is missing, for a "run setup" message. */
 export class NotBuiltError extends Error {}
-
-/**
- * Where VM artifacts and root disks are cached: $SCRATCHRUN_VM_CACHE, else (as root)
- * /var/cache/scratchrun/vm, which QEMU's unprivileged uid can traverse (root's home is 0700),
- * else ~/.cache/scratchrun/vm.
- */
-export function defaultCacheRoot(env: NodeJS.ProcessEnv = process.env): string {
-  const set = setting("SCRATCHRUN_VM_CACHE", env);
-  if (set) return set;
-  if (process.getuid?.() === 0) return "/var/cache/scratchrun/vm";
-  return join(env.XDG_CACHE_HOME || join(homedir(), ".cache"), "scratchrun", "vm");
-}
 
 /** Newest Debian cloud kernel in /boot, or null. */
 export function findHostKernel(bootDir = "/boot"): { vmlinuz: string; release: string } | null {
@@ -103,12 +90,12 @@ function compileStatic(src: string, out: string): void {
  * The kernel and initramfs of the current inputs if they are in the cache; throws NotBuiltError
  * otherwise and builds nothing (a stdio MCP server must not make its client wait on a build).
  */
-export function vmArtifactsIfBuilt(opts: BuildOptions = {}): VmArtifacts {
+export function vmArtifactsIfBuilt(opts: BuildOptions): VmArtifacts {
   return buildVmArtifacts(opts, false);
 }
 
 /** Builds (or finds in the cache) the kernel and initramfs for the given inputs. */
-export function buildVmArtifacts(opts: BuildOptions = {}, build = true): VmArtifacts {
+export function buildVmArtifacts(opts: BuildOptions, build = true): VmArtifacts {
   const host = findHostKernel();
   const vmlinuz = opts.vmlinuz ?? host?.vmlinuz;
   if (!vmlinuz)
@@ -159,7 +146,7 @@ export function buildVmArtifacts(opts: BuildOptions = {}, build = true): VmArtif
     guestRelease(release),
     GUEST_UNAME_VERSION,
   );
-  const dir = join(opts.cacheRoot ?? defaultCacheRoot(), key);
+  const dir = join(opts.cacheRoot, key);
   const out: VmArtifacts = {
     kernel: join(dir, "vmlinux"),
     initramfs: join(dir, "initramfs.cpio"),
@@ -232,11 +219,7 @@ const DISK_FORMAT = "v2";
  * rebuild within one clock tick of the disk, or an older tree restored, for current.
  * Uncompressed: under TCG decompression costs more than the page cache.
  */
-export function ensureRootDisk(
-  rootfsDir: string,
-  cacheRoot = defaultCacheRoot(),
-  build = true,
-): string {
+export function ensureRootDisk(rootfsDir: string, cacheRoot: string, build = true): string {
   const name = basename(rootfsDir.replace(/\/+$/, ""));
   const stamp = Math.round(statSync(rootfsDir).mtimeMs * 1000).toString(16);
   const image = join(cacheRoot, "disks", `${name}-${DISK_FORMAT}-${stamp}.erofs`);
@@ -312,7 +295,7 @@ export function touchVmArtifacts(artifacts: VmArtifacts): void {
  */
 export function pruneVmCache(
   keep: readonly string[],
-  cacheRoot = defaultCacheRoot(),
+  cacheRoot: string,
   minAgeMs = 3_600_000,
   commandLines: readonly string[] = liveCommandLines(),
 ): string[] {
