@@ -9,6 +9,10 @@ import { asDriver, type SqlDriver } from "./sql.js";
  * same statement that checks it is unused and unexpired, so two acceptances sent at once cannot
  * both win. A join link makes the user it names with the role it names; a reset link sets a new
  * password for the user it names (UserStore.acceptInvite does either).
+ *
+ * A link works only while the console user who made it is an admin (MAKER_IS_ADMIN): one made by
+ * an admin since made a member, or removed, opens nothing, listed or not, without anyone having
+ * to find and cancel it; a link the CLI made (no maker) needs no console user.
  */
 export type InvitePurpose = "join" | "reset";
 
@@ -49,6 +53,10 @@ interface InviteRow {
 }
 
 const COLUMNS = "id, purpose, name, role, user_id, created_by, created_at, expires_at, used_at";
+
+/** Part of every check that a link is open: its maker, if a console user, is an admin now. */
+const MAKER_IS_ADMIN = `(invites.created_by IS NULL OR EXISTS (
+  SELECT 1 FROM users WHERE users.id = invites.created_by AND users.role = 'admin'))`;
 
 const fromRow = (r: InviteRow): Invite => ({
   id: r.id,
@@ -114,15 +122,17 @@ export class InviteStore {
   async peek(token: string, now = Date.now()): Promise<Invite | undefined> {
     if (!INVITE_TOKEN.test(token)) return undefined;
     const r = await this.sql.get<InviteRow>(
-      `SELECT ${COLUMNS} FROM invites WHERE token_sha256 = ? AND used_at IS NULL AND expires_at > ?`,
+      `SELECT ${COLUMNS} FROM invites
+       WHERE token_sha256 = ? AND used_at IS NULL AND expires_at > ? AND ${MAKER_IS_ADMIN}`,
       [sha256(token), now],
     );
     return r ? fromRow(r) : undefined;
   }
 
   /**
-   * Uses the link up, in one statement that also checks it is unused and unexpired; undefined
-   * when it is not (used, expired, cancelled, or no link's token). Run it in the transaction that
+   * Uses the link up, in one statement that also checks it is unused and unexpired and its maker
+   * an admin; undefined when it is not (used, expired, cancelled, its maker no longer an admin, or
+   * no link's token). Run it in the transaction that
    * does what the link is for, so a failure there leaves the link unused.
    */
   static async consume(tx: SqlDriver, token: string, now: number): Promise<Invite | undefined> {
@@ -130,16 +140,17 @@ export class InviteStore {
     const r = await tx.get<InviteRow>(
       `UPDATE invites SET used_at = CAST(? AS BIGINT)
        WHERE token_sha256 = ? AND used_at IS NULL AND expires_at > CAST(? AS BIGINT)
+         AND ${MAKER_IS_ADMIN}
        RETURNING ${COLUMNS}`,
       [now, sha256(token), now],
     );
     return r ? fromRow(r) : undefined;
   }
 
-  /** The links still open (unused, unexpired), newest first. */
+  /** The links still open (unused, unexpired, their maker an admin), newest first. */
   async pending(now = Date.now()): Promise<Invite[]> {
     const rows = await this.sql.all<InviteRow>(
-      `SELECT ${COLUMNS} FROM invites WHERE used_at IS NULL AND expires_at > ?
+      `SELECT ${COLUMNS} FROM invites WHERE used_at IS NULL AND expires_at > ? AND ${MAKER_IS_ADMIN}
        ORDER BY created_at DESC, id DESC LIMIT 200`,
       [now],
     );

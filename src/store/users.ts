@@ -377,12 +377,24 @@ export class UserStore {
 
   /**
    * Changes a user's role; their open console sessions hold to it from their next request (a
-   * session reads its user's role each time). Undefined when no user has the name.
+   * session reads its user's role each time). Made a member, the invites and reset links they
+   * made and that are still open are cancelled (they expire now), so they stay dead should the
+   * user be made an admin again. Undefined when no user has the name.
    */
-  async setRole(name: string, role: Role): Promise<User | undefined> {
+  async setRole(name: string, role: Role, now = Date.now()): Promise<User | undefined> {
     if (role !== "admin" && role !== "member")
       throw new TypeError(`role must be admin or member, not ${JSON.stringify(role)}`);
-    const n = await this.sql.run("UPDATE users SET role = ? WHERE name = ?", [role, name]);
+    const n = await this.sql.transaction(async (tx) => {
+      const changed = await tx.run("UPDATE users SET role = ? WHERE name = ?", [role, name]);
+      if (changed === 1 && role === "member")
+        await tx.run(
+          `UPDATE invites SET expires_at = CAST(? AS BIGINT)
+           WHERE created_by = (SELECT id FROM users WHERE name = ?) AND used_at IS NULL
+             AND expires_at > CAST(? AS BIGINT)`,
+          [now, name, now],
+        );
+      return changed;
+    });
     return n === 1 ? this.byName(name) : undefined;
   }
 

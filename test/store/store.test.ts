@@ -510,6 +510,53 @@ for (const [kind, open] of Object.entries(KINDS)) {
           await assert.rejects(store.users.invite(bad[0], bad[1] as "member", null, t0));
       });
 
+      test("STORE-INVITE-MAKER: a link works only while its maker is an admin: once they are made a member, or removed, their open invites and reset links open nothing and are not listed; the CLI's stay", async () => {
+        const t0 = Date.now();
+        const boss = await store.users.create("mk-boss", "admin", "mk-boss-password", t0);
+        const target = await store.users.create("mk-target", "member", "mk-target-password", t0);
+        const join = await store.users.invite("mk-join", "member", boss.id, t0);
+        const reset = (await store.users.resetLink(target.id, boss.id, t0))!;
+        const cli = await store.users.invite("mk-cli", "member", null, t0);
+        assert.ok(await store.users.invites.peek(join.token, t0 + 1));
+        const listed = async (at: number) =>
+          (await store.users.invites.pending(at))
+            .map((i) => i.name)
+            .filter((n) => n.startsWith("mk-"))
+            .sort();
+        assert.deepEqual(await listed(t0 + 2), ["mk-cli", "mk-join", "mk-target"]);
+
+        await store.users.setRole("mk-boss", "member", t0 + 3);
+        assert.equal(await store.users.invites.peek(join.token, t0 + 3), undefined);
+        assert.equal(await store.users.invites.peek(reset.token, t0 + 3), undefined);
+        assert.deepEqual(await listed(t0 + 3), ["mk-cli"]);
+        assert.equal(
+          (await store.users.acceptInvite(join.token, "mk-join-password", t0 + 4)).ok,
+          false,
+        );
+        assert.equal(await store.users.byName("mk-join"), undefined);
+        assert.equal(
+          (await store.users.acceptInvite(reset.token, "mk-target-new-password", t0 + 4)).ok,
+          false,
+        );
+        assert.ok((await store.users.signIn("mk-target", "mk-target-password", t0 + 5)).ok);
+
+        // An admin again, their old links stay dead (made a member cancelled them).
+        await store.users.setRole("mk-boss", "admin", t0 + 5);
+        assert.equal(await store.users.invites.peek(join.token, t0 + 5), undefined);
+        assert.deepEqual(await listed(t0 + 5), ["mk-cli"]);
+        // Removed: their links open nothing either.
+        const later = await store.users.invite("mk-later", "member", boss.id, t0);
+        await store.users.remove("mk-boss", t0 + 6);
+        assert.equal(await store.users.invites.peek(later.token, t0 + 7), undefined);
+        assert.equal(
+          (await store.users.acceptInvite(later.token, "mk-later-password", t0 + 7)).ok,
+          false,
+        );
+
+        // The CLI's link needs no console user.
+        assert.ok((await store.users.acceptInvite(cli.token, "mk-cli-password", t0 + 8)).ok);
+      });
+
       test("STORE-USERS: passwords only as scrypt hashes; wrong ones lock the account, the right one then too; sessions only as digests and expire", async () => {
         const t0 = 1_000_000;
         const u = await store.users.create("carol", "member", "a-long-password-1", t0);
