@@ -24,8 +24,9 @@ const isError = (v: unknown): v is { error: string } =>
 
 /**
  * The runs and usage pages: a person's run history (newest first, a page at a time, filtered by
- * key, runtime, exit reason and time) and calls per day and key. A revoked key's runs stay in its
- * owner's history.
+ * key, runtime, exit reason, session and time), one run's page (everything recorded about it: no
+ * code or output, which are never stored), and calls per day and key. A revoked key's runs stay
+ * in its owner's history.
  */
 export function historyRoutes(c: ConsoleContext): Route[] {
   const { d } = c;
@@ -46,11 +47,13 @@ export function historyRoutes(c: ConsoleContext): Route[] {
         if (keyId !== null && !keys.includes(keyId)) return noKey(res);
         const runtime = query.get("runtime") || undefined;
         const exitReason = query.get("exit_reason") || undefined;
+        const session = query.get("session") || undefined;
         const runs = await d.runs.history({
           keyIds: keyId !== null ? [keyId] : keys,
           limit: limit as number,
           ...(runtime ? { runtime } : {}),
           ...(exitReason ? { exitReason } : {}),
+          ...(session ? { session } : {}),
           ...(since !== undefined ? { since: since as number } : {}),
           ...(before !== undefined ? { before: before as number } : {}),
         });
@@ -63,23 +66,69 @@ export function historyRoutes(c: ConsoleContext): Route[] {
     },
     {
       method: "GET",
+      path: "/v1/console/runs/{run_id}",
+      handle: c.signedIn(async ({ res, params }, s) => {
+        const all = await ownedKeys(d.keys, s);
+        const found = await d.runs.one(
+          all.map((k) => k.id),
+          params.run_id!,
+        );
+        if (!found)
+          return sendError(res, 404, "NOT_FOUND", "None of your keys has a run with this id");
+        const key = all.find((k) => k.id === found.run.key_id);
+        sendJson(res, 200, { ...found, key_name: key?.name ?? null });
+      }),
+    },
+    {
+      method: "GET",
       path: "/v1/console/usage",
       handle: c.signedIn(async ({ res, query }, s) => {
-        const days = intParam(query, "days", 1, USAGE_DAYS_MAX) ?? 30;
-        if (isError(days)) return sendError(res, 400, "INVALID_INPUT", days.error);
+        const period = usagePeriod(query, Date.now());
+        if ("error" in period) return sendError(res, 400, "INVALID_INPUT", period.error);
         const keys = await ownedKeys(d.keys, s);
-        const today = Math.floor(Date.now() / 86_400_000);
-        const since = (today - days + 1) * 86_400_000;
+        const keyIds = keys.map((k) => k.id);
+        const { since, until, days } = period;
         sendJson(res, 200, {
           since: new Date(since).toISOString().slice(0, 10),
+          until: new Date(until - DAY_MS).toISOString().slice(0, 10),
           days,
           keys: keys.map((k) => ({ id: k.id, name: k.name, revoked_at: k.revokedAt })),
-          usage: await d.runs.usage(
-            keys.map((k) => k.id),
-            since,
-          ),
+          usage: await d.runs.usage(keyIds, since, until),
+          ...(await d.runs.report({ keyIds, since, until, now: Date.now() })),
         });
       }),
     },
   ];
+}
+
+const DAY_MS = 86_400_000;
+const DATE = /^\d{4}-\d\d-\d\d$/;
+
+/**
+ * The usage page's period, whole UTC days: `from` and `to` (YYYY-MM-DD, both included), or the
+ * last `days` days to `to` (today when absent); at most USAGE_DAYS_MAX days.
+ */
+export function usagePeriod(
+  query: URLSearchParams,
+  now: number,
+): { since: number; until: number; days: number } | { error: string } {
+  const day = (name: string): number | undefined | { error: string } => {
+    const raw = query.get(name);
+    if (raw === null || raw === "") return undefined;
+    const ms = DATE.test(raw) ? Date.parse(`${raw}T00:00:00Z`) : NaN;
+    if (!Number.isFinite(ms) || new Date(ms).toISOString().slice(0, 10) !== raw)
+      return { error: `${name} must be a date, YYYY-MM-DD (UTC)` };
+    return ms;
+  };
+  const from = day("from");
+  const to = day("to");
+  const n = intParam(query, "days", 1, USAGE_DAYS_MAX);
+  for (const v of [from, to, n]) if (isError(v)) return v;
+  const last = (to as number | undefined) ?? Math.floor(now / DAY_MS) * DAY_MS;
+  const first =
+    (from as number | undefined) ?? last - (((n as number | undefined) ?? 30) - 1) * DAY_MS;
+  const days = (last - first) / DAY_MS + 1;
+  if (days < 1) return { error: "from must be on or before to" };
+  if (days > USAGE_DAYS_MAX) return { error: `A period is at most ${USAGE_DAYS_MAX} days` };
+  return { since: first, until: last + DAY_MS, days };
 }

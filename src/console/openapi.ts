@@ -465,6 +465,7 @@ export const CONSOLE_PATHS = {
         query("key_id", str, "Only this key's runs (one of the user's)"),
         query("runtime", str, "Only this runtime"),
         query("exit_reason", str, "Only runs that ended so"),
+        query("session", str, "Only the calls of this session (a run's session_record)"),
         query("since", int, "Only runs received at or after (ms since the epoch)"),
         query("before", int, "The next page: next_before of the previous answer"),
         query("limit", { ...int, minimum: 1, maximum: RUNS_PAGE_MAX }, "Rows per page (50)"),
@@ -477,13 +478,34 @@ export const CONSOLE_PATHS = {
       },
     },
   },
+  "/v1/console/runs/{run_id}": {
+    get: {
+      operationId: "consoleRun",
+      security: read,
+      summary:
+        "Everything recorded about one run of this user's keys (sizes and digests; never code or output, which are never stored)",
+      parameters: [{ name: "run_id", in: "path", required: true, schema: str }],
+      responses: {
+        "200": { description: "The run", content: json("#/components/schemas/ConsoleRun") },
+        "401": signedOut,
+        "404": err("None of this user's keys has a run with this id"),
+      },
+    },
+  },
   "/v1/console/usage": {
     get: {
       operationId: "consoleUsage",
       security: read,
-      summary: "Calls per key per UTC day, for this user's keys",
+      summary:
+        "What this user's keys used over a period of whole UTC days: calls per key per day, and per key and in total the calls, compute, peak concurrency and refusals",
       parameters: [
-        query("days", { ...int, minimum: 1, maximum: USAGE_DAYS_MAX }, "Days back (30)"),
+        query("from", { ...str, format: "date" }, "The first day (YYYY-MM-DD, UTC)"),
+        query("to", { ...str, format: "date" }, "The last day, included (today)"),
+        query(
+          "days",
+          { ...int, minimum: 1, maximum: USAGE_DAYS_MAX },
+          `Without from: this many days up to to (30); a period is at most ${USAGE_DAYS_MAX} days`,
+        ),
       ],
       responses: {
         "200": { description: "Usage", content: json("#/components/schemas/ConsoleUsage") },
@@ -555,6 +577,7 @@ const run = {
     exit_code: nullable("integer"),
     error_code: nullable("string"),
     worker: nullable("string"),
+    session_record: nullable("string"),
   },
 };
 
@@ -578,11 +601,37 @@ export const CONSOLE_SCHEMAS = {
       next_before: { ...nullable("integer"), description: "Pass as before= for older runs" },
     },
   },
+  ConsoleRun: {
+    type: "object",
+    required: ["run", "session", "key_name"],
+    properties: {
+      run: {
+        type: "object",
+        description:
+          "Every column of the run's record (docs/ARCHITECTURE.md, the runs table): who, which runtime, network, limits, when it was received, started and finished, how it ended, the sizes and SHA-256 of its code, output and files",
+        additionalProperties: { type: ["string", "integer", "null"] },
+      },
+      session: {
+        type: ["object", "null"],
+        description: "The session this run was a call of, as its record has it",
+        properties: {
+          id: str,
+          runtime: str,
+          started_at: int,
+          ended_at: nullable("integer"),
+          end_reason: nullable("string"),
+          calls: nullable("integer"),
+        },
+      },
+      key_name: nullable("string"),
+    },
+  },
   ConsoleUsage: {
     type: "object",
-    required: ["since", "days", "keys", "usage"],
+    required: ["since", "until", "days", "keys", "usage", "per_key", "total"],
     properties: {
-      since: str,
+      since: { ...str, description: "The first day (UTC)" },
+      until: { ...str, description: "The last day, included" },
       days: int,
       keys: {
         type: "array",
@@ -599,6 +648,29 @@ export const CONSOLE_SCHEMAS = {
           properties: { key_id: str, day: str, runs: int, duration_ms: int },
         },
       },
+      per_key: {
+        type: "array",
+        items: {
+          allOf: [
+            { $ref: "#/components/schemas/UsageFigures" },
+            { type: "object", required: ["key_id"], properties: { key_id: str } },
+          ],
+        },
+      },
+      total: { $ref: "#/components/schemas/UsageFigures" },
+    },
+  },
+  UsageFigures: {
+    type: "object",
+    description:
+      "From the run records of calls received in the period: compute is each run's duration (sandbox-seconds) and that times its memory (GB-seconds, 1 GB = 1024 MB), a session's idle time between calls in neither; peak_concurrency is the most runs at once; refusals are the runs the engine refused or failed, by error code",
+    required: ["calls", "sandbox_seconds", "gb_seconds", "peak_concurrency", "refusals"],
+    properties: {
+      calls: int,
+      sandbox_seconds: { type: "number" },
+      gb_seconds: { type: "number" },
+      peak_concurrency: int,
+      refusals: { type: "object", additionalProperties: int },
     },
   },
   ConsoleHealth: {

@@ -3,6 +3,7 @@ import type { ExecOutcome } from "../engine/result.js";
 import type { ExecRequest } from "../schema/exec.js";
 import type { Db } from "./db.js";
 import { asDriver, type SqlDriver } from "./sql.js";
+import { usageReport, type UsagePeriod, type UsageReport } from "./usage.js";
 
 /**
  * One row per call: who, which runtime, when, how it ended, how big, and SHA-256 digests that let
@@ -48,6 +49,8 @@ export interface RunFilter {
   keyIds: readonly string[];
   runtime?: string;
   exitReason?: string;
+  /** Only the calls of this session (its record's id, runs.session_record). */
+  session?: string;
   since?: number;
   before?: number;
   limit: number;
@@ -66,6 +69,27 @@ export interface RunSummary {
   exit_code: number | null;
   error_code: string | null;
   worker: string | null;
+  session_record: string | null;
+}
+
+/** The session a run was a call of, as its record has it (never the caller's session_id). */
+export interface RunSession {
+  id: string;
+  runtime: string;
+  started_at: number;
+  ended_at: number | null;
+  end_reason: string | null;
+  calls: number | null;
+}
+
+/**
+ * Everything recorded about one run (RunStore.one): every column of its row, which holds sizes
+ * and digests, never code, output, file contents or env; and its session's record, if any.
+ */
+export interface RunRecord {
+  /** Column → value; numbers as numbers on both stores. */
+  run: Record<string, string | number | null>;
+  session: RunSession | null;
 }
 
 export interface UsageRow {
@@ -270,6 +294,7 @@ export class RunStore {
     for (const [col, v] of [
       ["runtime", f.runtime],
       ["exit_reason", f.exitReason],
+      ["session_record", f.session],
     ] as const)
       if (v !== undefined) {
         where.push(`${col} = ?`);
@@ -286,7 +311,7 @@ export class RunStore {
     params.push(f.limit);
     const rows = await this.sql.all<Record<string, unknown>>(
       `SELECT id, key_id, transport, runtime, status, received_at, duration_ms, isolation,
-              exit_reason, exit_code, error_code, worker
+              exit_reason, exit_code, error_code, worker, session_record
          FROM runs WHERE ${where.join(" AND ")} ORDER BY received_at DESC, id LIMIT ?`,
       params,
     );
@@ -304,18 +329,58 @@ export class RunStore {
       exit_code: num(r.exit_code),
       error_code: (r.error_code as string | null) ?? null,
       worker: (r.worker as string | null) ?? null,
+      session_record: (r.session_record as string | null) ?? null,
     }));
   }
 
-  /** Calls per key per UTC day since `since` (ms), for `keyIds` only. */
-  async usage(keyIds: readonly string[], since: number): Promise<UsageRow[]> {
+  /**
+   * One run of `keyIds` (never another key's: undefined, as for no such run) with everything
+   * recorded about it, for the console's run page.
+   */
+  async one(keyIds: readonly string[], id: string): Promise<RunRecord | undefined> {
+    if (keyIds.length === 0) return undefined;
+    const row = await this.sql.get<Record<string, unknown>>(
+      `SELECT * FROM runs WHERE id = ? AND key_id IN (${keyIds.map(() => "?").join(", ")})`,
+      [id, ...keyIds],
+    );
+    if (!row) return undefined;
+    const out: Record<string, string | number | null> = {};
+    for (const [col, v] of Object.entries(row))
+      out[col] = v === null || v === undefined ? null : typeof v === "string" ? v : Number(v);
+    let session: RunSession | null = null;
+    if (typeof row.session_record === "string") {
+      const s = await this.sql.get<Record<string, unknown>>(
+        "SELECT id, runtime, started_at, ended_at, end_reason, calls FROM sessions WHERE id = ?",
+        [row.session_record],
+      );
+      const num = (v: unknown) => (v === null || v === undefined ? null : Number(v));
+      if (s)
+        session = {
+          id: String(s.id),
+          runtime: String(s.runtime),
+          started_at: Number(s.started_at),
+          ended_at: num(s.ended_at),
+          end_reason: (s.end_reason as string | null) ?? null,
+          calls: num(s.calls),
+        };
+    }
+    return { run: out, session };
+  }
+
+  /** Calls per key per UTC day from `since` to before `until` (ms), for `keyIds` only. */
+  async usage(
+    keyIds: readonly string[],
+    since: number,
+    until = Number.MAX_SAFE_INTEGER,
+  ): Promise<UsageRow[]> {
     if (keyIds.length === 0) return [];
     const rows = await this.sql.all<{ key_id: string; day: unknown; runs: unknown; ms: unknown }>(
       `SELECT key_id, received_at / 86400000 AS day, COUNT(*) AS runs,
               COALESCE(SUM(duration_ms), 0) AS ms
          FROM runs WHERE key_id IN (${keyIds.map(() => "?").join(", ")}) AND received_at >= ?
+           AND received_at < ?
          GROUP BY key_id, received_at / 86400000 ORDER BY day, key_id`,
-      [...keyIds, since],
+      [...keyIds, since, until],
     );
     return rows.map((r) => ({
       key_id: r.key_id,
@@ -323,5 +388,10 @@ export class RunStore {
       runs: Number(r.runs),
       duration_ms: Number(r.ms),
     }));
+  }
+
+  /** Per key and in total over a period: calls, compute, peak concurrency, refusals (usage.ts). */
+  report(p: UsagePeriod): Promise<UsageReport> {
+    return usageReport(this.sql, p);
   }
 }

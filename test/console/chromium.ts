@@ -28,3 +28,27 @@ export async function until(page: Page, js: string, ms = 30_000): Promise<void> 
     await new Promise((r) => setTimeout(r, 100));
   }
 }
+
+/**
+ * Every visible box in `selector` (a card) that leaves it or the viewport, and the page's sideways
+ * scroll: what a person would see cut off or have to scroll to.
+ */
+export const overflow = (page: Page, selector: string) =>
+  inPage<{ out: string[]; scroll: number; width: number }>(
+    page,
+    `(() => {
+      const card = document.querySelector(${JSON.stringify(selector)}).getBoundingClientRect();
+      const width = document.documentElement.clientWidth;
+      const out = [];
+      for (const e of document.querySelectorAll(${JSON.stringify(selector)} + " *")) {
+        const r = e.getBoundingClientRect();
+        if (r.width === 0 && r.height === 0) continue;
+        const name = e.tagName + (e.id ? "#" + e.id : "") + (e.className ? "." + e.className : "");
+        if (r.left < card.left - 1 || r.right > card.right + 1)
+          out.push(name + " leaves its card: " + Math.round(r.left) + ".." + Math.round(r.right) +
+            " in " + Math.round(card.left) + ".." + Math.round(card.right));
+        else if (r.right > width + 1) out.push(name + " leaves the viewport at " + Math.round(r.right));
+      }
+      return { out, scroll: document.documentElement.scrollWidth, width };
+    })()`,
+  );

@@ -7,7 +7,7 @@
 const RUNTIMES = ["python3.12", "python3.11", "node20", "bash"];
 const EXAMPLE =
   "import matplotlib.pyplot as plt\nimport numpy as np\nx = np.linspace(0, 10, 100)\nplt.plot(x, np.sin(x))\nplt.savefig('/tmp/plot.png')";
-const VIEWS = ["keys", "runs", "usage", "playground", "health", "people", "audit"];
+const VIEWS = ["keys", "runs", "run", "usage", "playground", "health", "people", "audit"];
 let csrf = "";
 let me = null;
 // The policy form's bounds (GET /v1/console/session): the server's settings, and this user's most.
@@ -371,12 +371,14 @@ function runsQuery(before) {
   if ($("run-runtime").value) q.set("runtime", $("run-runtime").value);
   if ($("run-exit").value) q.set("exit_reason", $("run-exit").value);
   if ($("run-since").value) q.set("since", String(Date.parse($("run-since").value + "T00:00:00Z")));
+  if ($("run-session").value.trim()) q.set("session", $("run-session").value.trim());
   if (before) q.set("before", String(before));
   return "/v1/console/runs?" + q;
 }
 
+// Each row opens its run's page (#run/ID): the time is its link, and a click anywhere on the row.
 const runRow = (r) => [
-  when(r.received_at),
+  el("a", { href: "#run/" + encodeURIComponent(r.id), class: "run-link" }, when(r.received_at)),
   r.key_name || r.key_id,
   r.runtime,
   r.exit_reason || r.error_code || r.status,
@@ -390,6 +392,7 @@ async function showRuns() {
   if (keys.length === 0) await loadKeys();
   const { runs, next_before } = await api("GET", runsQuery());
   table($("run-table"), RUN_HEAD, runs.map(runRow));
+  for (const [i, tr] of [...$("run-table").tBodies[0].rows].entries()) openOnClick(tr, runs[i]);
   runsBefore = next_before;
   $("run-more").hidden = next_before === null;
 }
@@ -397,16 +400,148 @@ async function showRuns() {
 async function moreRuns() {
   const { runs, next_before } = await api("GET", runsQuery(runsBefore));
   const body = $("run-table").tBodies[0];
-  for (const r of runs)
-    body.append(
-      el(
-        "tr",
-        {},
-        runRow(r).map((c, i) => el("td", { "data-label": RUN_HEAD[i] }, c)),
-      ),
+  for (const r of runs) {
+    const tr = el(
+      "tr",
+      {},
+      runRow(r).map((c, i) => el("td", { "data-label": RUN_HEAD[i] }, c)),
     );
+    openOnClick(tr, r);
+    body.append(tr);
+  }
   runsBefore = next_before;
   $("run-more").hidden = next_before === null;
+}
+
+function openOnClick(tr, r) {
+  tr.classList.add("opens");
+  tr.addEventListener("click", (ev) => {
+    if (!ev.target.closest("a")) location.hash = "run/" + encodeURIComponent(r.id);
+  });
+}
+
+// One run's page: everything its record holds, by group, each value as text. Code and output are
+// never stored: their sizes and SHA-256 are, which match a copy the caller kept.
+const RUN_FIELDS = [
+  ["Call", ["id", "Run"], ["key_id", "Key"], ["transport", "Transport"], ["status", "Status"]],
+  [
+    "Request",
+    ["runtime", "Runtime"],
+    ["network", "Network"],
+    ["timeout_ms", "Timeout", "ms"],
+    ["memory_mb", "Memory", "MB"],
+    ["code_bytes", "Code size", "bytes"],
+    ["code_sha256", "Code SHA-256"],
+    ["env_count", "Env variables"],
+    ["files_in_count", "Files in"],
+    ["files_in_bytes", "Files in, size", "bytes"],
+  ],
+  [
+    "Time (UTC)",
+    ["received_at", "Received", "time"],
+    ["started_at", "Started", "time"],
+    ["finished_at", "Finished", "time"],
+    ["duration_ms", "Duration", "ms"],
+  ],
+  [
+    "Outcome",
+    ["isolation", "Isolation"],
+    ["exit_reason", "Exit reason"],
+    ["exit_code", "Exit code"],
+    ["signal", "Signal"],
+    ["error_code", "Error code"],
+    ["stdout_bytes", "Stdout size", "bytes"],
+    ["stdout_sha256", "Stdout SHA-256"],
+    ["stderr_bytes", "Stderr size", "bytes"],
+    ["stderr_sha256", "Stderr SHA-256"],
+    ["files_out_count", "Files out"],
+    ["files_out_bytes", "Files out, size", "bytes"],
+    ["files_out_sha256", "Files out SHA-256"],
+  ],
+  ["Where", ["replica_id", "Replica"], ["worker", "Worker"], ["session_record", "Session"]],
+];
+
+const derived = (name, label, ms) => [
+  el("dt", {}, label),
+  el("dd", { "data-derived": name }, ms == null ? "–" : `${ms} ms`),
+];
+
+function runValue(v, unit) {
+  if (v === null || v === undefined) return "–";
+  if (unit === "time") return when(v);
+  return unit ? `${v} ${unit}` : String(v);
+}
+
+async function showRun(id) {
+  const { run, session, key_name } = await api("GET", "/v1/console/runs/" + encodeURIComponent(id));
+  const named = new Set();
+  const group = (title, fields) =>
+    el(
+      "div",
+      { class: "run-group" },
+      el("h2", {}, title),
+      el(
+        "dl",
+        {},
+        fields.flatMap(([col, label, unit]) => {
+          named.add(col);
+          const v = col === "key_id" && key_name ? `${key_name} (${run.key_id})` : run[col];
+          return [el("dt", {}, label), el("dd", { "data-col": col }, runValue(v, unit))];
+        }),
+      ),
+    );
+  const groups = RUN_FIELDS.map(([title, ...fields]) => group(title, fields));
+  // Not stored: worked out from the times that are (docs/decisions/0021-run-record-fields.md).
+  const { received_at: rec, started_at: st, finished_at: fin, duration_ms: dur } = run;
+  groups[2]
+    .querySelector("dl")
+    .append(
+      ...derived("queued", "Queued (started − received)", st != null ? st - rec : null),
+      ...derived(
+        "around",
+        "Around the code (finished − started − duration)",
+        st != null && fin != null && dur != null ? fin - st - dur : null,
+      ),
+    );
+  // A column this page does not know yet is shown too, as recorded.
+  const rest = Object.keys(run).filter((c) => !named.has(c));
+  if (rest.length)
+    groups.push(
+      group(
+        "Also recorded",
+        rest.map((c) => [c, c]),
+      ),
+    );
+  if (session)
+    groups.push(
+      el(
+        "div",
+        { class: "run-group" },
+        el("h2", {}, "Session"),
+        el(
+          "dl",
+          {},
+          [
+            ["Runtime", session.runtime],
+            ["Started", when(session.started_at)],
+            ["Ended", session.ended_at ? when(session.ended_at) : "open"],
+            ["End reason", session.end_reason || "–"],
+            ["Calls", session.calls == null ? "–" : String(session.calls)],
+          ].flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]),
+        ),
+        el(
+          "a",
+          {
+            href: "#runs",
+            id: "run-session-calls",
+            on: { click: () => ($("run-session").value = session.id) },
+          },
+          "Every call of this session",
+        ),
+      ),
+    );
+  $("run-title").textContent = `Run ${run.id}`;
+  $("run-detail").replaceChildren(...groups);
 }
 
 // Usage: a stacked bar per day, one colour per key, drawn as SVG here ------------------------
@@ -419,32 +554,29 @@ function svg(tag, attrs, text) {
   return e;
 }
 
-async function showUsage() {
-  const u = await api("GET", "/v1/console/usage?days=14");
-  const start = Date.parse(u.since + "T00:00:00Z");
-  const days = Array.from({ length: u.days }, (_, i) =>
-    new Date(start + i * 86400000).toISOString().slice(0, 10),
-  );
+// A stacked bar per day, one colour per key; a label under the last day and every `step` before.
+function dayChart(u, days, valueOf, label, unit) {
   const ids = u.keys.map((k) => k.id);
   const per = new Map(days.map((d) => [d, new Map()]));
-  for (const r of u.usage) per.get(r.day)?.set(r.key_id, r.runs);
+  for (const r of u.usage) per.get(r.day)?.set(r.key_id, valueOf(r));
   const totals = days.map((d) => [...per.get(d).values()].reduce((a, b) => a + b, 0));
   const max = Math.max(1, ...totals);
   const W = 640,
-    H = 220,
-    left = 30,
+    H = 200,
+    left = 40,
     bottom = 20,
     top = 10;
   const bw = (W - left) / days.length;
+  const step = Math.ceil(days.length / 8);
   const chart = svg("svg", {
     viewBox: `0 0 ${W} ${H}`,
     width: "100%",
     role: "img",
-    "aria-label": "Calls per key per day",
+    "aria-label": label,
   });
   const y = (v) => H - bottom - (v / max) * (H - bottom - top);
   chart.append(svg("line", { x1: left, x2: W, y1: H - bottom, y2: H - bottom, stroke: "#aab3bd" }));
-  chart.append(svg("text", { x: 0, y: top + 8 }, String(max)));
+  chart.append(svg("text", { x: 0, y: top + 8 }, String(Math.round(max * 10) / 10)));
   chart.append(svg("text", { x: 0, y: H - bottom }, "0"));
   days.forEach((d, i) => {
     let base = 0;
@@ -458,20 +590,62 @@ async function showUsage() {
         height: y(base) - y(base + v),
         class: "c" + (j % 6),
       });
-      r.append(svg("title", {}, `${d} ${u.keys[j].name}: ${v} calls`));
+      r.append(svg("title", {}, `${d} ${u.keys[j].name}: ${Math.round(v * 1000) / 1000} ${unit}`));
       chart.append(r);
       base += v;
     });
-    if (i % 2 === 0) chart.append(svg("text", { x: left + i * bw + 2, y: H - 5 }, d.slice(5)));
+    if ((days.length - 1 - i) % step === 0)
+      chart.append(svg("text", { x: left + i * bw + 2, y: H - 5 }, d.slice(5)));
   });
-  $("usage-chart").replaceChildren(chart);
+  return chart;
+}
+
+const refusals = (r) =>
+  Object.entries(r)
+    .map(([code, n]) => `${code} ${n}`)
+    .join(", ") || "–";
+const figures = (f) => [
+  String(f.calls),
+  String(f.sandbox_seconds),
+  String(f.gb_seconds),
+  String(f.peak_concurrency),
+  refusals(f.refusals),
+];
+const USAGE_HEAD = ["Key", "Calls", "Sandbox-seconds", "GB-seconds", "Peak at once", "Refused"];
+
+async function showUsage() {
+  const q = new URLSearchParams();
+  if ($("usage-from").value) q.set("from", $("usage-from").value);
+  else q.set("days", "14");
+  if ($("usage-to").value) q.set("to", $("usage-to").value);
+  const u = await api("GET", "/v1/console/usage?" + q);
+  $("usage-from").value = u.since;
+  $("usage-to").value = u.until;
+  const start = Date.parse(u.since + "T00:00:00Z");
+  const days = Array.from({ length: u.days }, (_, i) =>
+    new Date(start + i * 86400000).toISOString().slice(0, 10),
+  );
+  const per = new Map(u.per_key.map((f) => [f.key_id, f]));
+  const zero = { calls: 0, sandbox_seconds: 0, gb_seconds: 0, peak_concurrency: 0, refusals: {} };
+  const keyName = (k) => `${k.name}${k.revoked_at ? " (revoked)" : ""}`;
+  table($("usage-table"), USAGE_HEAD, [
+    ...u.keys.filter((k) => per.has(k.id)).map((k) => [keyName(k), ...figures(per.get(k.id))]),
+    ["Total", ...figures(u.total || zero)],
+  ]);
+  $("usage-table").tBodies[0].lastChild.classList.add("total");
+  $("usage-chart").replaceChildren(
+    dayChart(u, days, (r) => r.runs, "Calls per key per day", "calls"),
+  );
+  $("usage-compute").replaceChildren(
+    dayChart(u, days, (r) => r.duration_ms / 1000, "Sandbox-seconds per key per day", "s"),
+  );
   $("usage-legend").replaceChildren(
     ...u.keys.map((k, j) =>
       el(
         "li",
         {},
         el("span", { class: "c" + (j % 6) }),
-        `${k.name}${k.revoked_at ? " (revoked)" : ""}: ${u.usage.filter((r) => r.key_id === k.id).reduce((a, r) => a + r.runs, 0)} calls`,
+        `${keyName(k)}: ${(per.get(k.id) || zero).calls} calls`,
       ),
     ),
   );
@@ -743,10 +917,12 @@ let shown = 0;
 
 async function show() {
   const seq = ++shown;
-  const view = VIEWS.includes(location.hash.slice(1)) ? location.hash.slice(1) : "keys";
+  // A view's name, and for a run's page (#run/ID) its id.
+  const [name, arg] = location.hash.slice(1).split("/");
+  const view = VIEWS.includes(name) ? name : "keys";
   for (const v of VIEWS) $(v).hidden = v !== view;
   for (const a of document.querySelectorAll("header nav a"))
-    a.classList.toggle("active", a.getAttribute("href") === "#" + view);
+    a.classList.toggle("active", a.getAttribute("href") === "#" + (view === "run" ? "runs" : view));
   clearInterval(runsTimer);
   flash("");
   try {
@@ -756,6 +932,7 @@ async function show() {
       if (seq === shown)
         runsTimer = setInterval(() => showRuns().catch((e) => flash(e.message)), 5000);
     }
+    if (view === "run") await showRun(decodeURIComponent(arg || ""));
     if (view === "usage") {
       if (keys.length === 0) await loadKeys();
       await showUsage();
@@ -841,6 +1018,12 @@ async function start() {
   for (const b of document.querySelectorAll("[data-copy]"))
     b.addEventListener("click", () => copyFrom(b));
   $("run-filter").addEventListener("change", () => showRuns().catch((e) => flash(e.message)));
+  $("run-filter").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    showRuns().catch((e) => flash(e.message));
+  });
+  $("usage-period").addEventListener("change", () => showUsage().catch((e) => flash(e.message)));
+  $("usage-period").addEventListener("submit", (ev) => ev.preventDefault());
   $("run-more").addEventListener("click", () => moreRuns().catch((e) => flash(e.message)));
   $("play").addEventListener("submit", runPlayground);
   $("play-add-file").addEventListener("click", () => addFileRow());
