@@ -250,7 +250,7 @@ export const SETTINGS = {
     kind: "string",
     unset: "the listening URL",
     readers: ["server"],
-    doc: "`serve`: the origin clients reach the service at (`https://…` behind TLS): the OAuth issuer, `/mcp` under it the resource tokens are for, and Secure session cookies when https",
+    doc: "`serve`: the origin clients reach the service at (`https://…` behind TLS): the OAuth issuer, `/mcp` under it the resource tokens are for, and Secure session cookies when https; `users invite`: put in front of the link it prints",
   },
   SCRATCHRUN_TRUSTED_PROXIES: {
     kind: "list",
