@@ -1,6 +1,8 @@
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
 import { join } from "node:path";
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { descendants } from "./procs.js";
 
 /**
  * An independent leak detector: it reads the host's own tables (not the product's bookkeeping)
@@ -209,22 +211,81 @@ export async function assertNoLeaks(
   }
 }
 
+/** Each connected unix socket's inode → its peer's, from the kernel's socket table (`ss`). */
+function unixPeers(): Map<string, string> {
+  const peers = new Map<string, string>();
+  const out = spawnSync("ss", ["-xaH"], { encoding: "utf8" }).stdout ?? "";
+  for (const line of out.split("\n")) {
+    const f = line.trim().split(/\s+/);
+    // netid state recv-q send-q local-address local-inode peer-address peer-inode
+    if (f.length >= 8 && f.at(-1) !== "0") peers.set(`socket:[${f[5]}]`, `socket:[${f.at(-1)}]`);
+  }
+  return peers;
+}
+
 /**
- * The server's open fds come back to their baseline once its calls are done (polls: pipes of a
- * finished sandbox close asynchronously, and a jail the pool retires after a burst closes its
- * three when its teardown ends). Only meaningful without a warm pool, whose VMs hold sockets of
- * their own. Up to 10 s: under the whole suite's load (CI's rehearsal of stop 60) the inputs
- * suite's five-at-once burst was seen 3 fds over after 3 s and passed in other runs; a pipe
- * never closed stays over for good.
+ * The server's fds whose other end no live process below it holds: what is left once every
+ * channel to a running child (a namespace jail's stdio, which Node makes as unix socket pairs, its
+ * seccomp pipe, a command's output, the host monitor's) is set aside. Exact where the old count
+ * (all fds less 3 per child) guessed: a child with fewer channels (the monitor holds one) or a jail
+ * still holding its seccomp pipe no longer moves it. A descendant whose fds cannot be read (not
+ * root) counts as holding 3.
  */
-export async function assertServerFdsBack(count: () => number, baseline: number, waitMs = 10_000) {
+export function serverOwnFds(pid: number): string[] {
+  const targets = (p: number): string[] | null => {
+    try {
+      return readdirSync(`/proc/${p}/fd`).map((fd) => {
+        try {
+          return readlinkSync(`/proc/${p}/fd/${fd}`);
+        } catch {
+          return "gone";
+        }
+      });
+    } catch {
+      return null;
+    }
+  };
+  const mine = targets(pid) ?? [];
+  const held = new Set<string>();
+  let unreadable = 0;
+  for (const d of descendants(pid)) {
+    const t = targets(d);
+    if (t === null) unreadable++;
+    else for (const x of t) held.add(x);
+  }
+  const peers = unixPeers();
+  const own = mine.filter((x) => !held.has(peers.get(x) ?? x)).sort();
+  return own.slice(0, Math.max(0, own.length - 3 * unreadable));
+}
+
+/** What `now` holds that `base` does not, by kind ("pipe:[…]" → "pipe"), for a failure message. */
+function extraFds(base: string[], now: string[]): string {
+  const left = [...base];
+  const extra: string[] = [];
+  for (const x of now) {
+    const i = left.indexOf(x);
+    if (i >= 0) left.splice(i, 1);
+    else extra.push(x);
+  }
+  return extra.join(", ");
+}
+
+/**
+ * The server's own fds (serverOwnFds) come back to their baseline once its calls are done (polls:
+ * a finished sandbox's pipes close asynchronously, and a jail the pool retires closes its pipes
+ * when its teardown ends). A pipe whose other end is gone and that the server never closes stays
+ * over for good and fails, naming the fds. Up to 10 s (CI's rehearsal of stop 60 saw a burst's
+ * fds still over after 3 s under the whole suite's load).
+ */
+export async function assertServerFdsBack(own: () => string[], baseline: string[], waitMs = 10_000) {
   const deadline = Date.now() + waitMs;
   for (;;) {
-    const now = count();
-    if (now <= baseline) return;
+    const now = own();
+    if (now.length <= baseline.length) return;
     if (Date.now() > deadline)
       assert.fail(
-        `the server holds ${now} fds, ${now - baseline} more than its baseline ${baseline}`,
+        `the server holds ${now.length} fds of its own, ${now.length - baseline.length} more than ` +
+          `its baseline ${baseline.length}: ${extraFds(baseline, now)}`,
       );
     await new Promise((r) => setTimeout(r, 50));
   }

@@ -1,10 +1,13 @@
 import { after, before } from "node:test";
 import type { TestBackend } from "./backends.js";
-import { assertNoLeaks, assertServerFdsBack, snapshot, type HostSnapshot } from "./leaks.js";
+import {
+  assertNoLeaks,
+  assertServerFdsBack,
+  serverOwnFds,
+  snapshot,
+  type HostSnapshot,
+} from "./leaks.js";
 import { startServer, type McpHarness } from "./mcp-client.js";
-
-/** fds a namespace server holds per jail it runs (the agent's stdio pipes; measured). */
-const JAIL_FDS = 3;
 
 export type SuiteServer = McpHarness & {
   /** The host's state before the server started: what every leak check compares with. */
@@ -30,16 +33,14 @@ export function serverForSuite(
 ): SuiteServer {
   let h: McpHarness | undefined;
   let base: HostSnapshot | undefined;
-  let fds = 0;
-  let jails = 0;
+  let fds: string[] = [];
   let starting: Promise<void> | undefined;
   before(async () => {
     base = options.sharedBase ? options.sharedBase() : snapshot();
     starting = (async () => {
       h = await startServer({ SCRATCHRUN_ISOLATION: backend, ...env });
       await h.exec({ runtime: "bash", code: "true" });
-      fds = h.serverFds();
-      jails = h.serverChildren();
+      fds = serverOwnFds(h.serverPid());
     })();
     // A failed start is the caller's to see, through started(), not an unhandled rejection.
     starting.catch(() => {});
@@ -48,16 +49,13 @@ export function serverForSuite(
   after(async () => {
     if (!h || !base) return;
     const server = h;
-    // A namespace server holds 3 fds (the agent's stdin, stdout, stderr) per live jail: its pools
-    // fill after the baseline and keep an extra jail per kind during bursts.
+    // A namespace server's jails hold the other ends of its pipes to them (its pools fill after
+    // the baseline and keep an extra jail per kind during bursts): serverOwnFds sets those aside.
     // Closed whatever the fd check says: a server left running holds the test file open, and the
     // runner waits on it for good (CI's rehearsal of stop 60 hung so after a failed check).
     try {
       if (backend === "namespace")
-        await assertServerFdsBack(
-          () => server.serverFds() - JAIL_FDS * (server.serverChildren() - jails),
-          fds,
-        );
+        await assertServerFdsBack(() => serverOwnFds(server.serverPid()), fds);
     } finally {
       await server.close();
     }
