@@ -1,6 +1,7 @@
 import { PY } from "../helpers/pythons.js";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+import { chmodSync, mkdirSync, statSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
 import { listSandboxNetworkResources } from "../../src/net/resources.js";
 import { assertNoLeaks, snapshot, type HostSnapshot } from "../helpers/leaks.js";
@@ -27,6 +28,10 @@ describe("network egress through the MCP server [namespace]", { timeout: 180_000
   before(async () => {
     base = snapshot();
     topo = await new Topology().build();
+    // As an older build's uid locks left it on a fresh host (mkdir -p gave it their 0700): every
+    // jail opens its resolv.conf under /run/scratchrun, so the server must open it to traverse.
+    mkdirSync("/run/scratchrun", { recursive: true });
+    chmodSync("/run/scratchrun", 0o700);
     h = await startServer({
       SCRATCHRUN_ISOLATION: "namespace",
       SCRATCHRUN_NETWORK: "public",
@@ -49,6 +54,7 @@ describe("network egress through the MCP server [namespace]", { timeout: 180_000
   }
 
   test("public hosts answer over TCP, UDP and ICMP; names resolve", async () => {
+    assert.equal(statSync("/run/scratchrun").mode & 0o001, 0o001, "/run/scratchrun opened to jails");
     const { res, s } = await runProbe(
       [
         { label: "tcp", kind: "tcp", host: PUBLIC },
