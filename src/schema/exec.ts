@@ -2,15 +2,8 @@ import { z } from "zod";
 import { LIMITS, CODE_DIR } from "./limits.js";
 import { decodeFileContent, fileContentSchema, type FileContent } from "./file-content.js";
 import { checkEnvName, normaliseSandboxPath } from "./paths.js";
-import {
-  DEFAULT_POLICY,
-  maxMessage,
-  networkMessage,
-  policyKey,
-  runtimeMessage,
-  type CallPolicy,
-} from "./policy.js";
-import type { RuntimeName } from "../runtimes/names.js";
+import { DEFAULT_POLICY, policyKey, type CallPolicy } from "./policy.js";
+import { limitField, networkField, runtimeField } from "./policy-fields.js";
 import type { NetworkMode } from "./names.js";
 import { REFUSAL_REASONS } from "../net/proxy/reasons.js";
 import { AllowlistError, parseAllowlistEntry } from "../net/allowlist.js";
@@ -302,31 +295,19 @@ function checkInputs(req: RequestFields, ctx: z.RefinementCtx): void {
 export function execInputShapeFor(policy: CallPolicy) {
   const { runtimes, networks, timeoutMs, memoryMb } = policy;
   return {
-    runtime: z
-      .enum(runtimes as readonly RuntimeName[] as [RuntimeName, ...RuntimeName[]], {
-        error: (issue) => runtimeMessage(issue.input, policy),
-      })
-      .describe(`Runtime to use: ${runtimes.join(" | ")}`),
+    runtime: runtimeField(policy).describe(`Runtime to use: ${runtimes.join(" | ")}`),
     code: z
       .string()
       .refine((s) => utf8Bytes(s) <= LIMITS.codeBytes.max, {
         message: `code is longer than ${LIMITS.codeBytes.max} bytes`,
       })
       .describe("Code to execute"),
-    timeout_ms: z
-      .number()
-      .int()
-      .min(LIMITS.timeoutMs.min)
-      .max(timeoutMs.max, { error: () => maxMessage(policy, "timeoutMs") })
-      .default(timeoutMs.default)
-      .describe(`Wall-clock timeout in ms (default ${timeoutMs.default}, max ${timeoutMs.max})`),
-    memory_mb: z
-      .number()
-      .int()
-      .min(LIMITS.memoryMb.min)
-      .max(memoryMb.max, { error: () => maxMessage(policy, "memoryMb") })
-      .default(memoryMb.default)
-      .describe(`Memory limit in MB (default ${memoryMb.default}, max ${memoryMb.max})`),
+    timeout_ms: limitField(policy, "timeoutMs").describe(
+      `Wall-clock timeout in ms (default ${timeoutMs.default}, max ${timeoutMs.max})`,
+    ),
+    memory_mb: limitField(policy, "memoryMb").describe(
+      `Memory limit in MB (default ${memoryMb.default}, max ${memoryMb.max})`,
+    ),
     env: z
       .record(z.string(), z.string())
       .default({})
@@ -360,16 +341,11 @@ export function execInputShapeFor(policy: CallPolicy) {
       .describe(
         "File paths to capture after execution (images render inline); a path named twice, in any spelling, is returned once",
       ),
-    network: z
-      .enum(networks as readonly NetworkMode[] as [NetworkMode, ...NetworkMode[]], {
-        error: (issue) => networkMessage(issue.input, policy),
-      })
-      .default(networks[0] ?? "none")
-      .describe(
-        networks.includes("public")
-          ? '"public" (default: internet yes, private ranges never) or "none" (no network)'
-          : '"none" only (no network)',
-      ),
+    network: networkField(policy).describe(
+      networks.includes("public")
+        ? '"public" (default: internet yes, private ranges never) or "none" (no network)'
+        : '"none" only (no network)',
+    ),
     max_output_bytes: z
       .number()
       .int()

@@ -5,43 +5,25 @@
  */
 import { z } from "zod";
 import { ScratchRunError } from "../errors.js";
-import type { RuntimeName } from "../runtimes/names.js";
 import { LIMITS } from "./limits.js";
-import type { NetworkMode } from "./names.js";
-import {
-  DEFAULT_POLICY,
-  maxMessage,
-  networkMessage,
-  runtimeMessage,
-  type CallPolicy,
-} from "./policy.js";
+import { DEFAULT_POLICY, type CallPolicy } from "./policy.js";
+import { limitField, networkField, runtimeField } from "./policy-fields.js";
 import { formatIssues, protoKeyPaths } from "./validate.js";
 
 const { idleTimeoutMs, lifetimeMs } = LIMITS.session;
 
 export function sessionStartShapeFor(policy: CallPolicy) {
-  const { runtimes, networks, memoryMb } = policy;
+  const { runtimes, memoryMb } = policy;
   return {
-    runtime: z
-      .enum(runtimes as readonly RuntimeName[] as [RuntimeName, ...RuntimeName[]], {
-        error: (issue) => runtimeMessage(issue.input, policy),
-      })
-      .describe(`The runtime every call of the session uses: ${runtimes.join(" | ")}`),
-    memory_mb: z
-      .number()
-      .int()
-      .min(LIMITS.memoryMb.min)
-      .max(memoryMb.max, { error: () => maxMessage(policy, "memoryMb") })
-      .default(memoryMb.default)
-      .describe(
-        `Memory limit of the session's sandbox in MB, for all its calls together (default ${memoryMb.default}, max ${memoryMb.max})`,
-      ),
-    network: z
-      .enum(networks as readonly NetworkMode[] as [NetworkMode, ...NetworkMode[]], {
-        error: (issue) => networkMessage(issue.input, policy),
-      })
-      .default(networks[0] ?? "none")
-      .describe('The session\'s network, "public" or "none", for all its calls'),
+    runtime: runtimeField(policy).describe(
+      `The runtime every call of the session uses: ${runtimes.join(" | ")}`,
+    ),
+    memory_mb: limitField(policy, "memoryMb").describe(
+      `Memory limit of the session's sandbox in MB, for all its calls together (default ${memoryMb.default}, max ${memoryMb.max})`,
+    ),
+    network: networkField(policy).describe(
+      'The session\'s network, "public" or "none", for all its calls',
+    ),
     idle_timeout_ms: z
       .number()
       .int()
