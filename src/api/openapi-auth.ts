@@ -3,8 +3,8 @@
  * (docs/decisions/0016-oauth.md), merged into the service's document by openapi.ts. The console
  * routes authenticate with the session cookie; their writes also carry X-CSRF-Token.
  */
-const json = (ref: string) => ({ "application/json": { schema: { $ref: ref } } });
-const err = (description: string) => ({ description, content: json("#/components/schemas/Error") });
+import { err, int, json, jsonBody, nullable, str } from "../http/openapi-parts.js";
+
 const oauthErr = (description: string) => ({
   description,
   content: json("#/components/schemas/OAuthError"),
@@ -17,9 +17,6 @@ const idParam = (name: string) => ({
   required: true,
   schema: { type: "string" },
 });
-const str = { type: "string" };
-const int = { type: "integer" };
-const nullable = (t: string) => ({ type: [t, "null"] });
 
 export const AUTH_PATHS = {
   "/.well-known/oauth-protected-resource": {
@@ -127,7 +124,7 @@ export const AUTH_PATHS = {
       security: [],
       summary:
         "RFC 7591 dynamic registration of a public client (for clients without a metadata document)",
-      requestBody: { required: true, content: json("#/components/schemas/ClientMetadata") },
+      requestBody: jsonBody({ $ref: "#/components/schemas/ClientMetadata" }),
       responses: {
         "201": { description: "The client", content: json("#/components/schemas/ClientMetadata") },
         "400": oauthErr("invalid_redirect_uri or invalid_client_metadata"),
@@ -140,18 +137,11 @@ export const AUTH_PATHS = {
       operationId: "signIn",
       security: [],
       summary: "Sign in as a console user: sets the session cookie, returns its CSRF token",
-      requestBody: {
-        required: true,
-        content: {
-          "application/json": {
-            schema: {
-              type: "object",
-              required: ["name", "password"],
-              properties: { name: str, password: str },
-            },
-          },
-        },
-      },
+      requestBody: jsonBody({
+        type: "object",
+        required: ["name", "password"],
+        properties: { name: str, password: str },
+      }),
       responses: {
         "200": { description: "Signed in", content: json("#/components/schemas/ConsoleSession") },
         "401": err("Wrong user or password"),
@@ -247,18 +237,11 @@ export const AUTH_PATHS = {
       security: consoleWrite,
       summary: "Approve (for one of this user's keys) or deny; returns where to send the browser",
       parameters: [idParam("request_id")],
-      requestBody: {
-        required: true,
-        content: {
-          "application/json": {
-            schema: {
-              type: "object",
-              required: ["decision"],
-              properties: { decision: { enum: ["approve", "deny"] }, key_id: str },
-            },
-          },
-        },
-      },
+      requestBody: jsonBody({
+        type: "object",
+        required: ["decision"],
+        properties: { decision: { enum: ["approve", "deny"] }, key_id: str },
+      }),
       responses: {
         "200": {
           description: "The client's redirect URI with the code (or access_denied), state and iss",

@@ -6,7 +6,8 @@ import { limitsWireSchema, wireBatchSchema, wireErrorSchema, wireResultSchema } 
 import { AUTH_PATHS, AUTH_SCHEMAS, AUTH_SCHEMES } from "./openapi-auth.js";
 import { CONSOLE_PATHS, CONSOLE_SCHEMAS } from "../console/openapi.js";
 
-const json = (ref: string) => ({ "application/json": { schema: { $ref: ref } } });
+import { json, jsonBody } from "../http/openapi-parts.js";
+
 const error = (description: string, headers?: Record<string, unknown>) => ({
   description,
   content: json("#/components/schemas/Error"),
@@ -42,7 +43,7 @@ export function buildOpenApiDocument() {
         post: {
           operationId: "exec",
           summary: "Run code in a fresh sandbox",
-          requestBody: { required: true, content: json("#/components/schemas/ExecRequest") },
+          requestBody: jsonBody({ $ref: "#/components/schemas/ExecRequest" }),
           responses: {
             "200": {
               description:
@@ -79,7 +80,7 @@ export function buildOpenApiDocument() {
         post: {
           operationId: "sessionStart",
           summary: "Start a session: a sandbox kept between this key's calls",
-          requestBody: { required: true, content: json("#/components/schemas/SessionStart") },
+          requestBody: jsonBody({ $ref: "#/components/schemas/SessionStart" }),
           responses: {
             "201": {
               description: "The session; pass its session_id to /v1/exec",
