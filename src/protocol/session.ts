@@ -87,14 +87,11 @@ export function waitForReady(
   return new Promise((resolve) => {
     const decoder = new FrameDecoder();
     let settled = false;
+    let unlisten = () => {};
     const settle = (r: ReadyResult) => {
       if (settled) return;
       settled = true;
-      input.removeListener("data", onData);
-      input.removeListener("end", onEnd);
-      input.removeListener("close", onEnd);
-      input.removeListener("error", onError);
-      signal.removeEventListener("abort", onAbort);
+      unlisten();
       input.pause();
       resolve(r);
     };
@@ -117,14 +114,38 @@ export function waitForReady(
     const onAbort = () => settle(fail("aborted", "aborted while waiting for R"));
     if (signal.aborted) return onAbort();
     guardErrors(input);
-    input.on("data", onData);
-    input.on("end", onEnd);
-    input.on("close", onEnd);
-    input.on("error", onError);
-    signal.addEventListener("abort", onAbort);
+    unlisten = listen(input, signal, { data: onData, end: onEnd, error: onError, abort: onAbort });
     if (isEnded(input)) return onEnd();
     input.resume();
   });
+}
+
+/**
+ * Listens to the agent's stream (its bytes, its end or close, its errors) and to the abort;
+ * returns what removes every one of those listeners again.
+ */
+function listen(
+  input: NodeJS.ReadableStream,
+  signal: AbortSignal,
+  on: {
+    data: (chunk: Buffer | string) => void;
+    end: () => void;
+    error: (e: Error) => void;
+    abort: () => void;
+  },
+): () => void {
+  input.on("data", on.data);
+  input.on("end", on.end);
+  input.on("close", on.end);
+  input.on("error", on.error);
+  signal.addEventListener("abort", on.abort);
+  return () => {
+    input.removeListener("data", on.data);
+    input.removeListener("end", on.end);
+    input.removeListener("close", on.end);
+    input.removeListener("error", on.error);
+    signal.removeEventListener("abort", on.abort);
+  };
 }
 
 function fail(
@@ -150,10 +171,11 @@ export function runAgentSession(
   const { input, output } = io;
   return new Promise((resolve) => {
     const decoder = new FrameDecoder();
-    const stdout: Uint8Array[] = [];
-    const stderr: Uint8Array[] = [];
-    let stdoutBytes = 0;
-    let stderrBytes = 0;
+    // Each stream's bytes so far, and the most the request lets the agent send of it.
+    const streams = {
+      stdout: { chunks: [] as Uint8Array[], bytes: 0, max: request.maxStdoutBytes },
+      stderr: { chunks: [] as Uint8Array[], bytes: 0, max: request.maxStderrBytes },
+    };
     let fileBytes = 0;
     // The streams' runs and the display channel's outputs, in order; the output being received.
     const shown: ShownEvent[] = [];
@@ -172,6 +194,7 @@ export function runAgentSession(
     let killSent = false;
     let graceTimer: NodeJS.Timeout | undefined;
     let settled = false;
+    let unlisten = () => {};
     let collectFrom = () => {};
 
     const emit = (e: AgentEvent) => {
@@ -187,11 +210,7 @@ export function runAgentSession(
       phase = "done";
       clearTimeout(deadline);
       clearTimeout(graceTimer);
-      input.removeListener("data", onData);
-      input.removeListener("end", onEnd);
-      input.removeListener("close", onEnd);
-      input.removeListener("error", onError);
-      options.signal.removeEventListener("abort", onAbort);
+      unlisten();
       // Keep the stream flowing with no listener: later bytes are discarded and 'end' still
       // comes, so a child process's 'close' is never held up by unread output. A session whose
       // call ended with D keeps it for the next one.
@@ -199,8 +218,8 @@ export function runAgentSession(
       else input.resume();
       resolve({
         exit,
-        stdout: Buffer.concat(stdout, stdoutBytes),
-        stderr: Buffer.concat(stderr, stderrBytes),
+        stdout: Buffer.concat(streams.stdout.chunks, streams.stdout.bytes),
+        stderr: Buffer.concat(streams.stderr.chunks, streams.stderr.bytes),
         shown,
         files,
         failure,
@@ -247,24 +266,7 @@ export function runAgentSession(
           if (f.type === "exit") return onExit(f.exit);
           return `expected S or X, got ${f.type}`;
         case "running":
-          if (f.type === "stdout") {
-            if (stdoutBytes + f.data.length > request.maxStdoutBytes)
-              return "stdout beyond maxStdoutBytes";
-            stdoutBytes += f.data.length;
-            stdout.push(f.data);
-            streamRun("stdout", f.data.length);
-            emit({ type: "stdout", chunk: f.data });
-            return null;
-          }
-          if (f.type === "stderr") {
-            if (stderrBytes + f.data.length > request.maxStderrBytes)
-              return "stderr beyond maxStderrBytes";
-            stderrBytes += f.data.length;
-            stderr.push(f.data);
-            streamRun("stderr", f.data.length);
-            emit({ type: "stderr", chunk: f.data });
-            return null;
-          }
+          if (f.type === "stdout" || f.type === "stderr") return onStream(f.type, f.data);
           if (f.type === "display") return onDisplay(f.data);
           if (f.type === "display_end") {
             if (!display) displays++; // an output with no bytes forwarded (past a bound, or empty)
@@ -311,6 +313,17 @@ export function runAgentSession(
       streamRuns++;
       shown.push({ kind: "stream", stream, bytes });
     };
+    /** Bytes of stdout or stderr: kept up to the request's bound for it, then a violation. */
+    const onStream = (stream: "stdout" | "stderr", data: Uint8Array): string | null => {
+      const s = streams[stream];
+      if (s.bytes + data.length > s.max)
+        return `${stream} beyond ${stream === "stdout" ? "maxStdoutBytes" : "maxStderrBytes"}`;
+      s.bytes += data.length;
+      s.chunks.push(data);
+      streamRun(stream, data.length);
+      emit({ type: stream, chunk: data });
+      return null;
+    };
     /** Bytes of an output: the agent forwards at most LIMITS.outputs of them. */
     const onDisplay = (data: Uint8Array): string | null => {
       if (!display) {
@@ -334,9 +347,9 @@ export function runAgentSession(
       const failedToStart = e.reason === "spawn_failed" || e.reason === "setup_failed";
       if (started && failedToStart) return `X ${e.reason} after S`;
       if (!started && !failedToStart) return `X ${e.reason} without S`;
-      if (e.stdoutTruncated && stdoutBytes !== request.maxStdoutBytes)
+      if (e.stdoutTruncated && streams.stdout.bytes !== streams.stdout.max)
         return "stdout_truncated without a full stdout";
-      if (e.stderrTruncated && stderrBytes !== request.maxStderrBytes)
+      if (e.stderrTruncated && streams.stderr.bytes !== streams.stderr.max)
         return "stderr_truncated without a full stderr";
       if (e.reason === "output_limit" && !e.stdoutTruncated && !e.stderrTruncated)
         return "output_limit without a truncated stream";
@@ -401,11 +414,12 @@ export function runAgentSession(
 
     guardErrors(input);
     guardErrors(output);
-    input.on("data", onData);
-    input.on("end", onEnd);
-    input.on("close", onEnd);
-    input.on("error", onError);
-    options.signal.addEventListener("abort", onAbort);
+    unlisten = listen(input, options.signal, {
+      data: onData,
+      end: onEnd,
+      error: onError,
+      abort: onAbort,
+    });
     if (options.signal.aborted) return finish({ kind: "aborted", detail: "aborted before Q" });
     if (phase === "await_start") sendRequest();
     if (isEnded(input)) return onEnd();
