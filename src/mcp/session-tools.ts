@@ -34,7 +34,7 @@ const minutes = (ms: number) => `${ms / 60_000} min`;
 export function sessionToolDefinitions(policy: CallPolicy) {
   const { idleTimeoutMs, lifetimeMs } = LIMITS.session;
   return [
-    {
+    sessionTool({
       name: SESSION_START_TOOL,
       title: "Start a session (a sandbox kept between calls)",
       description: [
@@ -51,40 +51,44 @@ export function sessionToolDefinitions(policy: CallPolicy) {
         "scratchrun_session_end; then everything in it is destroyed. Use a session when later steps",
         "need earlier results (load data once, then explore); otherwise call scratchrun_exec alone.",
       ].join(" "),
-      inputSchema: z.toJSONSchema(z.strictObject(sessionStartShapeFor(policy)), {
-        io: "input",
-      }) as Tool["inputSchema"],
-      outputSchema: z.toJSONSchema(sessionInfoSchema) as Tool["outputSchema"],
-      // The result view shows the session and the cells this client holds (view.ts).
-      _meta: VIEW_TOOL_META,
-      annotations: {
-        title: "Start a session",
-        readOnlyHint: false,
-        destructiveHint: false,
-        idempotentHint: false,
-        openWorldHint: false,
-      },
-    },
-    {
+      input: sessionStartShapeFor(policy),
+      hints: { title: "Start a session", destructiveHint: false },
+    }),
+    sessionTool({
       name: SESSION_END_TOOL,
       title: "End a session",
       description:
         "Ends a session started with scratchrun_session_start: a call still running in it is cancelled, and its sandbox, files and interpreter are destroyed.",
-      inputSchema: z.toJSONSchema(z.strictObject(sessionEndShape), {
-        io: "input",
-      }) as Tool["inputSchema"],
-      outputSchema: z.toJSONSchema(sessionInfoSchema) as Tool["outputSchema"],
-      // The result view shows the session and the cells this client holds (view.ts).
-      _meta: VIEW_TOOL_META,
-      annotations: {
-        title: "End a session",
-        readOnlyHint: false,
-        destructiveHint: true,
-        idempotentHint: false,
-        openWorldHint: false,
-      },
-    },
+      input: sessionEndShape,
+      hints: { title: "End a session", destructiveHint: true },
+    }),
   ];
+}
+
+/** A session tool as tools/list gives it: its input, the session it answers with, its hints. */
+function sessionTool(t: {
+  name: string;
+  title: string;
+  description: string;
+  input: z.ZodRawShape;
+  hints: { title: string; destructiveHint: boolean };
+}) {
+  return {
+    name: t.name,
+    title: t.title,
+    description: t.description,
+    inputSchema: z.toJSONSchema(z.strictObject(t.input), { io: "input" }) as Tool["inputSchema"],
+    outputSchema: z.toJSONSchema(sessionInfoSchema) as Tool["outputSchema"],
+    // The result view shows the session and the cells this client holds (view.ts).
+    _meta: VIEW_TOOL_META,
+    annotations: {
+      title: t.hints.title,
+      readOnlyHint: false,
+      destructiveHint: t.hints.destructiveHint,
+      idempotentHint: false,
+      openWorldHint: false,
+    },
+  };
 }
 
 function refused(e: unknown) {
