@@ -613,12 +613,23 @@ const figures = (f) => [
 ];
 const USAGE_HEAD = ["Key", "Calls", "Sandbox-seconds", "GB-seconds", "Peak at once", "Refused"];
 
+// Which showUsage() is the latest: an earlier period's answer (or refusal) arriving after it is dropped.
+let usageSeq = 0;
+
 async function showUsage() {
+  const seq = ++usageSeq;
   const q = new URLSearchParams();
   if ($("usage-from").value) q.set("from", $("usage-from").value);
   else q.set("days", "14");
   if ($("usage-to").value) q.set("to", $("usage-to").value);
-  const u = await api("GET", "/v1/console/usage?" + q);
+  let u;
+  try {
+    u = await api("GET", "/v1/console/usage?" + q);
+  } catch (e) {
+    if (seq === usageSeq) throw e;
+    return;
+  }
+  if (seq !== usageSeq) return;
   $("usage-from").value = u.since;
   $("usage-to").value = u.until;
   const start = Date.parse(u.since + "T00:00:00Z");
@@ -1022,7 +1033,10 @@ async function start() {
     ev.preventDefault();
     showRuns().catch((e) => flash(e.message));
   });
-  $("usage-period").addEventListener("change", () => showUsage().catch((e) => flash(e.message)));
+  $("usage-period").addEventListener("change", () => {
+    flash("");
+    showUsage().catch((e) => flash(e.message));
+  });
   $("usage-period").addEventListener("submit", (ev) => ev.preventDefault());
   $("run-more").addEventListener("click", () => moreRuns().catch((e) => flash(e.message)));
   $("play").addEventListener("submit", runPlayground);
