@@ -75,8 +75,10 @@ export async function benchBurst(
       if (!api) throw new Error(`${system.id} gave no REST API`);
       await restBurst(api, markerWorkload(), 1, { network, perCall: markerWorkload });
       await system.waitWarm(300_000);
-      // The pools and the ready networks fill after the untimed call: a burst after a pause.
-      await new Promise((r) => setTimeout(r, 3_000));
+      // The pools and the ready networks fill after the untimed call: a burst after a pause
+      // (BENCH_BURST_PAUSE_MS, default 3 s; ~60 ms a ready network, one at a time).
+      const pauseMs = Number(process.env.BENCH_BURST_PAUSE_MS ?? 3_000);
+      await new Promise((r) => setTimeout(r, pauseMs));
       const busy0 = hostBusyMs();
       const burst = await restBurst(api, markerWorkload(), plan.n, {
         network,

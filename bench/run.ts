@@ -206,6 +206,10 @@ function burstServer(
       BENCH_REST: "1",
       BENCH_MAX_CONCURRENT: String(plan.maxConcurrent),
       BENCH_MAX_QUEUED: String(plan.maxQueued),
+      // An operator's ready-network depth passed on (decision 0019 measures 24 against 120).
+      ...(process.env.SCRATCHRUN_NET_READY
+        ? { SCRATCHRUN_NET_READY: process.env.SCRATCHRUN_NET_READY }
+        : {}),
     },
   });
 }

@@ -180,6 +180,41 @@ function queued<T>(s: SharedTables, f: () => Promise<T>): Promise<T> {
   return run;
 }
 
+/**
+ * Per uplink, its networks' counter reads, shared: `nft -j list counters` reads every counter of
+ * the namespace whatever it is asked (one counter by name costs as much), ~60 ms with 128
+ * networks present and more under load (decision 0019), so calls ending together paid one each.
+ * One read runs at a time; a call asking while one runs gets the next, which starts after it
+ * asked (so it counts every packet of that call's stopped sandbox), with every call asking
+ * meanwhile: one read per read's time however many calls end.
+ */
+interface CounterReads {
+  /** The read running now (settled: none). */
+  running: Promise<unknown>;
+  /** The read queued behind it, not yet started: the one a call asking now joins. */
+  waiting: Promise<string> | null;
+}
+const counterReads = new Map<string, CounterReads>();
+
+function readCounters(u: UplinkConfig): Promise<string> {
+  const key = uplinkKey(u);
+  let s = counterReads.get(key);
+  if (!s) {
+    s = { running: Promise.resolve(), waiting: null };
+    counterReads.set(key, s);
+  }
+  const reads = s;
+  if (reads.waiting) return reads.waiting;
+  const read = reads.running.then(async () => {
+    // Started: a call asking from now on may have stopped after this read began.
+    reads.waiting = null;
+    return (await runCommand(inNetns(u.netns, "nft", ["-j", "list", "counters"]))).stdout;
+  });
+  reads.waiting = read;
+  reads.running = read.catch(() => undefined);
+  return read;
+}
+
 /** Several sysctls of one namespace in one command (each a key of ours, each value too). */
 function sysctls(
   ns: string | null,
@@ -399,13 +434,10 @@ export async function createSandboxNetwork(
     });
   }
 
-  // This network's counters, `<table>.<name>` in the shared tables: one `nft list counters`,
-  // which reads every table of the namespace first, a few now that the sandboxes share theirs
-  // (with a table pair per sandbox it took 1.3 s among 100 networks: decision 0019).
-  const counters = async (): Promise<EgressCounters> => {
-    const res = await runCommand(inNetns(up, "nft", ["-j", "list", "counters"]));
-    return parseCounters(res.stdout, shared, `${table}.`);
-  };
+  // This network's counters, `<table>.<name>` in the shared tables, from a `nft list counters`
+  // shared with the other calls asking at the same time (readCounters).
+  const counters = async (): Promise<EgressCounters> =>
+    parseCounters(await readCounters(u), shared, `${table}.`);
   return {
     id: opts.id,
     mode: "public",

@@ -186,6 +186,29 @@ for _ in range(3): s.sendto(b"x", ("10.1.0.10", 9))
       assert.deepEqual(left.tables.sort(), [`inet ${b.netns}`, `netdev ${b.netns}`]);
     });
 
+    it("counters asked for together are each network's own, and count what was sent before asking", async () => {
+      // Calls ending together share one `nft list counters` (sandbox-net.ts readCounters).
+      const [a, b, c] = await Promise.all(
+        ["cnt-a", "cnt-b", "cnt-c"].map((id) => createSandboxNetwork({ id, uplink: topo.uplink })),
+      );
+      nets.push(a!, b!, c!);
+      const blocked = (n: number) => `
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for _ in range(${n}): s.sendto(b"x", ("10.1.0.10", 9))
+`;
+      await python(a!.netns, blocked(2));
+      await python(b!.netns, blocked(5));
+      assert.deepEqual(
+        await Promise.all([a!, b!, c!, a!, b!].map((n) => n.blockedCount())),
+        [2, 5, 0, 2, 5],
+      );
+      // A read runs (C's); A sends more, then asks: its answer comes from a read begun after.
+      const running = c!.blockedCount();
+      await python(a!.netns, blocked(3));
+      assert.deepEqual(await Promise.all([a!.blockedCount(), running]), [5, 0]);
+    });
+
     it("a sandbox's chains and counters leave the shared tables with its network; the others' stay", async () => {
       const shared = sharedTableName(topo.uplink.prefix);
       /** Names of every chain and counter in the shared tables (both families). */
