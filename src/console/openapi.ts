@@ -1,12 +1,11 @@
 import { AUDIT_PAGE_MAX } from "../store/audit.js";
 import { RUNS_PAGE_MAX, USAGE_DAYS_MAX } from "./history.js";
+import { err, int, json, jsonBody, nullable, str } from "../http/openapi-parts.js";
 
 /**
  * The OpenAPI paths and schemas of the console's own routes (api.ts): what its pages call, and
  * what a script signed in to the console may call the same way. Merged by api/openapi.ts.
  */
-const json = (ref: string) => ({ "application/json": { schema: { $ref: ref } } });
-const err = (description: string) => ({ description, content: json("#/components/schemas/Error") });
 const read = [{ consoleSession: [] }];
 const write = [{ consoleSession: [], csrfToken: [] }];
 const keyId = { name: "key_id", in: "path", required: true, schema: { type: "string" } };
@@ -17,9 +16,6 @@ const query = (name: string, schema: Record<string, unknown>, description: strin
   schema,
   description,
 });
-const str = { type: "string" };
-const int = { type: "integer" };
-const nullable = (t: string) => ({ type: [t, "null"] });
 const signedOut = err("Not signed in");
 const csrf = err("X-CSRF-Token missing or wrong");
 const notYours = err("None of this user's active keys has this id");
@@ -149,26 +145,19 @@ export const CONSOLE_PATHS = {
       operationId: "consoleKeyCreate",
       security: write,
       summary: "Create an API key owned by this user; its secret is in this answer only",
-      requestBody: {
-        required: true,
-        content: {
-          "application/json": {
-            schema: {
-              type: "object",
-              required: ["name"],
-              properties: {
-                name: str,
-                policy: { ...policy, type: ["object", "null"] },
-                expires_at: {
-                  ...nullable("integer"),
-                  description:
-                    "When the key stops working (ms since the epoch, in the future); null or left out: never. From then on REST, /mcp and the OAuth tokens of its grants refuse it, and its sessions end",
-                },
-              },
-            },
+      requestBody: jsonBody({
+        type: "object",
+        required: ["name"],
+        properties: {
+          name: str,
+          policy: { ...policy, type: ["object", "null"] },
+          expires_at: {
+            ...nullable("integer"),
+            description:
+              "When the key stops working (ms since the epoch, in the future); null or left out: never. From then on REST, /mcp and the OAuth tokens of its grants refuse it, and its sessions end",
           },
         },
-      },
+      }),
       responses: {
         "201": { description: "The key", content: json("#/components/schemas/CreatedKey") },
         "400": err("A bad name, policy field (named) or expiry"),
@@ -197,7 +186,7 @@ export const CONSOLE_PATHS = {
       security: write,
       summary: "Change a key's policy: fields set, null ones back to the server's setting",
       parameters: [keyId],
-      requestBody: { required: true, content: { "application/json": { schema: policy } } },
+      requestBody: jsonBody(policy),
       responses: {
         "200": {
           description: "The key's policy now",
@@ -282,18 +271,11 @@ export const CONSOLE_PATHS = {
       security: write,
       summary:
         "Invite a person (admins only): a one-time link, good for 24 hours, that makes the user once its holder chooses a password; shown only in this answer",
-      requestBody: {
-        required: true,
-        content: {
-          "application/json": {
-            schema: {
-              type: "object",
-              required: ["name"],
-              properties: { name: str, role: { enum: ["admin", "member"] } },
-            },
-          },
-        },
-      },
+      requestBody: jsonBody({
+        type: "object",
+        required: ["name"],
+        properties: { name: str, role: { enum: ["admin", "member"] } },
+      }),
       responses: {
         "201": {
           description: "The invite and its link",
@@ -368,18 +350,11 @@ export const CONSOLE_PATHS = {
       summary:
         "Change a person's role (admins only, not their own); their open sessions hold to it from their next request",
       parameters: [userId],
-      requestBody: {
-        required: true,
-        content: {
-          "application/json": {
-            schema: {
-              type: "object",
-              required: ["role"],
-              properties: { role: { enum: ["admin", "member"] } },
-            },
-          },
-        },
-      },
+      requestBody: jsonBody({
+        type: "object",
+        required: ["role"],
+        properties: { role: { enum: ["admin", "member"] } },
+      }),
       responses: {
         "200": {
           description: "The user now",
@@ -422,7 +397,7 @@ export const CONSOLE_PATHS = {
       summary:
         "Change a user's key ceiling (admins only): fields set, null ones back to the server's setting",
       parameters: [{ name: "user_id", in: "path", required: true, schema: str }],
-      requestBody: { required: true, content: { "application/json": { schema: policy } } },
+      requestBody: jsonBody(policy),
       responses: {
         "200": {
           description: "The user's key ceiling now",
@@ -531,19 +506,12 @@ export const CONSOLE_PATHS = {
       security: write,
       summary:
         "Run code as one of this user's keys (its policy, quota and records): the body is /v1/exec's with key_id",
-      requestBody: {
-        required: true,
-        content: {
-          "application/json": {
-            schema: {
-              allOf: [
-                { $ref: "#/components/schemas/ExecRequest" },
-                { type: "object", required: ["key_id"], properties: { key_id: str } },
-              ],
-            },
-          },
-        },
-      },
+      requestBody: jsonBody({
+        allOf: [
+          { $ref: "#/components/schemas/ExecRequest" },
+          { type: "object", required: ["key_id"], properties: { key_id: str } },
+        ],
+      }),
       responses: {
         "200": {
           description: "The run's result, as /v1/exec answers it",
