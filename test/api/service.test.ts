@@ -23,8 +23,13 @@ const openapi = JSON.parse(readFileSync(join(REPO_ROOT, "openapi/openapi.json"),
   components: { schemas: Record<string, object> };
 };
 const ajv = new Ajv2020.default({ strict: false, allErrors: true });
+// The whole document, so a schema's $ref to another component resolves (UsageFigures).
+ajv.addSchema(openapi, "openapi.json");
 const validators = Object.fromEntries(
-  Object.entries(openapi.components.schemas).map(([n, s]) => [n, ajv.compile(s)]),
+  Object.keys(openapi.components.schemas).map((n) => [
+    n,
+    ajv.getSchema(`openapi.json#/components/schemas/${n}`),
+  ]),
 );
 function assertSchema(name: string, body: unknown): void {
   const v = validators[name];
