@@ -23,7 +23,7 @@ import {
   type UplinkConfig,
 } from "../net/index.js";
 import { prepareForwarding, type ForwardingState } from "../net/forwarding.js";
-import { claimUplink } from "../net/uplink-owner.js";
+import { claimUplink, type UplinkClaim } from "../net/uplink-owner.js";
 import { ReadyNetworks } from "../net/ready.js";
 import { EgressProxy, PROXY_UID_BASE, PROXY_UID_COUNT } from "../net/proxy/supervisor.js";
 import type { BrokerSpec } from "../net/proxy/control.js";
@@ -300,7 +300,9 @@ export async function networkFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
     reason:
       (allowlist
         ? `public egress through the nftables filter, limited to ${allowlist.entries.length} allowlisted names by the egress proxy`
-        : "public egress through the nftables filter") + forwardingNote(forwarding),
+        : "public egress through the nftables filter") +
+      forwardingNote(forwarding) +
+      squatNote(claim.squatted),
     provider: {
       defaultAllowlist: allowlist,
       async create(id: string, allow: DomainAllowlist | null) {
@@ -349,6 +351,16 @@ function withoutNetwork(
   if (mode === "public") throw new ScratchRunError("NOT_READY", why.problem, { fix: why.fix });
   const said = `${why.problem}; ${why.fix}`;
   return { provider: null, allowlist, summary: NONE_SUMMARY, reason: said, unavailable: said };
+}
+
+/** What the startup line says of a claim's name another user's process holds (uplink-owner.ts). */
+function squatNote(squatted: UplinkClaim["squatted"]): string {
+  return squatted
+    .map(
+      (s) =>
+        `; warning: ${s.what} is held by pid ${s.pid} (uid ${s.uid}: ${s.command}), not a ScratchRun server: the one-server check is off for it until that process ends`,
+    )
+    .join("");
 }
 
 /** SCRATCHRUN_NET_READY: a whole number of networks, 0 to 256. */
