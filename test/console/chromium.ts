@@ -2,7 +2,7 @@
  * Debian's Chromium driven by playwright-core, for the browser tests (the console's, and the
  * cluster's OAuth flow across replicas): how it is launched, and how a test reads the page.
  */
-import { chromium, type Browser, type Page } from "playwright-core";
+import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
 
 /**
  * Chromium refuses to start as root with its sandbox on (it needs an unprivileged user for its
@@ -52,3 +52,24 @@ export const overflow = (page: Page, selector: string) =>
       return { out, scroll: document.documentElement.scrollWidth, width };
     })()`,
   );
+
+/**
+ * A new context at `width` × 800 (the clipboard granted, for the copy buttons), signed in to the
+ * console at `url` as `user` through its form, on the keys view it opens with.
+ */
+export async function signIn(
+  browser: Browser,
+  url: string,
+  user: { name: string; password: string },
+  width = 1280,
+): Promise<{ context: BrowserContext; page: Page }> {
+  const context = await browser.newContext({ viewport: { width, height: 800 } });
+  await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin: url });
+  const page = await context.newPage();
+  await page.goto(`${url}/console`);
+  await page.fill("#name", user.name);
+  await page.fill("#password", user.password);
+  await Promise.all([page.waitForURL(/\/console$/), page.click("button[type=submit]")]);
+  await page.waitForSelector("body[data-view=keys]");
+  return { context, page };
+}

@@ -15,14 +15,14 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import type { Browser, BrowserContext, Page } from "playwright-core";
+import type { Browser } from "playwright-core";
 import { SCOPE } from "../../src/oauth/authorization.js";
 import { OAuthStore } from "../../src/store/oauth.js";
 import { UserStore } from "../../src/store/users.js";
 import { makeUser } from "../api/oauth-browser.js";
 import { startService, waitFor, type ServiceHarness } from "../api/harness.js";
 import { REPO_ROOT } from "../helpers/mcp-client.js";
-import { inPage, launchChromium, until } from "./chromium.js";
+import { inPage, launchChromium, overflow, signIn, until } from "./chromium.js";
 
 const CLI = join(REPO_ROOT, "dist/src/bin/scratchrun.js");
 const SHOTS =
@@ -53,31 +53,6 @@ const mcpStatus = async (url: string, token: string) =>
     })
   ).status;
 
-/**
- * Every visible box in `selector` (a card) that leaves it or the viewport, and the page's sideways
- * scroll: what a person would see cut off or have to scroll to. Text inside a <pre> wraps
- * (pre-wrap), so its own box is checked, not its lines.
- */
-const overflow = (page: Page, selector: string) =>
-  inPage<{ out: string[]; scroll: number; width: number }>(
-    page,
-    `(() => {
-      const card = document.querySelector(${JSON.stringify(selector)}).getBoundingClientRect();
-      const width = document.documentElement.clientWidth;
-      const out = [];
-      for (const e of document.querySelectorAll(${JSON.stringify(selector)} + " *")) {
-        const r = e.getBoundingClientRect();
-        if (r.width === 0 && r.height === 0) continue;
-        const name = e.tagName + (e.id ? "#" + e.id : "") + (e.className ? "." + e.className : "");
-        if (r.left < card.left - 1 || r.right > card.right + 1)
-          out.push(name + " leaves its card: " + Math.round(r.left) + ".." + Math.round(r.right) +
-            " in " + Math.round(card.left) + ".." + Math.round(card.right));
-        else if (r.right > width + 1) out.push(name + " leaves the viewport at " + Math.round(r.right));
-      }
-      return { out, scroll: document.documentElement.scrollWidth, width };
-    })()`,
-  );
-
 describe("console keys: snippets, revocation, expiry at every door (namespace backend)", () => {
   let h: ServiceHarness;
   let browser: Browser;
@@ -102,22 +77,8 @@ describe("console keys: snippets, revocation, expiry at every door (namespace ba
     if (process.env.SCRATCHRUN_SCREENSHOTS !== "1") rmSync(SHOTS, { recursive: true, force: true });
   });
 
-  async function signedIn(
-    user: { name: string; password: string },
-    width = 1280,
-  ): Promise<{ context: BrowserContext; page: Page }> {
-    const context = await browser.newContext({ viewport: { width, height: 800 } });
-    await context.grantPermissions(["clipboard-read", "clipboard-write"], {
-      origin: h.api.url,
-    });
-    const page = await context.newPage();
-    await page.goto(`${h.api.url}/console`);
-    await page.fill("#name", user.name);
-    await page.fill("#password", user.password);
-    await Promise.all([page.waitForURL(/\/console$/), page.click("button[type=submit]")]);
-    await page.waitForSelector("body[data-view=keys]");
-    return { context, page };
-  }
+  const signedIn = (user: { name: string; password: string }, width = 1280) =>
+    signIn(browser, h.api.url, user, width);
 
   test("GET / sends a browser to the console and tells any other client where things are; /favicon.ico is an icon", async () => {
     const html = await fetch(`${h.api.url}/`, {

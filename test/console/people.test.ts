@@ -14,38 +14,18 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import type { Browser, BrowserContext, Page } from "playwright-core";
+import type { Browser, Page } from "playwright-core";
 import { INVITE_MS } from "../../src/store/invites.js";
 import { UserStore } from "../../src/store/users.js";
 import { makeUser } from "../api/oauth-browser.js";
 import { startService, type ServiceHarness } from "../api/harness.js";
 import { REPO_ROOT } from "../helpers/mcp-client.js";
-import { inPage, launchChromium, until } from "./chromium.js";
+import { inPage, launchChromium, overflow, signIn, until } from "./chromium.js";
 
 const SHOTS =
   process.env.SCRATCHRUN_SCREENSHOTS === "1"
     ? join(REPO_ROOT, "docs/console")
     : mkdtempSync(join(tmpdir(), "console-people-shots-"));
-
-/** Boxes in `selector` that leave it or the viewport, and the page's sideways scroll. */
-const overflow = (page: Page, selector: string) =>
-  inPage<{ out: string[]; scroll: number; width: number }>(
-    page,
-    `(() => {
-      const card = document.querySelector(${JSON.stringify(selector)}).getBoundingClientRect();
-      const width = document.documentElement.clientWidth;
-      const out = [];
-      for (const e of document.querySelectorAll(${JSON.stringify(selector)} + " *")) {
-        const r = e.getBoundingClientRect();
-        if (r.width === 0 && r.height === 0) continue;
-        const name = e.tagName + (e.id ? "#" + e.id : "") + (e.className ? "." + e.className : "");
-        if (r.left < card.left - 1 || r.right > card.right + 1)
-          out.push(name + " leaves its card: " + Math.round(r.left) + ".." + Math.round(r.right));
-        else if (r.right > width + 1) out.push(name + " leaves the viewport at " + Math.round(r.right));
-      }
-      return { out, scroll: document.documentElement.scrollWidth, width };
-    })()`,
-  );
 
 describe("console people: invites, reset links, roles, removal, sign-ins audited (namespace backend)", () => {
   let h: ServiceHarness;
@@ -70,20 +50,8 @@ describe("console people: invites, reset links, roles, removal, sign-ins audited
     if (process.env.SCRATCHRUN_SCREENSHOTS !== "1") rmSync(SHOTS, { recursive: true, force: true });
   });
 
-  async function signedIn(
-    user: { name: string; password: string },
-    width = 1280,
-  ): Promise<{ context: BrowserContext; page: Page }> {
-    const context = await browser.newContext({ viewport: { width, height: 800 } });
-    await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin: h.api.url });
-    const page = await context.newPage();
-    await page.goto(`${h.api.url}/console`);
-    await page.fill("#name", user.name);
-    await page.fill("#password", user.password);
-    await Promise.all([page.waitForURL(/\/console$/), page.click("button[type=submit]")]);
-    await page.waitForSelector("body[data-view=keys]");
-    return { context, page };
-  }
+  const signedIn = (user: { name: string; password: string }, width = 1280) =>
+    signIn(browser, h.api.url, user, width);
 
   /** A console JSON call from the signed-in page (its cookie and CSRF token). */
   const call = (page: Page, method: string, path: string, body?: unknown) =>

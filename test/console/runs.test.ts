@@ -11,12 +11,12 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import type { Browser, BrowserContext, Page } from "playwright-core";
+import type { Browser, Page } from "playwright-core";
 import { UserStore } from "../../src/store/users.js";
 import { makeUser } from "../api/oauth-browser.js";
 import { startService, type ServiceHarness } from "../api/harness.js";
 import { REPO_ROOT } from "../helpers/mcp-client.js";
-import { inPage, launchChromium, overflow, until } from "./chromium.js";
+import { inPage, launchChromium, overflow, signIn, until } from "./chromium.js";
 
 const SHOTS =
   process.env.SCRATCHRUN_SCREENSHOTS === "1"
@@ -91,19 +91,8 @@ describe("console runs: a page per run, the session filter (namespace backend)",
     if (process.env.SCRATCHRUN_SCREENSHOTS !== "1") rmSync(SHOTS, { recursive: true, force: true });
   });
 
-  async function signedIn(
-    user: { name: string; password: string },
-    width = 1280,
-  ): Promise<{ context: BrowserContext; page: Page }> {
-    const context = await browser.newContext({ viewport: { width, height: 800 } });
-    const page = await context.newPage();
-    await page.goto(`${h.api.url}/console`);
-    await page.fill("#name", user.name);
-    await page.fill("#password", user.password);
-    await Promise.all([page.waitForURL(/\/console$/), page.click("button[type=submit]")]);
-    await page.waitForSelector("body[data-view=keys]");
-    return { context, page };
-  }
+  const signedIn = (user: { name: string; password: string }, width = 1280) =>
+    signIn(browser, h.api.url, user, width);
 
   const view = async (page: Page, hash: string, name = hash) => {
     await inPage(page, `location.hash = ${JSON.stringify(hash)}`);
