@@ -3,7 +3,7 @@ import type { ServerResponse } from "node:http";
 import { readFormBody } from "../http/body.js";
 import { sendError, sendJson } from "../http/respond.js";
 import type { Route } from "../http/router.js";
-import type { Invite } from "../store/invites.js";
+import { InviteMakerNotAdmin, type Invite } from "../store/invites.js";
 import type { ConsoleSession, Role } from "../store/users.js";
 import { audited, FORM_CAP_BYTES, readObject, sameSecret, type ConsoleContext } from "./context.js";
 import { parseCookies, setCookie } from "./cookies.js";
@@ -42,6 +42,12 @@ export function peopleRoutes(c: ConsoleContext): Route[] {
   const { d, secure, signinName } = c;
   const adminOnly = (res: ServerResponse, s: ConsoleSession) => {
     if (s.user.role === "admin") return false;
+    sendError(res, 403, "FORBIDDEN", "Only a console admin manages people");
+    return true;
+  };
+  /** A link refused by the store: its maker was made a member after their request's check. */
+  const notAdminNow = (res: ServerResponse, e: unknown) => {
+    if (!(e instanceof InviteMakerNotAdmin)) return false;
     sendError(res, 403, "FORBIDDEN", "Only a console admin manages people");
     return true;
   };
@@ -185,6 +191,7 @@ export function peopleRoutes(c: ConsoleContext): Route[] {
           });
           sendJson(x.res, 201, { ...inviteJson(invite), link: inviteLink(d.config.issuer, token) });
         } catch (e) {
+          if (notAdminNow(x.res, e)) return;
           if (!(e instanceof TypeError)) throw e;
           sendError(x.res, 400, "INVALID_INPUT", e.message);
         }
@@ -207,7 +214,13 @@ export function peopleRoutes(c: ConsoleContext): Route[] {
       path: "/v1/console/users/{user_id}/reset-link",
       handle: c.signedIn(async (x, s) => {
         if (adminOnly(x.res, s)) return;
-        const made = await d.users.resetLink(x.params.user_id!, s.user.id);
+        let made;
+        try {
+          made = await d.users.resetLink(x.params.user_id!, s.user.id);
+        } catch (e) {
+          if (notAdminNow(x.res, e)) return;
+          throw e;
+        }
         if (!made) return notFound(x.res);
         await audited(d, x, s, "user.reset", made.invite.userId, {
           name: made.invite.name,

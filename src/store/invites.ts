@@ -12,7 +12,8 @@ import { asDriver, type SqlDriver } from "./sql.js";
  *
  * A link works only while the console user who made it is an admin (MAKER_IS_ADMIN): one made by
  * an admin since made a member, or removed, opens nothing, listed or not, without anyone having
- * to find and cancel it; a link the CLI made (no maker) needs no console user.
+ * to find and cancel it; a link the CLI made (no maker) needs no console user. The INSERT of a
+ * link checks the same of its maker, so none is added once they are no longer an admin.
  */
 export type InvitePurpose = "join" | "reset";
 
@@ -70,6 +71,14 @@ const fromRow = (r: InviteRow): Invite => ({
   usedAt: r.used_at === null ? null : Number(r.used_at),
 });
 
+/** `InviteStore.create` refused: the console user making the link is not an admin (now). */
+export class InviteMakerNotAdmin extends Error {
+  constructor(readonly userId: string) {
+    super(`console user ${userId} is not an admin, so makes no invite or reset link`);
+    this.name = "InviteMakerNotAdmin";
+  }
+}
+
 export class InviteStore {
   private readonly sql: SqlDriver;
 
@@ -77,7 +86,11 @@ export class InviteStore {
     this.sql = asDriver(db);
   }
 
-  /** Makes a link; its token is returned only here. The caller has checked name and role. */
+  /**
+   * Makes a link; its token is returned only here. The caller has checked name and role. A maker
+   * (`createdBy`) who is not an admin when the row is written gets InviteMakerNotAdmin, nothing
+   * stored; a CLI link (no maker) needs no console user.
+   */
   async create(
     i: {
       purpose: InvitePurpose;
@@ -100,9 +113,19 @@ export class InviteStore {
       expiresAt: now + INVITE_MS,
       usedAt: null,
     };
-    await this.sql.run(
+    // The maker's role is checked by the INSERT itself: a request that passed its admin check
+    // just before the maker was made a member (which cancels their open links) must not add a
+    // link after that cancel, one that would open again should they be an admin later. SQLite
+    // writes one at a time; on Postgres FOR SHARE waits for a role change in flight on the
+    // maker's row and then reads its new role (a change that comes after waits for this insert,
+    // and its cancel then sees the new link).
+    const lock = this.sql.dialect === "postgres" ? " FOR SHARE" : "";
+    const inserted = await this.sql.run(
       `INSERT INTO invites (id, token_sha256, purpose, name, role, user_id, created_by, created_at, expires_at)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+       SELECT ?, ?, ?, ?, ?, ?, CAST(? AS TEXT), CAST(? AS BIGINT), CAST(? AS BIGINT)
+       WHERE CAST(? AS TEXT) IS NULL
+          OR EXISTS (SELECT 1 FROM users
+                     WHERE users.id = CAST(? AS TEXT) AND users.role = 'admin'${lock})`,
       [
         invite.id,
         sha256(token),
@@ -113,8 +136,11 @@ export class InviteStore {
         invite.createdBy,
         now,
         invite.expiresAt,
+        invite.createdBy,
+        invite.createdBy,
       ],
     );
+    if (inserted !== 1) throw new InviteMakerNotAdmin(i.createdBy!);
     return { invite, token };
   }
 

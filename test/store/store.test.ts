@@ -12,7 +12,7 @@ import { MIGRATIONS } from "../../src/store/migrations.js";
 import { OAUTH_TTL } from "../../src/store/oauth.js";
 import { checkPassword, hashPassword, LOCKOUT, SESSION_MS } from "../../src/store/users.js";
 import { storeOn, type Store } from "../../src/store/open.js";
-import { INVITE_MS } from "../../src/store/invites.js";
+import { INVITE_MS, InviteMakerNotAdmin } from "../../src/store/invites.js";
 import { isTransientDbError, migratePostgres, PostgresDriver } from "../../src/store/postgres.js";
 import { admitShared } from "../../src/store/shared-quota.js";
 import { decideQuota } from "../../src/policy/quota.js";
@@ -556,6 +556,82 @@ for (const [kind, open] of Object.entries(KINDS)) {
         // The CLI's link needs no console user.
         assert.ok((await store.users.acceptInvite(cli.token, "mk-cli-password", t0 + 8)).ok);
       });
+
+      test("STORE-INVITE-MAKER-RACE: a link is not stored for a maker who is no longer an admin (a request that passed its check just before the demotion), so it cannot open once they are an admin again", async () => {
+        const t0 = Date.now();
+        const alice = await store.users.create("mr-alice", "admin", "mr-alice-password", t0);
+        const target = await store.users.create("mr-target", "member", "mr-target-password", t0);
+        await store.users.setRole("mr-alice", "member", t0 + 1);
+        await assert.rejects(
+          store.users.invite("mr-eve", "admin", alice.id, t0 + 2),
+          InviteMakerNotAdmin,
+        );
+        await assert.rejects(store.users.resetLink(target.id, alice.id, t0 + 2), /not an admin/);
+        const stored = await store.sql.all("SELECT id FROM invites WHERE created_by = ?", [
+          alice.id,
+        ]);
+        assert.deepEqual(stored, [], "nothing stored");
+        await store.users.setRole("mr-alice", "admin", t0 + 3);
+        assert.equal(
+          (await store.users.invites.pending(t0 + 3)).filter((i) => i.name.startsWith("mr-"))
+            .length,
+          0,
+        );
+        assert.equal(await store.users.byName("mr-eve"), undefined);
+        // An admin again, they make links as before; a removed maker makes none; the CLI needs none.
+        const ok = await store.users.invite("mr-eve", "member", alice.id, t0 + 4);
+        assert.ok(await store.users.invites.peek(ok.token, t0 + 4));
+        await store.users.remove("mr-alice", t0 + 5);
+        await assert.rejects(
+          store.users.invite("mr-fay", "member", alice.id, t0 + 6),
+          InviteMakerNotAdmin,
+        );
+        assert.ok(await store.users.invite("mr-fay", "member", null, t0 + 6));
+      });
+
+      test(
+        "STORE-INVITE-MAKER-RACE on Postgres: a link made while the maker's demotion is in flight waits for it and stores nothing",
+        {
+          skip: kind === "sqlite" ? "SQLite writes one at a time" : undefined,
+        },
+        async () => {
+          const t0 = Date.now();
+          const bob = await store.users.create("mw-bob", "admin", "mw-bob-password", t0);
+          let made: Promise<unknown> | undefined;
+          // setRole's statements, held open while the invite is sent from another connection.
+          await store.sql.transaction(async (tx) => {
+            await tx.run("UPDATE users SET role = 'member' WHERE id = ?", [bob.id]);
+            await tx.run(
+              `UPDATE invites SET expires_at = CAST(? AS BIGINT)
+             WHERE created_by = ? AND used_at IS NULL AND expires_at > CAST(? AS BIGINT)`,
+              [t0 + 1, bob.id, t0 + 1],
+            );
+            made = store.users.invite("mw-eve", "admin", bob.id, t0 + 2);
+            made.catch(() => {});
+            let settled = false;
+            void made.then(
+              () => (settled = true),
+              () => (settled = true),
+            );
+            // Until the insert waits on the maker's row (or, unfixed, is done).
+            for (;;) {
+              const waiting = await store.sql.get<{ n: string }>(
+                `SELECT count(*) AS n FROM pg_stat_activity
+               WHERE datname = current_database() AND wait_event_type = 'Lock'
+                 AND query LIKE 'INSERT INTO invites%'`,
+              );
+              if (settled || Number(waiting!.n) > 0) break;
+              await new Promise((r) => setTimeout(r, 20));
+            }
+          });
+          await assert.rejects(made!, InviteMakerNotAdmin);
+          await store.users.setRole("mw-bob", "admin", t0 + 3);
+          assert.deepEqual(
+            (await store.users.invites.pending(t0 + 3)).filter((i) => i.name === "mw-eve"),
+            [],
+          );
+        },
+      );
 
       test("STORE-USERS: passwords only as scrypt hashes; wrong ones lock the account, the right one then too; sessions only as digests and expire", async () => {
         const t0 = 1_000_000;
