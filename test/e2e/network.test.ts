@@ -54,7 +54,11 @@ describe("network egress through the MCP server [namespace]", { timeout: 180_000
   }
 
   test("public hosts answer over TCP, UDP and ICMP; names resolve", async () => {
-    assert.equal(statSync("/run/scratchrun").mode & 0o001, 0o001, "/run/scratchrun opened to jails");
+    assert.equal(
+      statSync("/run/scratchrun").mode & 0o001,
+      0o001,
+      "/run/scratchrun opened to jails",
+    );
     const { res, s } = await runProbe(
       [
         { label: "tcp", kind: "tcp", host: PUBLIC },

@@ -277,7 +277,11 @@ function extraFds(base: string[], now: string[]): string {
  * over for good and fails, naming the fds. Up to 10 s (CI's rehearsal of stop 60 saw a burst's
  * fds still over after 3 s under the whole suite's load).
  */
-export async function assertServerFdsBack(own: () => string[], baseline: string[], waitMs = 10_000) {
+export async function assertServerFdsBack(
+  own: () => string[],
+  baseline: string[],
+  waitMs = 10_000,
+) {
   const deadline = Date.now() + waitMs;
   for (;;) {
     const now = own();

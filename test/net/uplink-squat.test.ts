@@ -28,7 +28,15 @@ async function squatter(names: string[]): Promise<ChildProcess> {
   ].join("\n");
   const child = spawn(
     "/usr/bin/setpriv",
-    [`--reuid=${NOBODY}`, `--regid=${NOBODY}`, "--clear-groups", "/usr/bin/python3", "-c", code, ...names],
+    [
+      `--reuid=${NOBODY}`,
+      `--regid=${NOBODY}`,
+      "--clear-groups",
+      "/usr/bin/python3",
+      "-c",
+      code,
+      ...names,
+    ],
     { stdio: ["ignore", "pipe", "inherit"] },
   );
   const [line] = (await once(child.stdout!, "data")) as [Buffer];
