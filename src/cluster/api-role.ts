@@ -15,7 +15,7 @@ import type { SessionLimits } from "../engine/sessions.js";
 import { LIMITS } from "../schema/limits.js";
 import { WorkerTable } from "./workers.js";
 
-/** How long a replica trusts a key it verified (SECURITY.md, "API keys"). */
+/** How long a replica trusts a key it verified (SECURITY.md, Trust zones: "HTTP API clients"). */
 export const VERIFIED_KEY_CACHE_MS = 1000;
 
 export interface ApiReplicaOptions {
